@@ -1,44 +1,402 @@
-"""FastAPI app: thin routers over retrieval and the workflow; one ES client per process."""
+"""FastAPI app: thin routers over retrieval and the workflow.
 
-from collections.abc import AsyncIterator
+Everything a request needs (settings, the one Elasticsearch client, the one embedder, the
+retriever, the workflow, the metrics) lives on `app.state`, created by `create_app` and its
+lifespan, and reaches endpoints through `Depends`. Blocking endpoints are plain `def`, so
+FastAPI runs them in its threadpool and the event loop never waits on embedding or ES.
+"""
+
+import hmac
+import logging
+import uuid
+from collections.abc import AsyncIterable, AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import urlsplit, urlunsplit
 
-from elasticsearch import Elasticsearch
-from fastapi import Depends, FastAPI, Request
-from fastapi.responses import JSONResponse
+import openai
+from elastic_transport import ConnectionError as ESConnectionError
+from elastic_transport import ConnectionTimeout as ESConnectionTimeout
+from elasticsearch import ApiError, Elasticsearch
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, Response
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.sse import EventSourceResponse, ServerSentEvent
+from fastapi.staticfiles import StaticFiles
+from starlette.concurrency import run_in_threadpool
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.config import Settings
-from service.store import create_client
+from service.embeddings import Embedder, load_embedder
+from service.graph import GapReport, LLMNotConfiguredError, QueryResult, WorkflowDeps, build_deps, knowledge_gap_report, run_query, stream_query
+from service.metrics import Metrics, MetricsMiddleware, endpoint_label
+from service.retrieval import Comparison, RetrievalParams, Retriever, SearchResult
+from service.schemas_api import (
+    CompareRequest,
+    ElasticsearchStatus,
+    ErrorResponse,
+    HealthResponse,
+    IndexStatus,
+    QueryRequest,
+    ReadyResponse,
+    SearchRequest,
+    ValidationErrorResponse,
+)
+from service.store import EmbedderMismatchError, IndexNotFoundError, create_client, read_index_meta
+from service.text import ChineseTokenizer
+
+logger = logging.getLogger(__name__)
+
+WEB_DIR = Path(__file__).resolve().parent / "web"
 
 
-def create_app(settings: Settings) -> FastAPI:
+# --- dependencies -------------------------------------------------------------------------
+
+
+def get_settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+def get_es(request: Request) -> Elasticsearch:
+    return request.app.state.es
+
+
+def get_retriever(request: Request) -> Retriever:
+    return request.app.state.retriever
+
+
+def get_metrics(request: Request) -> Metrics:
+    return request.app.state.metrics
+
+
+def get_workflow(request: Request) -> WorkflowDeps:
+    """The workflow's dependencies; a 503 naming the settings, before any stream starts, without an LLM."""
+    workflow: WorkflowDeps = request.app.state.workflow
+    if workflow.judge_llm is None or workflow.answer_llm is None:
+        raise LLMNotConfiguredError()
+    return workflow
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+ESDep = Annotated[Elasticsearch, Depends(get_es)]
+RetrieverDep = Annotated[Retriever, Depends(get_retriever)]
+MetricsDep = Annotated[Metrics, Depends(get_metrics)]
+WorkflowDep = Annotated[WorkflowDeps, Depends(get_workflow)]
+
+_api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False, description="one of API_KEYS")
+_bearer = HTTPBearer(auto_error=False, description="one of API_KEYS")
+
+
+def require_api_key(
+    settings: SettingsDep,
+    api_key: Annotated[str | None, Depends(_api_key_header)],
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> None:
+    """Open when `API_KEYS` is empty; otherwise one of its keys, compared in constant time."""
+    if not settings.api_keys:
+        return
+    presented = (api_key or (bearer.credentials if bearer else "")).encode()
+    matched = False
+    for key in settings.api_keys:
+        matched |= hmac.compare_digest(presented, key.get_secret_value().encode())
+    if not matched:
+        raise HTTPException(
+            status_code=401,
+            detail="missing or invalid API key: send `Authorization: Bearer <key>` or `X-API-Key: <key>`",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+
+
+def check_length(settings: Settings, field: str, value: str) -> None:
+    """MAX_QUESTION_CHARS is a setting, so it is enforced here rather than in the schema."""
+    if len(value) > settings.max_question_chars:
+        raise RequestValidationError(
+            [
+                {
+                    "type": "string_too_long",
+                    "loc": ("body", field),
+                    "msg": f"{len(value)} characters, more than MAX_QUESTION_CHARS={settings.max_question_chars}",
+                }
+            ]
+        )
+
+
+def valid_question(body: QueryRequest, settings: SettingsDep) -> QueryRequest:
+    """The request body with the length limit checked (a dependency, so streams start valid)."""
+    check_length(settings, "question", body.question)
+    return body
+
+
+QuestionDep = Annotated[QueryRequest, Depends(valid_question)]
+
+
+# --- routes -------------------------------------------------------------------------------
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorResponse, "description": "API key missing or invalid"},
+    404: {"model": ErrorResponse, "description": "knowledge base not built (the message gives the command)"},
+    409: {"model": ErrorResponse, "description": "the index was built with another embedder"},
+    413: {"model": ErrorResponse, "description": "request body larger than MAX_REQUEST_BYTES"},
+    422: {"model": ValidationErrorResponse, "description": "bad input; the message names the field"},
+    503: {"model": ErrorResponse, "description": "Elasticsearch or the LLM unreachable, or no LLM configured (the message says which)"},
+}
+
+health = APIRouter(tags=["health"])
+api = APIRouter(dependencies=[Depends(require_api_key)], responses=ERROR_RESPONSES)
+
+
+@health.get("/healthz", response_model=HealthResponse)
+def healthz() -> HealthResponse:
+    """The process is alive (says nothing about Elasticsearch)."""
+    return HealthResponse()
+
+
+@health.get("/readyz", response_model=ReadyResponse, responses={503: {"model": ReadyResponse}})
+def readyz(request: Request, settings: SettingsDep, es: ESDep) -> JSONResponse:
+    """Ready when search works: Elasticsearch answers, the index exists and matches the embedder."""
+    embedder: Embedder = request.app.state.embedder
+    es_status = ElasticsearchStatus(url=redact_url(settings.es_url), reachable=False)
+    index = IndexStatus(name=settings.es_index, present=False)
+    try:
+        es_status.status = str(es.cluster.health(timeout="2s")["status"])
+        es_status.reachable = True
+        meta = read_index_meta(es, settings.es_index)
+        index.present = True
+        index.docs = int(es.count(index=settings.es_index)["count"])
+        index.embedder = meta.embedder
+        index.embedder_matches = meta.embedder == embedder.name and meta.dim == embedder.dim
+    except (ESConnectionError, ESConnectionTimeout) as err:
+        es_status.error = f"unreachable at {redact_url(settings.es_url)}: {type(err).__name__}"
+    except IndexNotFoundError as err:
+        index.error = str(err)
+    body = ReadyResponse(
+        ready=es_status.reachable and index.present and bool(index.embedder_matches),
+        elasticsearch=es_status,
+        index=index,
+        embedder={"name": embedder.name, "dim": embedder.dim, "loaded": True},
+        llm_configured=settings.llm_configured,
+        web_search_configured=settings.bocha_api_key is not None,
+    )
+    return JSONResponse(jsonable_encoder(body), status_code=200 if body.ready else 503)
+
+
+@api.post("/search", response_model=SearchResult, tags=["retrieval"])
+def search(body: SearchRequest, settings: SettingsDep, retriever: RetrieverDep) -> SearchResult:
+    """One retrieval mode over the knowledge base (hybrid = jieba BM25 + bigram BM25 + kNN, fused by RRF)."""
+    check_length(settings, "query", body.query)
+    return retriever.search(settings.es_index, body.query, body.mode, body.k, body.filters)
+
+
+@api.post("/compare", response_model=Comparison, tags=["retrieval"])
+def compare(body: CompareRequest, settings: SettingsDep, retriever: RetrieverDep) -> Comparison:
+    """The same query in several modes side by side, with overlap and rank differences."""
+    check_length(settings, "query", body.query)
+    return retriever.compare(settings.es_index, body.query, body.k, body.modes, body.filters)
+
+
+@api.post("/query", response_model=QueryResult, tags=["answers"])
+async def query(body: QuestionDep, workflow: WorkflowDep, metrics: MetricsDep) -> QueryResult:
+    """Answer with the agentic workflow: route, decompose, retrieve, evaluate, web fallback, cite."""
+    result = await run_query(workflow, body.question, body.options())
+    metrics.record_workflow(result.route, result.web_used, result.llm_calls, result.web_calls)
+    return result
+
+
+@api.post("/query/stream", response_class=EventSourceResponse, tags=["answers"])
+async def query_stream(body: QuestionDep, workflow: WorkflowDep, metrics: MetricsDep) -> AsyncIterable[ServerSentEvent]:
+    """The same as server-sent events: `node` per workflow step (outcome, ms), `token`s of the
+    answer, then `final` (the whole `/query` result) or `error` ({type, message})."""
+    async for event in stream_query(workflow, body.question, body.options()):
+        if event.event == "final":
+            metrics.record_workflow(event.data["route"], event.data["web_used"], event.data["llm_calls"], event.data["web_calls"])
+        elif event.event == "error":
+            metrics.record_error("/query/stream", "workflow")
+        yield ServerSentEvent(event=event.event, data=event.data)
+
+
+@api.get("/gaps", response_model=GapReport, tags=["answers"])
+def gaps(settings: SettingsDep, es: ESDep, top: Annotated[int, Query(ge=1, le=100)] = 20) -> GapReport:
+    """The knowledge-gap report: what the evaluator most often found missing, and how often the web was needed."""
+    return knowledge_gap_report(es, settings, top)
+
+
+@api.get("/metrics", tags=["health"], response_class=Response)
+def metrics_endpoint(metrics: MetricsDep) -> Response:
+    """Prometheus text format."""
+    return Response(metrics.render(), media_type=metrics.content_type)
+
+
+# --- errors -------------------------------------------------------------------------------
+
+
+def redact_url(url: str) -> str:
+    """The URL without user:password, safe to return to clients and to log."""
+    parts = urlsplit(url)
+    if parts.username or parts.password:
+        host = parts.hostname or ""
+        netloc = f"{host}:{parts.port}" if parts.port else host
+        return urlunsplit(parts._replace(netloc=netloc))
+    return url
+
+
+def _error(request: Request, status: int, kind: str, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    request.app.state.metrics.record_error(endpoint_label(request.scope), kind)
+    return JSONResponse({"detail": detail}, status_code=status, headers=headers)
+
+
+def _describe(error: dict[str, Any]) -> str:
+    """`field: problem`; malformed JSON has no field, so it says where the JSON breaks."""
+    if error["type"] == "json_invalid":
+        return f"body: malformed JSON near character {error['loc'][-1]}"
+    return f"{'.'.join(str(part) for part in error['loc'] if part != 'body') or 'body'}: {error['msg']}"
+
+
+def add_error_handlers(app: FastAPI) -> None:
+    async def validation(request: Request, err: RequestValidationError) -> JSONResponse:
+        errors = [
+            {"loc": list(e.get("loc", ())), "msg": str(e.get("msg", "")), "type": str(e.get("type", ""))}
+            for e in err.errors()
+        ]
+        message = "; ".join(_describe(e) for e in errors)
+        request.app.state.metrics.record_error(endpoint_label(request.scope), "validation")
+        return JSONResponse({"detail": errors, "message": message}, status_code=422)
+
+    async def http_error(request: Request, err: HTTPException) -> JSONResponse:
+        return _error(request, err.status_code, f"http_{err.status_code}", str(err.detail), err.headers)
+
+    async def index_not_found(request: Request, err: IndexNotFoundError) -> JSONResponse:
+        return _error(request, 404, "index_not_found", str(err))
+
+    async def embedder_mismatch(request: Request, err: EmbedderMismatchError) -> JSONResponse:
+        return _error(request, 409, "embedder_mismatch", str(err))
+
+    async def es_unreachable(request: Request, err: Exception) -> JSONResponse:
+        url = redact_url(request.app.state.settings.es_url)
+        logger.warning("Elasticsearch unreachable at %s: %s", url, err)
+        return _error(request, 503, "elasticsearch_unreachable", f"Elasticsearch unreachable at {url} ({type(err).__name__}); retry when it is back")
+
+    async def es_api_error(request: Request, err: ApiError) -> JSONResponse:
+        logger.error("Elasticsearch error: %s", err)
+        return _error(request, 502, "elasticsearch_error", f"Elasticsearch answered {err.meta.status}: {err.message}")
+
+    async def llm_not_configured(request: Request, err: LLMNotConfiguredError) -> JSONResponse:
+        return _error(request, 503, "llm_not_configured", str(err))
+
+    async def llm_failed(request: Request, err: openai.APIError) -> JSONResponse:
+        url = redact_url(request.app.state.settings.openai_base_url or "https://api.openai.com/v1")
+        logger.warning("LLM endpoint %s failed: %s", url, err)
+        if isinstance(err, openai.APIStatusError):
+            return _error(request, 502, "llm_error", f"the LLM endpoint at {url} answered HTTP {err.status_code} ({type(err).__name__})")
+        return _error(request, 503, "llm_unreachable", f"the LLM endpoint at {url} is unreachable ({type(err).__name__}); retry later")
+
+    async def unexpected(request: Request, err: Exception) -> JSONResponse:
+        error_id = uuid.uuid4().hex[:12]
+        logger.exception("unhandled error %s on %s", error_id, request.url.path)
+        return _error(request, 500, "internal", f"internal error {error_id} ({type(err).__name__}); details are in the service log")
+
+    app.add_exception_handler(RequestValidationError, validation)
+    app.add_exception_handler(HTTPException, http_error)
+    app.add_exception_handler(IndexNotFoundError, index_not_found)
+    app.add_exception_handler(EmbedderMismatchError, embedder_mismatch)
+    app.add_exception_handler(ESConnectionError, es_unreachable)
+    app.add_exception_handler(ESConnectionTimeout, es_unreachable)
+    app.add_exception_handler(ApiError, es_api_error)
+    app.add_exception_handler(LLMNotConfiguredError, llm_not_configured)
+    app.add_exception_handler(openai.APIError, llm_failed)
+    app.add_exception_handler(Exception, unexpected)
+
+
+# --- middleware ---------------------------------------------------------------------------
+
+
+class BodySizeLimit:
+    """413 for bodies over `limit` bytes, declared (Content-Length) or streamed (chunked).
+
+    The body is read here (it is small by definition) and replayed to the app, so an
+    oversized chunked upload is refused before any endpoint sees part of it.
+    """
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            await self._refuse(send)
+            return
+        messages: list[Message] = []
+        size = 0
+        while True:
+            message = await receive()
+            messages.append(message)
+            if message["type"] != "http.request":
+                break
+            size += len(message.get("body", b""))
+            if size > self.limit:
+                await self._refuse(send)
+                return
+            if not message.get("more_body", False):
+                break
+
+        async def replay() -> Message:
+            return messages.pop(0) if messages else await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, send: Send) -> None:
+        response = JSONResponse({"detail": f"request body larger than MAX_REQUEST_BYTES={self.limit} bytes"}, 413)
+        await send({"type": "http.response.start", "status": 413, "headers": response.raw_headers})
+        await send({"type": "http.response.body", "body": response.body})
+
+
+# --- the app ------------------------------------------------------------------------------
+
+
+def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastAPI:
+    """The app for `settings`; pass `embedder` to share one already loaded (tests)."""
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        app.state.settings = settings
         app.state.es = create_client(settings)
+        app.state.embedder = embedder or await run_in_threadpool(load_embedder, settings.embedder, settings)
+        tokenizer = ChineseTokenizer(settings.jieba_user_dict)
+        await run_in_threadpool(tokenizer.query_terms, "预热")  # load jieba's dictionary now, not on the first query
+        app.state.retriever = Retriever(app.state.es, app.state.embedder, tokenizer, RetrievalParams.from_settings(settings))
+        app.state.workflow = build_deps(settings, app.state.es, app.state.retriever)
+        logger.info("ready: index %r on %s, embedder %s", settings.es_index, redact_url(settings.es_url), app.state.embedder.name)
         yield
         app.state.es.close()
 
-    app = FastAPI(title="Agentic RAG on Elasticsearch", lifespan=lifespan)
+    app = FastAPI(
+        title="Agentic RAG on Elasticsearch",
+        summary="Chinese knowledge-base questions answered with hybrid retrieval, sufficiency checks and web fallback",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.metrics = Metrics()
+    add_error_handlers(app)
+    app.include_router(health)
+    app.include_router(api)
+    app.mount("/static", StaticFiles(directory=WEB_DIR), name="static")
 
-    def get_es(request: Request) -> Elasticsearch:
-        return request.app.state.es
+    @app.get("/", include_in_schema=False)
+    def index_page() -> FileResponse:
+        return FileResponse(WEB_DIR / "index.html")
 
-    @app.get("/healthz")
-    def healthz() -> dict[str, str]:
-        return {"status": "ok"}
-
-    @app.get("/readyz")
-    def readyz(es: Elasticsearch = Depends(get_es)) -> JSONResponse:
-        try:
-            health = es.cluster.health(timeout="2s")
-        except Exception as err:  # any transport failure means "not ready"
-            return JSONResponse({"ready": False, "elasticsearch": f"unreachable at {settings.es_url}: {err}"}, 503)
-        index_present = bool(es.indices.exists_alias(name=settings.es_index) or es.indices.exists(index=settings.es_index))
-        ready = health["status"] in ("green", "yellow") and index_present
-        return JSONResponse(
-            {"ready": ready, "elasticsearch": health["status"], "index": settings.es_index, "index_present": index_present},
-            200 if ready else 503,
-        )
-
+    app.add_middleware(BodySizeLimit, limit=settings.max_request_bytes)
+    app.add_middleware(
+        CORSMiddleware,
+        allow_origins=settings.cors_origins,
+        allow_methods=["GET", "POST"],
+        allow_headers=["Authorization", "X-API-Key", "Content-Type"],
+    )
+    app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     return app

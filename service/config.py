@@ -49,6 +49,7 @@ class Settings(BaseSettings):
     max_llm_calls: int = 16
     query_time_budget_s: float = 120.0
     judgements_index: str = "rag-judgements"
+    context_token_budget: int = 6000  # numbered contexts in one prompt; lowest-ranked trimmed first
 
     # HTTP service
     host: str = "127.0.0.1"

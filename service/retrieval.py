@@ -3,18 +3,22 @@
 Every mode is one Elasticsearch round trip: hybrid sends its lists (jieba BM25, bigram BM25,
 kNN) in a single `_msearch` and fuses them with Reciprocal Rank Fusion here, so it needs no
 server-side RRF (absent from the minimal distribution and from unlicensed clusters).
+`compare` runs one query in several modes and says where they agree and differ.
 """
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import combinations
 from typing import Any, Literal
 
 from elasticsearch import Elasticsearch, NotFoundError
-from pydantic import BaseModel
+from pydantic import BaseModel, model_validator
 
+from service.config import Settings
 from service.embeddings import Embedder
 from service.store import IndexNotFoundError, check_embedder
-from service.text import ChineseTokenizer, bigram_terms, join_terms
+from service.text import ChineseTokenizer, bigram_terms, get_tokenizer, join_terms
 
 Mode = Literal["vector", "bm25", "bigram", "hybrid", "standard"]
 ListName = Literal["vector", "bm25", "bigram", "standard"]
@@ -26,6 +30,12 @@ class Filters(BaseModel):
     sources: list[str] | None = None
     chapter_from: int | None = None
     chapter_to: int | None = None
+
+    @model_validator(mode="after")
+    def _ordered_range(self) -> "Filters":
+        if self.chapter_from is not None and self.chapter_to is not None and self.chapter_from > self.chapter_to:
+            raise ValueError(f"chapter_from ({self.chapter_from}) is after chapter_to ({self.chapter_to})")
+        return self
 
     def to_es(self) -> list[dict[str, Any]]:
         clauses: list[dict[str, Any]] = []
@@ -59,6 +69,39 @@ class SearchResult(BaseModel):
     hits: list[Hit]
 
 
+class ModeOverlap(BaseModel):
+    """How many of the top-k ids two modes share; `overlap_at_k` = shared / k."""
+
+    modes: tuple[str, str]
+    shared: list[str]
+    overlap_at_k: float
+
+
+class RankDifference(BaseModel):
+    """One chunk's 1-based rank in every compared mode (None: not in that mode's top k)."""
+
+    id: str
+    ranks: dict[str, int | None]
+    found_by: list[str]
+    # Worst minus best rank among the modes that found it (0 when only one did).
+    spread: int
+
+
+class Comparison(BaseModel):
+    """The same query in several modes side by side (the body of `POST /compare`)."""
+
+    query: str
+    k: int
+    modes: list[str]
+    results: dict[str, SearchResult]
+    overlaps: list[ModeOverlap]
+    # Ids every mode found, and ids only one mode found (per mode, in that mode's order).
+    common: list[str]
+    only: dict[str, list[str]]
+    # Every id any mode returned, ordered by its best rank.
+    ranks: list[RankDifference]
+
+
 @dataclass(frozen=True)
 class RetrievalParams:
     rrf_k: int = 60
@@ -67,6 +110,10 @@ class RetrievalParams:
     hybrid_lists: tuple[ListName, ...] = ("vector", "bm25", "bigram")
     weights: dict[str, float] = field(default_factory=dict)
     title_boost: float = 2.0
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "RetrievalParams":
+        return cls(rrf_k=settings.rrf_k, depth=settings.rrf_depth, num_candidates=settings.num_candidates)
 
 
 def rrf(ranked_ids: dict[str, list[str]], k: int = 60, weights: dict[str, float] | None = None) -> list[tuple[str, float]]:
@@ -100,6 +147,10 @@ class Retriever:
     ) -> SearchResult:
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}: use one of {', '.join(MODES)}")
+        if k < 1:
+            raise ValueError(f"k must be at least 1, got {k}")
+        if not query.strip():
+            raise ValueError("query is empty")
         started = time.perf_counter()
         lists: tuple[ListName, ...] = self.params.hybrid_lists if mode == "hybrid" else (mode,)
         size = max(k, self.params.depth) if mode == "hybrid" else k
@@ -112,6 +163,48 @@ class Retriever:
         else:
             hits = [_hit(raw, raw["_score"]) for raw in ranked[lists[0]]][:k]
         return SearchResult(mode=mode, took_ms=(time.perf_counter() - started) * 1000, hits=hits)
+
+    def compare(
+        self, index: str, query: str, k: int = 10, modes: Sequence[Mode] = ("vector", "hybrid"), filters: Filters | None = None
+    ) -> Comparison:
+        """Run `query` in each of `modes` (each timed on its own) and relate their top-k ids."""
+        modes = list(dict.fromkeys(modes))
+        if len(modes) < 2:
+            raise ValueError(f"compare needs at least two distinct modes, got {modes}")
+        results = {mode: self.search(index, query, mode, k, filters) for mode in modes}
+        ids = {mode: [hit.id for hit in result.hits] for mode, result in results.items()}
+        ranks = {mode: {chunk_id: rank for rank, chunk_id in enumerate(found, start=1)} for mode, found in ids.items()}
+        overlaps = []
+        for a, b in combinations(modes, 2):
+            shared = [chunk_id for chunk_id in ids[a] if chunk_id in ranks[b]]
+            overlaps.append(ModeOverlap(modes=(a, b), shared=shared, overlap_at_k=len(shared) / k))
+        every = {chunk_id for found in ids.values() for chunk_id in found}
+        rows = []
+        for chunk_id in every:
+            row = {mode: ranks[mode].get(chunk_id) for mode in modes}
+            found = [rank for rank in row.values() if rank is not None]
+            rows.append(
+                RankDifference(
+                    id=chunk_id,
+                    ranks=row,
+                    found_by=[mode for mode in modes if row[mode] is not None],
+                    spread=max(found) - min(found),
+                )
+            )
+        rows.sort(key=lambda row: (min(r for r in row.ranks.values() if r is not None), row.id))
+        return Comparison(
+            query=query,
+            k=k,
+            modes=modes,
+            results=results,
+            overlaps=overlaps,
+            common=[chunk_id for chunk_id in ids[modes[0]] if all(chunk_id in ranks[m] for m in modes)],
+            only={
+                mode: [c for c in ids[mode] if not any(c in ranks[other] for other in modes if other != mode)]
+                for mode in modes
+            },
+            ranks=rows,
+        )
 
     def _check_embedder(self, index: str) -> None:
         if index not in self._checked:
@@ -187,3 +280,8 @@ def _hit(raw: dict[str, Any], score: float) -> Hit:
         doc_id=source.get("doc_id") or "",
         chunk_index=source.get("chunk_index") or 0,
     )
+
+
+def build_retriever(settings: Settings, es: Elasticsearch, embedder: Embedder) -> Retriever:
+    """The retriever the service and the CLI use: parameters and user dictionary from `settings`."""
+    return Retriever(es, embedder, get_tokenizer(settings.jieba_user_dict), RetrievalParams.from_settings(settings))

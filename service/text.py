@@ -16,13 +16,15 @@ import threading
 import unicodedata
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 import jieba
 
 logger = logging.getLogger(__name__)
 
 _CJK = r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
-_CJK_RUN_OR_WORD = re.compile(rf"[{_CJK}]+|[^\W_]+", re.UNICODE)
+# A CJK run, or a run of other letters/digits (without CJK, so 1型 gives "1" then "型").
+_CJK_RUN_OR_WORD = re.compile(rf"[{_CJK}]+|[^\W_{_CJK}]+", re.UNICODE)
 _IS_CJK = re.compile(rf"[{_CJK}]")
 
 
@@ -31,12 +33,26 @@ def _is_term(token: str) -> bool:
     return any(not unicodedata.category(ch).startswith(("P", "S", "Z", "C")) for ch in token)
 
 
-class ChineseTokenizer:
-    """jieba with an optional user dictionary, so domain terms (甲亢病人) stay whole."""
+JiebaMode = Literal["search", "accurate"]
 
-    def __init__(self, user_dict: str | None = None) -> None:
+
+class ChineseTokenizer:
+    """jieba with an optional user dictionary, so domain terms (甲亢病人) stay whole.
+
+    `index_mode` / `query_mode` choose jieba's search mode (`cut_for_search`) or accurate
+    mode (`cut`) for each side; the defaults are the ones the retrieval evaluation chose.
+    """
+
+    def __init__(
+        self, user_dict: str | None = None, index_mode: JiebaMode = "search", query_mode: JiebaMode = "accurate"
+    ) -> None:
+        for side, mode in (("index_mode", index_mode), ("query_mode", query_mode)):
+            if mode not in ("search", "accurate"):
+                raise ValueError(f"{side} must be 'search' or 'accurate', got {mode!r}")
         self._jieba = jieba.Tokenizer()
         self._user_dict = user_dict
+        self.index_mode = index_mode
+        self.query_mode = query_mode
         self._ready = False
         self._lock = threading.Lock()
 
@@ -53,15 +69,18 @@ class ChineseTokenizer:
                 logger.info("loaded jieba user dictionary %s", self._user_dict)
             self._ready = True
 
-    def index_terms(self, text: str) -> list[str]:
-        """Terms for the indexed `tokens` field (search mode)."""
+    def _cut(self, text: str, mode: JiebaMode) -> list[str]:
         self._ensure_ready()
-        return [t.lower() for t in self._jieba.cut_for_search(text) if _is_term(t)]
+        words = self._jieba.cut_for_search(text) if mode == "search" else self._jieba.cut(text)
+        return [t.lower() for t in words if _is_term(t)]
+
+    def index_terms(self, text: str) -> list[str]:
+        """Terms for the indexed `tokens` field (`index_mode`)."""
+        return self._cut(text, self.index_mode)
 
     def query_terms(self, text: str) -> list[str]:
-        """Terms of a query for the `tokens` field (accurate mode)."""
-        self._ensure_ready()
-        return [t.lower() for t in self._jieba.cut(text) if _is_term(t)]
+        """Terms of a query for the `tokens` field (`query_mode`)."""
+        return self._cut(text, self.query_mode)
 
 
 def bigram_terms(text: str) -> list[str]:

@@ -17,6 +17,8 @@ from service.config import Settings
 from service.embeddings import Embedder, load_embedder
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+SHARED_DATA = Path(os.environ.get("SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
+SANGUO_PATH = SHARED_DATA / "sanguo" / "sanguo_yanyi.txt"
 ES_VERSION = "8.19.21"
 
 

@@ -1,0 +1,1 @@
+"""Benchmarks and the retrieval evaluation (see docs/retrieval.md)."""

@@ -1,0 +1,112 @@
+"""The evaluation datasets as documents plus queries whose relevant chunk ids are known in advance.
+
+Relevance is decided before anything is indexed: documents are chunked with the indexing
+job's own `split_text` and every chunk gets the id the pipeline will give it
+(`store.chunk_id`), so a hit is relevant when its id is in the query's set.
+
+- `cmrc`: CMRC 2018 dev + trial; every paragraph is one document (and one chunk: paragraphs
+  are at most 980 characters, so they are chunked with size 1000), every question a query,
+  its own paragraph the relevant document. `limit` keeps every n-th paragraph (deterministic)
+  and their questions, because embedding all 1,104 paragraphs takes long on a busy machine.
+- `sanguo`: 《三国演义》 by chapter, with bench/data/sanguo_questions.jsonl; a chunk is relevant
+  when it contains the question's evidence string, whatever the chunk boundaries.
+- `medical`: bench/data/medical_passages.jsonl and medical_queries.jsonl, passages that differ
+  mainly by 高血糖/低血糖, 高血压/低血压, 甲亢/甲减, 1型/2型.
+"""
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from indexing.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, split_text
+from indexing.loaders import Document, load_text
+from service.store import chunk_id, content_hash
+
+BENCH_DATA = Path(__file__).resolve().parent / "data"
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+CMRC_CHUNK_SIZE = 1000  # longer than any CMRC paragraph: one paragraph, one chunk
+
+
+@dataclass
+class Query:
+    id: str
+    text: str
+    relevant: set[str]  # chunk ids
+
+
+@dataclass
+class Dataset:
+    name: str
+    documents: list[Document]
+    queries: list[Query]
+    chunk_size: int
+    chunk_overlap: int
+    chunks: dict[str, str] = field(default_factory=dict)  # chunk id -> text, as the pipeline will index them
+
+    @property
+    def alias(self) -> str:
+        return f"eval-{self.name}"
+
+
+def chunk_map(documents: list[Document], chunk_size: int, chunk_overlap: int) -> dict[str, tuple[str, str]]:
+    """chunk id -> (doc_id, text), exactly as `indexing.pipeline` chunks and names them."""
+    chunks: dict[str, tuple[str, str]] = {}
+    for document in documents:
+        for i, text in enumerate(split_text(document.text, chunk_size, chunk_overlap)):
+            chunks[chunk_id(document.doc_id, i, content_hash(text))] = (document.doc_id, text)
+    return chunks
+
+
+def _by_document(documents: list[Document], chunk_size: int, chunk_overlap: int) -> tuple[dict[str, str], dict[str, set[str]]]:
+    chunks = chunk_map(documents, chunk_size, chunk_overlap)
+    of_doc: dict[str, set[str]] = {}
+    for id_, (doc_id, _text) in chunks.items():
+        of_doc.setdefault(doc_id, set()).add(id_)
+    return {id_: text for id_, (_doc, text) in chunks.items()}, of_doc
+
+
+def load_cmrc(limit: int | None = None, root: Path = SHARED_DATA / "cmrc2018") -> Dataset:
+    paragraphs = []
+    for split in ("dev", "trial"):
+        data = json.loads((root / f"cmrc2018_{split}.json").read_text(encoding="utf-8"))["data"]
+        paragraphs += [paragraph for article in data for paragraph in article["paragraphs"]]
+    if limit is not None and limit < len(paragraphs):
+        stride = math.ceil(len(paragraphs) / limit)
+        paragraphs = paragraphs[::stride][:limit]
+    documents = [Document(doc_id=p["id"], text=p["context"], source="cmrc2018") for p in paragraphs]
+    chunks, of_doc = _by_document(documents, CMRC_CHUNK_SIZE, 0)
+    queries = [Query(qa["id"], qa["question"], of_doc[p["id"]]) for p in paragraphs for qa in p["qas"]]
+    name = "cmrc" if limit is None else f"cmrc{len(paragraphs)}"
+    return Dataset(name, documents, queries, CMRC_CHUNK_SIZE, 0, chunks)
+
+
+def load_sanguo(
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
+    path: Path = SHARED_DATA / "sanguo" / "sanguo_yanyi.txt",
+    questions: Path = BENCH_DATA / "sanguo_questions.jsonl",
+) -> Dataset:
+    documents = load_text(path, path.name)
+    chunks = {id_: text for id_, (_doc, text) in chunk_map(documents, chunk_size, chunk_overlap).items()}
+    queries = []
+    for line in questions.read_text(encoding="utf-8").splitlines():
+        item = json.loads(line)
+        relevant = {id_ for id_, text in chunks.items() if item["evidence"] in text}
+        if not relevant:
+            raise ValueError(f"{questions}: evidence of {item['id']} is in no {chunk_size}-character chunk: {item['evidence']!r}")
+        queries.append(Query(item["id"], item["question"], relevant))
+    return Dataset(f"sanguo-{chunk_size}", documents, queries, chunk_size, chunk_overlap, chunks)
+
+
+def load_medical(
+    passages: Path = BENCH_DATA / "medical_passages.jsonl", queries: Path = BENCH_DATA / "medical_queries.jsonl"
+) -> Dataset:
+    items = [json.loads(line) for line in passages.read_text(encoding="utf-8").splitlines() if line.strip()]
+    documents = [Document(doc_id=i["id"], text=i["text"], source="medical", title=i["title"]) for i in items]
+    chunks, of_doc = _by_document(documents, DEFAULT_CHUNK_SIZE, DEFAULT_CHUNK_OVERLAP)
+    found = []
+    for line in queries.read_text(encoding="utf-8").splitlines():
+        item = json.loads(line)
+        found.append(Query(item["id"], item["question"], set().union(*(of_doc[doc] for doc in item["relevant"]))))
+    return Dataset("medical", documents, found, DEFAULT_CHUNK_SIZE, DEFAULT_CHUNK_OVERLAP, chunks)

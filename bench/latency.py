@@ -1,0 +1,139 @@
+"""Query latency per retrieval mode: p50/p95 after warm-up, and hybrid/vector in the same run.
+
+    python -m bench.latency --datasets sanguo,cmrc --repeat 3 --update-docs
+
+Runs the evaluation queries against the `eval-*` indices that `bench.retrieval_eval` built
+(run it first). Each query is searched in every mode, in a shuffled order per query, so
+drift in a noisy machine's load hits all modes alike. Timings are wall-clock
+`Retriever.search` calls from the client, measured twice: `live` embeds the query with the
+real embedder, as a user of the service sees it; `cached` reads the query vector from the
+on-disk cache (filled before timing), which isolates the Elasticsearch round trip and fusion.
+"""
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bench.embedding_cache import CachedEmbedder
+from bench.retrieval_eval import RESULTS, load_datasets, machine, update_docs
+from service.config import Settings
+from service.embeddings import load_embedder
+from service.retrieval import MODES, RetrievalParams, Retriever
+from service.store import IndexNotFoundError, create_client
+from service.text import get_tokenizer
+
+DOCS_BEGIN, DOCS_END = "<!-- latency:begin -->", "<!-- latency:end -->"
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100)."""
+    ordered = sorted(values)
+    return ordered[max(0, min(len(ordered) - 1, round(q / 100 * len(ordered) + 0.5) - 1))]
+
+
+def summarize(samples: dict[str, list[float]]) -> dict[str, dict[str, float]]:
+    return {
+        mode: {
+            "n": len(values),
+            "p50_ms": round(statistics.median(values), 2),
+            "p95_ms": round(percentile(values, 95), 2),
+            "mean_ms": round(statistics.fmean(values), 2),
+        }
+        for mode, values in samples.items()
+    }
+
+
+def markdown(report: dict[str, Any]) -> str:
+    m = report["machine"]
+    lines = [
+        f"Machine: {m['cores']} cores ({m['cpu']}), {m['memory_gib']} GiB, load average {m['load_average']} "
+        f"(shared with other jobs), Elasticsearch {m['elasticsearch']}, embedder `{m['embedder']}`, {m['date']}. "
+        f"Command: `{report['command']}`. {report['warmup']} warm-up queries per mode, then every query in every "
+        "mode and variant (shuffled order); wall-clock per `Retriever.search` call.",
+        "",
+    ]
+    for name, result in report["indices"].items():
+        for variant in ("live", "cached"):
+            what = "query embedded live" if variant == "live" else "query vector from cache: Elasticsearch + fusion only"
+            lines += [f"**{name}** ({result['chunks']} chunks), {what}", "",
+                      "| mode | n | p50 ms | p95 ms | mean ms |", "|---|---:|---:|---:|---:|"]
+            for mode, row in result[variant]["latency"].items():
+                lines.append(f"| {mode} | {row['n']} | {row['p50_ms']:.1f} | {row['p95_ms']:.1f} | {row['mean_ms']:.1f} |")
+            ratio = result[variant]["hybrid_over_vector"]
+            lines += ["", f"hybrid / vector: p50 {ratio['p50']:.2f}x, p95 {ratio['p95']:.2f}x (goal <= 1.3x)", ""]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--datasets", default="sanguo,cmrc")
+    parser.add_argument("--cmrc-limit", type=int, default=400, help="as for bench.retrieval_eval")
+    parser.add_argument("--max-queries", type=int, default=100, help="per index (the first ones)")
+    parser.add_argument("--repeat", type=int, default=1, help="passes over the queries")
+    parser.add_argument("--warmup", type=int, default=10, help="searches per mode before timing")
+    parser.add_argument("--k", type=int, default=10)
+    parser.add_argument("--out", type=Path, default=RESULTS / "latency")
+    parser.add_argument("--update-docs", action="store_true")
+    args = parser.parse_args(argv)
+
+    settings = Settings()
+    es = create_client(settings)
+    embedder = load_embedder(settings.embedder, settings)
+    rng = random.Random(0)
+    report: dict[str, Any] = {
+        "command": "python -m bench.latency " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "machine": machine(es, embedder),
+        "warmup": args.warmup,
+        "indices": {},
+    }
+    cached = CachedEmbedder(embedder)
+    tokenizer = get_tokenizer(settings.jieba_user_dict)
+    params = RetrievalParams.from_settings(settings)
+    retrievers = {"live": Retriever(es, embedder, tokenizer, params), "cached": Retriever(es, cached, tokenizer, params)}
+    for dataset in load_datasets(args.datasets.split(","), args.cmrc_limit or None, [500]):
+        queries = [q.text for q in dataset.queries[: args.max_queries]]
+        for text in queries:
+            cached.embed_query(text)
+        try:
+            for retriever in retrievers.values():
+                for mode in MODES:
+                    for text in queries[: args.warmup]:
+                        retriever.search(dataset.alias, text, mode, args.k)
+        except IndexNotFoundError as err:
+            raise SystemExit(f"{err} (run `python -m bench.retrieval_eval --datasets {dataset.name.split('-')[0]}` first)")
+        samples: dict[str, dict[str, list[float]]] = {variant: {mode: [] for mode in MODES} for variant in retrievers}
+        for _ in range(args.repeat):
+            for text in queries:
+                for variant, mode in rng.sample([(v, m) for v in retrievers for m in MODES], len(retrievers) * len(MODES)):
+                    started = time.perf_counter()
+                    retrievers[variant].search(dataset.alias, text, mode, args.k)
+                    samples[variant][mode].append((time.perf_counter() - started) * 1000)
+        result: dict[str, Any] = {"chunks": es.count(index=dataset.alias)["count"]}
+        for variant, by_mode in samples.items():
+            latency = summarize(by_mode)
+            result[variant] = {
+                "latency": latency,
+                "hybrid_over_vector": {
+                    "p50": round(latency["hybrid"]["p50_ms"] / latency["vector"]["p50_ms"], 3),
+                    "p95": round(latency["hybrid"]["p95_ms"] / latency["vector"]["p95_ms"], 3),
+                },
+            }
+        report["indices"][dataset.alias] = result
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    table = markdown(report)
+    args.out.with_suffix(".md").write_text(table, encoding="utf-8")
+    args.out.with_suffix(".json").write_text(json.dumps(report, ensure_ascii=False, indent=1), encoding="utf-8")
+    if args.update_docs:
+        update_docs(table, DOCS_BEGIN, DOCS_END)
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""The bulk indexing job: load files, chunk, embed, write to Elasticsearch (`python -m indexing`)."""

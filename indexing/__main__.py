@@ -1,0 +1,3 @@
+from indexing.cli import main
+
+raise SystemExit(main())

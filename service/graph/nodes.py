@@ -1,0 +1,267 @@
+"""The workflow's nodes: thin steps over `retrieval`, `websearch`, `llm` and the prompts.
+
+Every node returns a state update and a one-line outcome; `traced` times it, appends it to the
+trace and emits a "node" event. Decisions that steer the graph are written to `next_step`, and
+every hard limit (sub-questions, `max_retrievals`, `max_web_searches`, LLM-call and time
+budgets) is checked here in code, whatever the model answered.
+"""
+
+import asyncio
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable
+from functools import wraps
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import BaseMessage
+from langgraph.runtime import Runtime
+from langgraph.types import StreamWriter
+
+from service.graph import prompts
+from service.graph.context import citations, contexts_hash, select_contexts
+from service.graph.schemas import Decomposition, Evaluation, EvaluationStep, PlanDecision, RouteDecision, StandaloneQuestion, TraceStep
+from service.graph.state import Passage, RunContext, WorkflowState
+from service.llm import ask_structured
+from service.websearch import WebSearchError, dedupe_by_url
+
+logger = logging.getLogger(__name__)
+
+NodeResult = tuple[dict[str, Any], str]
+Node = Callable[[WorkflowState, Runtime[RunContext]], Awaitable[dict[str, Any]]]
+
+WEB_NOT_CONFIGURED = "网络搜索不可用：未配置 BOCHA_API_KEY"
+WEB_DISABLED = "网络搜索已按请求关闭"
+# Pictographs, dingbats, variation selector 16 and zero-width joiner: the answer carries no emoji.
+_EMOJI = re.compile("[\U0001f000-\U0001faff\u2600-\u27bf\u2b00-\u2bff\ufe0f\u200d]")
+
+
+def traced(name: str) -> Callable[[Callable[[WorkflowState, Runtime[RunContext]], Awaitable[NodeResult]]], Node]:
+    def decorate(func: Callable[[WorkflowState, Runtime[RunContext]], Awaitable[NodeResult]]) -> Node:
+        @wraps(func)
+        async def node(state: WorkflowState, runtime: Runtime[RunContext]) -> dict[str, Any]:
+            started = time.perf_counter()
+            update, outcome = await func(state, runtime)
+            step = TraceStep(node=name, ms=round((time.perf_counter() - started) * 1000, 2), outcome=outcome)
+            runtime.stream_writer({"event": "node", "data": step.model_dump()})
+            return {**update, "trace": [step]}
+
+        return node
+
+    return decorate
+
+
+def budget_exhausted(state: WorkflowState, ctx: RunContext) -> str | None:
+    """Why no further judgement call is allowed (one call is always kept for the answer)."""
+    if ctx.elapsed() > ctx.time_budget_s:
+        return f"已超出时间预算（{ctx.time_budget_s:g} 秒），用现有资料作答"
+    if state.get("llm_calls", 0) >= ctx.max_llm_calls - 1:
+        return f"已用完模型调用预算（{ctx.max_llm_calls} 次，保留 1 次用于生成答案），用现有资料作答"
+    return None
+
+
+@traced("rewrite_question")
+async def rewrite_question(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeResult:
+    ctx = runtime.context
+    if blocked := budget_exhausted(state, ctx):
+        return {"warnings": [blocked]}, "预算已用完，沿用原问题"
+    parsed, error = await ask_structured(ctx.deps.judge_llm, StandaloneQuestion, prompts.rewrite_messages(state["history"], state["question"]))
+    calls = state.get("llm_calls", 0) + 1
+    if parsed is None:
+        return {"llm_calls": calls, "warnings": [f"多轮改写失败（{error}），按原问题处理"]}, f"改写失败：{error}"
+    return {"question": parsed.question, "llm_calls": calls}, f"独立问题：{parsed.question}"
+
+
+@traced("route_question")
+async def route_question(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeResult:
+    ctx = runtime.context
+    if blocked := budget_exhausted(state, ctx):
+        return {"route": "complex", "route_reason": blocked, "warnings": [blocked]}, "complex（预算已用完）"
+    parsed, error = await ask_structured(ctx.deps.judge_llm, RouteDecision, prompts.route_messages(state["question"]))
+    calls = state.get("llm_calls", 0) + 1
+    if parsed is None:
+        reason = f"路由结果无效（{error}），按 complex 处理以查证据"
+        return {"route": "complex", "route_reason": reason, "llm_calls": calls, "warnings": [reason]}, "complex（路由结果无效）"
+    return {"route": parsed.strategy, "route_reason": parsed.reason, "llm_calls": calls}, f"{parsed.strategy}：{parsed.reason}"
+
+
+@traced("direct_answer")
+async def direct_answer(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeResult:
+    ctx = runtime.context
+    answer = await stream_answer(ctx.deps.answer_llm, prompts.direct_messages(state["question"]), runtime.stream_writer)
+    return {"answer": answer, "citations": [], "llm_calls": state.get("llm_calls", 0) + 1}, f"直接回答，{len(answer)} 字"
+
+
+@traced("decompose_question")
+async def decompose_question(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeResult:
+    ctx = runtime.context
+    question = state["question"]
+    if blocked := budget_exhausted(state, ctx):
+        return {"sub_questions": [question], "cursor": 0, "warnings": [blocked]}, "预算已用完，以原问题检索"
+    parsed, error = await ask_structured(ctx.deps.judge_llm, Decomposition, prompts.decompose_messages(question))
+    calls = state.get("llm_calls", 0) + 1
+    if parsed is None:
+        warning = f"问题拆分结果无效（{error}），以原问题检索"
+        return {"sub_questions": [question], "cursor": 0, "llm_calls": calls, "warnings": [warning]}, warning
+    subs = parsed.sub_questions
+    return {"sub_questions": subs, "cursor": 0, "llm_calls": calls}, f"{len(subs)} 个子问题：" + "；".join(subs)
+
+
+@traced("retrieve")
+async def retrieve(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeResult:
+    ctx = runtime.context
+    cursor = state.get("cursor", 0)
+    sub_question = state["sub_questions"][cursor]
+    result = await asyncio.to_thread(ctx.deps.retriever.search, ctx.deps.index, sub_question, ctx.mode, ctx.k)
+    passages = dict(state.get("passages", {}))
+    new = 0
+    for rank, hit in enumerate(result.hits, start=1):
+        known = passages.get(hit.id)
+        if known is None:
+            new += 1
+            passages[hit.id] = Passage(
+                id=hit.id, score=hit.score, rank=rank, text=hit.text, title=hit.title, source=hit.source,
+                chapter=hit.chapter, chapter_title=hit.chapter_title, found_by=sub_question,
+            )
+        else:
+            passages[hit.id] = known.model_copy(update={"score": max(known.score, hit.score), "rank": min(known.rank, rank)})
+    top = result.hits[0].title or result.hits[0].source if result.hits else "无"
+    update = {"passages": passages, "cursor": cursor + 1, "retrievals": state.get("retrievals", 0) + 1}
+    return update, f"子问题 {cursor + 1}「{sub_question}」：{len(result.hits)} 条（新增 {new}），首条：{top}"
+
+
+@traced("plan_next_step")
+async def plan_next_step(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeResult:
+    ctx = runtime.context
+    subs, cursor, retrievals = state["sub_questions"], state.get("cursor", 0), state.get("retrievals", 0)
+    if cursor >= len(subs):
+        return {"next_step": "evaluate"}, "子问题已全部检索 → evaluate"
+    if retrievals >= ctx.max_retrievals:
+        return {"next_step": "evaluate"}, f"已达检索上限 max_retrievals={ctx.max_retrievals} → evaluate"
+    if blocked := budget_exhausted(state, ctx):
+        return {"next_step": "evaluate", "warnings": [blocked]}, f"{blocked} → evaluate"
+    contexts, _ = select_contexts(state.get("passages", {}), [], ctx.deps.settings.context_token_budget)
+    messages = prompts.plan_messages(state["question"], subs, cursor, contexts)
+    parsed, error = await ask_structured(ctx.deps.judge_llm, PlanDecision, messages)
+    calls = state.get("llm_calls", 0) + 1
+    if parsed is None:
+        return {"next_step": "retrieve", "llm_calls": calls}, f"规划结果无效（{error}），继续检索下一个子问题 → retrieve"
+    return {"next_step": parsed.next_action, "llm_calls": calls}, f"{parsed.next_action}：{parsed.reason}"
+
+
+@traced("evaluate")
+async def evaluate(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeResult:
+    ctx = runtime.context
+    question, subs = state["question"], state.get("sub_questions", [])
+    web_results = state.get("web_results", [])
+    contexts, _ = select_contexts(state.get("passages", {}), web_results, ctx.deps.settings.context_token_budget)
+    with_web = any(c.web for c in contexts)
+    digest = contexts_hash(contexts)
+    memory = ctx.deps.judgements
+    calls = state.get("llm_calls", 0)
+    warnings: list[str] = []
+    if not contexts:
+        step = EvaluationStep(enough=False, missing=subs or [question], reason="没有检索到任何资料", source="no_context")
+    elif memory is not None and (cached := memory.cached(question, digest)) is not None:
+        step = EvaluationStep(**cached.model_dump(), with_web=with_web, source="cache")
+    elif blocked := budget_exhausted(state, ctx):
+        step = EvaluationStep(enough=False, reason=blocked, with_web=with_web, source="budget")
+        warnings.append(blocked)
+    else:
+        parsed, error = await ask_structured(ctx.deps.judge_llm, Evaluation, prompts.evaluate_messages(question, subs, contexts))
+        calls += 1
+        if parsed is None:
+            step = EvaluationStep(enough=False, reason=f"评估结果无效（{error}），按资料不足处理", with_web=with_web, source="parse_error")
+            warnings.append(step.reason)
+        else:
+            step = EvaluationStep(**parsed.model_dump(), with_web=with_web, source="model")
+            if memory is not None:
+                memory.remember(question, digest, parsed)
+    if memory is not None:
+        try:
+            await asyncio.to_thread(memory.log, ctx.query_id, question, digest, step)
+        except Exception as err:  # the log is a report, never a reason to fail a query
+            logger.warning("could not log the judgement to %s: %s", memory.index, err)
+            warnings.append(f"评估记录未能写入 {memory.index}")
+    next_step, why, unavailable = _after_evaluation(state, ctx, step)
+    if unavailable:
+        warnings.append(unavailable)
+    verdict = "足够" if step.enough else f"不足（缺少 {len(step.missing)} 项）"
+    update = {"evaluations": [step], "llm_calls": calls, "next_step": next_step, "web_unavailable": unavailable, "warnings": warnings}
+    return update, f"{verdict}[{step.source}]，{why} → {next_step}"
+
+
+def _after_evaluation(state: WorkflowState, ctx: RunContext, step: EvaluationStep) -> tuple[str, str, str | None]:
+    """(next node, why, why the web could not help or None): the web-fallback limits in one place."""
+    if step.enough:
+        return "generate", "资料足够", None
+    if not step.missing:
+        return "generate", "未指明缺少内容，不搜索", None
+    if not ctx.web:
+        return "generate", "网络搜索已关闭", WEB_DISABLED
+    if ctx.deps.web_search is None:
+        return "generate", "网络搜索不可用", WEB_NOT_CONFIGURED
+    if state.get("web_searches", 0) >= ctx.max_web_searches:
+        return "generate", f"已达网络搜索上限 max_web_searches={ctx.max_web_searches}", None
+    if blocked := budget_exhausted(state, ctx):
+        return "generate", blocked, None
+    return "web_search", "到网络上查找缺少的内容", None
+
+
+@traced("web_search")
+async def web_search(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeResult:
+    ctx = runtime.context
+    last = state["evaluations"][-1]
+    query = (last.web_query or "").strip() or state["question"]
+    searches = state.get("web_searches", 0) + 1
+    known = list(state.get("web_results", []))
+    try:
+        results = await ctx.deps.web_search.search(query)
+    except WebSearchError as err:
+        logger.warning("web search failed: %s", err)
+        reason = f"网络搜索失败：{err.reason}"
+        update = {"web_searches": searches, "web_unavailable": reason, "next_step": "generate", "warnings": [reason]}
+        return update, f"「{query}」失败：{err.reason} → generate"
+    new = dedupe_by_url(results, seen={w.url.split("#", 1)[0].rstrip("/") for w in known})
+    if not new:
+        reason = "网络搜索没有找到新的结果"
+        update = {"web_searches": searches, "web_unavailable": reason, "next_step": "generate", "warnings": [reason]}
+        return update, f"「{query}」：没有新结果 → generate"
+    update = {"web_searches": searches, "web_results": known + new, "web_unavailable": None, "next_step": "evaluate"}
+    return update, f"「{query}」：{len(new)} 条新结果 → evaluate"
+
+
+@traced("generate")
+async def generate(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeResult:
+    ctx = runtime.context
+    contexts, trimmed = select_contexts(state.get("passages", {}), state.get("web_results", []), ctx.deps.settings.context_token_budget)
+    evaluations = state.get("evaluations", [])
+    last = evaluations[-1] if evaluations else None
+    unavailable = state.get("web_unavailable")
+    messages = prompts.generate_messages(state["question"], contexts, last, [unavailable] if unavailable else [])
+    answer = await stream_answer(ctx.deps.answer_llm, messages, runtime.stream_writer)
+    tail = ""
+    if last is not None and not last.enough and prompts.UNCONFIRMED not in answer:
+        tail += prompts.unconfirmed_note(last)
+    if unavailable and unavailable not in answer:
+        tail += prompts.web_unavailable_note(unavailable)
+    if tail:
+        runtime.stream_writer({"event": "token", "data": {"text": tail}})
+        answer += tail
+    cited = citations(answer, contexts)
+    warnings = [f"资料超出提示词预算，舍弃了 {trimmed} 条排名最低的资料"] if trimmed else []
+    update = {"answer": answer, "citations": cited, "llm_calls": state.get("llm_calls", 0) + 1, "warnings": warnings}
+    return update, f"{len(answer)} 字，引用 {len(cited)} 条（资料 {len(contexts)} 条）"
+
+
+async def stream_answer(llm: BaseChatModel, messages: list[BaseMessage], writer: StreamWriter) -> str:
+    """Stream the answer as "token" events, emoji removed on the way."""
+    parts: list[str] = []
+    async for chunk in llm.astream(messages):
+        piece = _EMOJI.sub("", chunk.text)
+        if piece:
+            parts.append(piece)
+            writer({"event": "token", "data": {"text": piece}})
+    return "".join(parts)
+

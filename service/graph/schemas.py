@@ -1,0 +1,147 @@
+"""Data the workflow exchanges: the models' structured outputs and the public result types.
+
+The structured-output classes carry no docstrings or field descriptions on purpose: their
+JSON schema is sent to the model as the tool definition, and every word the model reads
+lives in `prompts.py`.
+"""
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, field_validator
+
+from service.retrieval import MODES
+
+MAX_SUB_QUESTIONS = 8
+MAX_MISSING = 6
+
+
+def _clean(items: list[str], limit: int) -> list[str]:
+    unique: list[str] = []
+    for item in (s.strip() for s in items):
+        if item and item not in unique:
+            unique.append(item)
+    return unique[:limit]
+
+
+# --- structured outputs of the judgement model ----------------------------------------
+
+
+class StandaloneQuestion(BaseModel):
+    question: str = Field(min_length=1)
+
+
+class RouteDecision(BaseModel):
+    strategy: Literal["simple", "complex"]
+    reason: str = ""
+
+
+class Decomposition(BaseModel):
+    sub_questions: list[str] = Field(min_length=1)
+    reason: str = ""
+
+    @field_validator("sub_questions")
+    @classmethod
+    def _limit(cls, value: list[str]) -> list[str]:
+        cleaned = _clean(value, MAX_SUB_QUESTIONS)
+        if not cleaned:
+            raise ValueError("at least one non-empty sub-question")
+        return cleaned
+
+
+class PlanDecision(BaseModel):
+    next_action: Literal["retrieve", "evaluate"]
+    reason: str = ""
+
+
+class Evaluation(BaseModel):
+    enough: bool
+    missing: list[str] = Field(default_factory=list)
+    reason: str = ""
+    web_query: str | None = None
+
+    @field_validator("missing")
+    @classmethod
+    def _limit(cls, value: list[str]) -> list[str]:
+        return _clean(value, MAX_MISSING)
+
+
+# --- public request / result types -----------------------------------------------------
+
+
+class EvaluationStep(Evaluation):
+    """One sufficiency verdict and where it came from (the model, the cache, or code)."""
+
+    with_web: bool = False
+    source: Literal["model", "cache", "no_context", "parse_error", "budget"] = "model"
+
+
+class ChatTurn(BaseModel):
+    role: Literal["user", "assistant"]
+    content: str
+
+
+class QueryOptions(BaseModel):
+    mode: str = "hybrid"
+    k: int = Field(8, ge=1, le=50)
+    web: bool = True
+    max_retrievals: int | None = Field(None, ge=1, le=20)
+    max_web_searches: int | None = Field(None, ge=0, le=5)
+    history: list[ChatTurn] = Field(default_factory=list)
+
+    @field_validator("mode")
+    @classmethod
+    def _known_mode(cls, value: str) -> str:
+        if value not in MODES:
+            raise ValueError(f"unknown retrieval mode {value!r}: use one of {', '.join(MODES)}")
+        return value
+
+
+class Citation(BaseModel):
+    number: int
+    kind: Literal["local", "web"]
+    title: str
+    chapter: int | None = None
+    source: str = ""
+    url: str | None = None
+    snippet: str = ""
+
+
+class TraceStep(BaseModel):
+    node: str
+    ms: float
+    outcome: str
+
+
+class QueryResult(BaseModel):
+    question: str
+    answer: str
+    route: str
+    route_reason: str
+    sub_questions: list[str]
+    evaluations: list[EvaluationStep]
+    web_used: bool
+    citations: list[Citation]
+    trace: list[TraceStep]
+    timings: dict[str, float]
+    llm_calls: int
+    web_calls: int
+    warnings: list[str]
+
+
+class WorkflowEvent(BaseModel):
+    event: Literal["node", "token", "final", "error"]
+    data: dict[str, Any]
+
+
+class GapAspect(BaseModel):
+    aspect: str
+    count: int
+
+
+class GapReport(BaseModel):
+    index: str
+    total_questions: int
+    questions_needing_web: int
+    web_share: float
+    evaluations: int
+    top_missing: list[GapAspect]

@@ -1,0 +1,69 @@
+"""The workflow's state (what the nodes read and update) and its per-query run context."""
+
+import operator
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Annotated, TypedDict
+
+from pydantic import BaseModel
+
+from service.graph.schemas import ChatTurn, Citation, EvaluationStep, TraceStep
+from service.websearch import WebResult
+
+if TYPE_CHECKING:
+    from service.graph import WorkflowDeps
+
+
+class Passage(BaseModel):
+    """A retrieved chunk; `rank` is its best 1-based rank over all retrievals that found it."""
+
+    id: str
+    score: float
+    rank: int
+    text: str
+    title: str = ""
+    source: str = ""
+    chapter: int | None = None
+    chapter_title: str | None = None
+    found_by: str = ""
+
+
+class WorkflowState(TypedDict, total=False):
+    question: str  # standalone question (rewritten when there is a history)
+    history: list[ChatTurn]
+    route: str
+    route_reason: str
+    sub_questions: list[str]
+    cursor: int  # index of the next sub-question to retrieve for
+    retrievals: int
+    passages: dict[str, Passage]  # merged by chunk id, best score and rank kept
+    web_results: list[WebResult]  # kept apart from local passages
+    web_searches: int
+    web_unavailable: str | None  # why the web could not be searched, said in the answer
+    next_step: str  # the decision of the last deciding node, read by the edges
+    evaluations: Annotated[list[EvaluationStep], operator.add]
+    llm_calls: int
+    answer: str
+    citations: list[Citation]
+    trace: Annotated[list[TraceStep], operator.add]
+    warnings: Annotated[list[str], operator.add]
+
+
+@dataclass
+class RunContext:
+    """Per-query dependencies and limits, handed to every node by LangGraph's runtime."""
+
+    deps: "WorkflowDeps"
+    mode: str
+    k: int
+    web: bool
+    max_retrievals: int
+    max_web_searches: int
+    max_llm_calls: int
+    time_budget_s: float
+    query_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    started: float = field(default_factory=time.monotonic)
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started

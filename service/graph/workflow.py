@@ -1,0 +1,155 @@
+"""The agentic answer workflow, wired with LangGraph, and its two entry points.
+
+    START ─history?→ rewrite_question → route_question ─simple→ direct_answer → END
+                                                      └complex→ decompose_question → retrieve ⇄ plan_next_step
+        → evaluate ─enough, or nothing named missing, or no web allowed / left→ generate → END
+             ↑   └not enough, something missing, web allowed and left → web_search
+             └──────────── new web results ──────────────────────────────┘ (none or failure → generate)
+
+Nodes decide (and enforce the limits); the edges below only read `next_step`.
+"""
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from elasticsearch import Elasticsearch
+from langchain_core.language_models import BaseChatModel
+from langgraph.graph import END, START, StateGraph
+
+from service.config import Settings
+from service.graph import nodes
+from service.graph.memory import JudgementMemory
+from service.graph.schemas import QueryOptions, QueryResult, WorkflowEvent
+from service.graph.state import RunContext, WorkflowState
+from service.llm import LLMNotConfiguredError, build_llms
+from service.retrieval import Retriever
+from service.websearch import WebSearch, build_web_search
+
+
+@dataclass
+class WorkflowDeps:
+    retriever: Retriever
+    index: str
+    settings: Settings
+    judge_llm: BaseChatModel | None
+    answer_llm: BaseChatModel | None
+    web_search: WebSearch | None
+    judgements: JudgementMemory | None
+
+
+def build_deps(settings: Settings, es: Elasticsearch, retriever: Retriever) -> WorkflowDeps:
+    """Models, web search (None without BOCHA_API_KEY) and judgement memory from settings."""
+    judge, answer = build_llms(settings)
+    return WorkflowDeps(
+        retriever=retriever,
+        index=settings.es_index,
+        settings=settings,
+        judge_llm=judge,
+        answer_llm=answer,
+        web_search=build_web_search(settings),
+        judgements=JudgementMemory(es, settings.judgements_index, knowledge_base=settings.es_index),
+    )
+
+
+def _next(state: WorkflowState) -> str:
+    return state["next_step"]
+
+
+def build_graph() -> Any:
+    graph = StateGraph(WorkflowState, context_schema=RunContext)
+    graph.add_node("rewrite_question", nodes.rewrite_question)
+    graph.add_node("route_question", nodes.route_question)
+    graph.add_node("direct_answer", nodes.direct_answer)
+    graph.add_node("decompose_question", nodes.decompose_question)
+    graph.add_node("retrieve", nodes.retrieve)
+    graph.add_node("plan_next_step", nodes.plan_next_step)
+    graph.add_node("evaluate", nodes.evaluate)
+    graph.add_node("web_search", nodes.web_search)
+    graph.add_node("generate", nodes.generate)
+
+    graph.add_conditional_edges(START, lambda s: "rewrite_question" if s.get("history") else "route_question",
+                                ["rewrite_question", "route_question"])
+    graph.add_edge("rewrite_question", "route_question")
+    graph.add_conditional_edges("route_question", lambda s: "direct_answer" if s["route"] == "simple" else "decompose_question",
+                                ["direct_answer", "decompose_question"])
+    graph.add_edge("direct_answer", END)
+    graph.add_edge("decompose_question", "retrieve")
+    graph.add_edge("retrieve", "plan_next_step")
+    graph.add_conditional_edges("plan_next_step", _next, ["retrieve", "evaluate"])
+    graph.add_conditional_edges("evaluate", _next, ["web_search", "generate"])
+    graph.add_conditional_edges("web_search", _next, ["evaluate", "generate"])
+    graph.add_edge("generate", END)
+    return graph.compile()
+
+
+GRAPH = build_graph()
+
+
+async def stream_query(deps: WorkflowDeps, question: str, options: QueryOptions) -> AsyncIterator[WorkflowEvent]:
+    """"node" events as nodes complete, "token" events as the answer streams, then "final" (or "error")."""
+    try:
+        async for event in _run(deps, question, options):
+            yield event
+    except LLMNotConfiguredError:
+        raise
+    except Exception as err:  # reported to the client as an event; the stream ends cleanly
+        yield WorkflowEvent(event="error", data={"type": type(err).__name__, "message": str(err)})
+
+
+async def run_query(deps: WorkflowDeps, question: str, options: QueryOptions) -> QueryResult:
+    """The whole workflow; errors (Elasticsearch, the answer model) propagate with their type."""
+    async for event in _run(deps, question, options):
+        if event.event == "final":
+            return QueryResult.model_validate(event.data)
+    raise RuntimeError("the workflow ended without a result")
+
+
+async def _run(deps: WorkflowDeps, question: str, options: QueryOptions) -> AsyncIterator[WorkflowEvent]:
+    if deps.judge_llm is None or deps.answer_llm is None:
+        raise LLMNotConfiguredError()
+    settings = deps.settings
+    ctx = RunContext(
+        deps=deps,
+        mode=options.mode,
+        k=options.k,
+        web=options.web,
+        max_retrievals=options.max_retrievals or settings.max_retrievals,
+        max_web_searches=settings.max_web_searches if options.max_web_searches is None else options.max_web_searches,
+        max_llm_calls=settings.max_llm_calls,
+        time_budget_s=settings.query_time_budget_s,
+    )
+    initial: WorkflowState = {"question": question, "history": options.history, "llm_calls": 0, "web_searches": 0,
+                              "retrievals": 0, "passages": {}, "web_results": []}
+    # Each retrieval and each web search costs two super-steps; the code limits bound the total.
+    config = {"recursion_limit": 8 + 2 * ctx.max_retrievals + 2 * ctx.max_web_searches + 4}
+    final: dict[str, Any] = {}
+    async for mode, chunk in GRAPH.astream(initial, config=config, context=ctx, stream_mode=["custom", "values"]):
+        if mode == "custom":
+            yield WorkflowEvent.model_validate(chunk)
+        else:
+            final = chunk
+    yield WorkflowEvent(event="final", data=_result(final, ctx).model_dump(mode="json"))
+
+
+def _result(state: dict[str, Any], ctx: RunContext) -> QueryResult:
+    trace = state.get("trace", [])
+    timings: dict[str, float] = {}
+    for step in trace:
+        timings[step.node] = round(timings.get(step.node, 0.0) + step.ms, 2)
+    timings["total"] = round(ctx.elapsed() * 1000, 2)
+    return QueryResult(
+        question=state["question"],
+        answer=state.get("answer", ""),
+        route=state.get("route", ""),
+        route_reason=state.get("route_reason", ""),
+        sub_questions=state.get("sub_questions", []),
+        evaluations=state.get("evaluations", []),
+        web_used=bool(state.get("web_results")),
+        citations=state.get("citations", []),
+        trace=trace,
+        timings=timings,
+        llm_calls=state.get("llm_calls", 0),
+        web_calls=state.get("web_searches", 0),
+        warnings=list(dict.fromkeys(state.get("warnings", []))),
+    )

@@ -1,0 +1,82 @@
+"""Prometheus metrics of one app: HTTP traffic per endpoint, workflow paths, LLM/web calls, errors.
+
+Each app owns its `CollectorRegistry` (not the process-global one) so several apps in one
+process (tests) never clash, and `/metrics` shows exactly this app's figures.
+"""
+
+import time
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+
+
+class Metrics:
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "rag_http_requests", "HTTP requests by endpoint, method and status", ["endpoint", "method", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "rag_http_request_duration_seconds", "Time to the end of the response, by endpoint", ["endpoint", "method"],
+            buckets=_LATENCY_BUCKETS, registry=self.registry,
+        )
+        self.errors = Counter(
+            "rag_errors", "Requests answered with an error, by endpoint and kind", ["endpoint", "kind"],
+            registry=self.registry,
+        )
+        self.workflow_paths = Counter(
+            "rag_workflow_paths", "Answered questions by route and whether the web was used", ["route", "web_used"],
+            registry=self.registry,
+        )
+        self.llm_calls = Counter("rag_llm_calls", "Chat-model calls made by the workflow", registry=self.registry)
+        self.web_calls = Counter("rag_web_calls", "Web-search calls made by the workflow", registry=self.registry)
+
+    def record_workflow(self, route: str, web_used: bool, llm_calls: int, web_calls: int) -> None:
+        self.workflow_paths.labels(route=route or "unknown", web_used=str(web_used).lower()).inc()
+        self.llm_calls.inc(llm_calls)
+        self.web_calls.inc(web_calls)
+
+    def record_error(self, endpoint: str, kind: str) -> None:
+        self.errors.labels(endpoint=endpoint, kind=kind).inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def endpoint_label(scope: Scope) -> str:
+    """The route template (`/search`), never the raw path, so label values stay few."""
+    route = scope.get("route")
+    return getattr(route, "path", None) or "unmatched"
+
+
+class MetricsMiddleware:
+    """Pure ASGI (streams pass through untouched): counts and times every HTTP request."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def send_with_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_status)
+        finally:
+            endpoint = endpoint_label(scope)
+            self.metrics.requests.labels(endpoint=endpoint, method=scope["method"], status=str(status)).inc()
+            self.metrics.latency.labels(endpoint=endpoint, method=scope["method"]).observe(time.perf_counter() - started)

@@ -1,0 +1,99 @@
+"""Request and response models of the HTTP API (the OpenAPI schema at /docs is built from these).
+
+Requests forbid unknown fields so a misspelt option is a 422, never silently ignored.
+Text fields are stripped; the configurable length limit (`MAX_QUESTION_CHARS`) is checked
+by the API because it is a setting, not a constant.
+"""
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+
+from service.graph import QueryOptions
+from service.retrieval import Filters, Mode
+
+MAX_K = 50
+
+Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
+K = Annotated[int, Field(ge=1, le=MAX_K, description=f"number of hits, 1..{MAX_K}")]
+
+
+class Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SearchRequest(Request):
+    query: Text = Field(description="the search text (at most MAX_QUESTION_CHARS characters)")
+    mode: Mode = "hybrid"
+    k: K = 10
+    filters: Filters | None = None
+
+
+class CompareRequest(Request):
+    query: Text = Field(description="the search text (at most MAX_QUESTION_CHARS characters)")
+    k: K = 10
+    modes: list[Mode] = Field(default=["vector", "hybrid"], min_length=2, max_length=5)
+    filters: Filters | None = None
+
+    @field_validator("modes")
+    @classmethod
+    def _distinct(cls, modes: list[str]) -> list[str]:
+        if len(set(modes)) != len(modes):
+            raise ValueError("modes must be distinct")
+        return modes
+
+
+class QueryRequest(QueryOptions):
+    """The question plus the workflow's `QueryOptions` (defaults: MAX_RETRIEVALS, MAX_WEB_SEARCHES)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    question: Text = Field(description="the question (at most MAX_QUESTION_CHARS characters)")
+    mode: Literal["hybrid", "vector", "bm25"] = "hybrid"
+
+    def options(self) -> QueryOptions:
+        return QueryOptions.model_validate(self.model_dump(exclude={"question"}))
+
+
+class ErrorResponse(BaseModel):
+    detail: str
+
+
+class FieldError(BaseModel):
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class ValidationErrorResponse(BaseModel):
+    detail: list[FieldError]
+    message: str = Field(description="the same errors as one sentence naming each field")
+
+
+class ElasticsearchStatus(BaseModel):
+    url: str
+    reachable: bool
+    status: str | None = None
+    error: str | None = None
+
+
+class IndexStatus(BaseModel):
+    name: str
+    present: bool
+    docs: int | None = None
+    embedder: str | None = None
+    embedder_matches: bool | None = None
+    error: str | None = None
+
+
+class ReadyResponse(BaseModel):
+    ready: bool = Field(description="search works: Elasticsearch reachable, index present, embedder matching")
+    elasticsearch: ElasticsearchStatus
+    index: IndexStatus
+    embedder: dict[str, Any]
+    llm_configured: bool = Field(description="answers (/query) need it; search and compare do not")
+    web_search_configured: bool
+
+
+class HealthResponse(BaseModel):
+    status: Literal["ok"] = "ok"

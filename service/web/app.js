@@ -1,0 +1,253 @@
+// The page: ask (streamed answer, citations, workflow timeline) and compare (vector vs hybrid).
+// Plain browser JavaScript, no build step. Every server text is inserted as text, never as HTML.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+
+const NODE_NAMES = {
+  rewrite_question: "结合对话改写问题",
+  route_question: "路由判断",
+  direct_answer: "直接回答",
+  decompose_question: "拆分子问题",
+  retrieve: "本地检索",
+  plan_next_step: "检索规划",
+  evaluate: "充分性评估",
+  web_search: "联网搜索",
+  generate: "生成回答",
+};
+const ROUTES = { simple: "简单问题（直接回答）", complex: "复杂问题（检索知识库）" };
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (key === "class") node.className = value;
+    else node.setAttribute(key, value);
+  }
+  for (const child of children) {
+    if (child !== null && child !== undefined) node.append(child);
+  }
+  return node;
+}
+
+function headers() {
+  const h = { "Content-Type": "application/json" };
+  const key = $("api-key").value.trim();
+  if (key) h["X-API-Key"] = key;
+  return h;
+}
+
+function showError(message) {
+  $("error").textContent = message;
+  $("error").hidden = !message;
+}
+
+// FastAPI errors: {"detail": "..."} or, for 422, {"detail": [...], "message": "..."}.
+async function errorText(response) {
+  let body = {};
+  try { body = await response.json(); } catch (_) { /* not JSON */ }
+  const reason = body.message || (typeof body.detail === "string" ? body.detail : response.statusText);
+  const hints = { 401: "需要有效的 API 密钥（见“访问设置”）", 404: "知识库尚未建立", 413: "请求过大", 422: "输入有误", 503: "依赖服务不可用" };
+  return `${hints[response.status] || "请求失败"}（HTTP ${response.status}）：${reason}`;
+}
+
+function options() {
+  return {
+    mode: document.querySelector("input[name=mode]:checked").value,
+    k: Number($("k").value) || 8,
+    web: $("web").checked,
+  };
+}
+
+// --- answer, citations, timeline -------------------------------------------------------
+
+// Turn "[3]" marks into links to the third citation; the rest stays plain text.
+function renderAnswer(text) {
+  const answer = $("answer");
+  answer.replaceChildren();
+  let last = 0;
+  for (const match of text.matchAll(/\[(\d{1,2})\]/g)) {
+    answer.append(text.slice(last, match.index));
+    answer.append(el("a", { class: "cite", href: `#cite-${match[1]}` }, match[0]));
+    last = match.index + match[0].length;
+  }
+  answer.append(text.slice(last));
+}
+
+function renderCitations(citations) {
+  const list = $("citations");
+  list.replaceChildren();
+  for (const c of citations || []) {
+    const item = el("li", { id: `cite-${c.number}`, value: String(c.number) });
+    if (c.kind === "web") {
+      item.append(el("span", { class: "kind web" }, "网络"));
+      item.append(c.url ? el("a", { href: c.url, target: "_blank", rel: "noopener noreferrer" }, c.title || c.url) : (c.title || ""));
+    } else {
+      item.append(el("span", { class: "kind" }, "本地"));
+      const where = [c.source, c.title || (c.chapter ? `第${c.chapter}章` : "")].filter(Boolean).join(" · ");
+      item.append(where);
+    }
+    if (c.snippet) item.append(el("span", { class: "snippet" }, c.snippet));
+    list.append(item);
+  }
+  if (!list.children.length) list.append(el("li", { class: "snippet" }, "（无引用）"));
+}
+
+// A "node" event: {node, ms, outcome}; the final result later adds route, sub-questions, verdicts.
+function addTimelineStep(data) {
+  const item = el("li", { "data-node": data.node },
+    el("span", { class: "node" }, NODE_NAMES[data.node] || data.node),
+    el("span", { class: "ms" }, `${Math.round(data.ms)} ms`),
+    el("span", { class: "detail" }, data.outcome || ""),
+  );
+  $("timeline").append(item);
+}
+
+function annotate(item, text) {
+  if (item) item.append(el("span", { class: "detail strong" }, text));
+}
+
+// Attach the final result's structured facts to the steps they came from.
+function finishTimeline(result) {
+  const steps = (node) => [...$("timeline").querySelectorAll(`li[data-node="${node}"]`)];
+  annotate(steps("route_question")[0], `路由：${ROUTES[result.route] || result.route}${result.route_reason ? `（${result.route_reason}）` : ""}`);
+  if (result.sub_questions.length) {
+    annotate(steps("decompose_question")[0], `子问题：${result.sub_questions.map((q, i) => `${i + 1}. ${q}`).join("　")}`);
+  }
+  steps("evaluate").forEach((item, i) => {
+    const verdict = result.evaluations[i];
+    if (!verdict) return;
+    item.classList.add(verdict.enough ? "enough" : "missing");
+    const missing = verdict.missing.length ? `；缺少：${verdict.missing.join("、")}` : "";
+    annotate(item, `${verdict.enough ? "证据充分" : "证据不足"}${verdict.with_web ? "（含网络资料）" : ""}${missing}`);
+  });
+  $("timeline").append(el("li", { class: "total" },
+    el("span", { class: "node" }, "完成"),
+    el("span", { class: "ms" }, `共 ${Math.round(result.timings.total || 0)} ms`),
+    el("span", { class: "detail" }, `模型调用 ${result.llm_calls} 次 · 联网搜索 ${result.web_calls} 次${result.web_used ? "（答案使用了网络结果）" : ""}`),
+  ));
+}
+
+// Server-sent events over a POST body: fetch + a small parser (EventSource only does GET).
+async function* sseEvents(response) {
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buffer += value.replace(/\r\n/g, "\n");
+    let cut;
+    while ((cut = buffer.indexOf("\n\n")) >= 0) {
+      const block = buffer.slice(0, cut);
+      buffer = buffer.slice(cut + 2);
+      let event = "message";
+      const data = [];
+      for (const line of block.split("\n")) {
+        if (line.startsWith("event:")) event = line.slice(6).trim();
+        else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
+      }
+      if (data.length) yield { event, data: JSON.parse(data.join("\n")) };
+    }
+  }
+}
+
+async function ask(event) {
+  event.preventDefault();
+  const question = $("question").value.trim();
+  if (!question) { showError("请输入问题"); return; }
+  showError("");
+  $("answer-section").hidden = false;
+  $("timeline-section").hidden = false;
+  $("timeline").replaceChildren();
+  $("citations").replaceChildren();
+  $("warnings").hidden = true;
+  renderAnswer("");
+  $("ask-button").disabled = true;
+  let text = "";
+  try {
+    const response = await fetch("query/stream", { method: "POST", headers: headers(), body: JSON.stringify({ question, ...options() }) });
+    if (!response.ok) { showError(await errorText(response)); return; }
+    for await (const { event: kind, data } of sseEvents(response)) {
+      if (kind === "node") addTimelineStep(data);
+      else if (kind === "token") { text += data.text; renderAnswer(text); }
+      else if (kind === "final") {
+        renderAnswer(data.answer ?? text);
+        renderCitations(data.citations);
+        finishTimeline(data);
+        if (data.warnings && data.warnings.length) { $("warnings").textContent = `提示：${data.warnings.join("；")}`; $("warnings").hidden = false; }
+      } else if (kind === "error") showError(`回答失败（${data.type}）：${data.message}`);
+    }
+  } catch (err) {
+    showError(`连接中断：${err.message}`);
+  } finally {
+    $("ask-button").disabled = false;
+  }
+}
+
+// --- comparison ---------------------------------------------------------------------------
+
+// One column; `shared` ids are in both columns, `ranks` gives each id's rank per mode.
+function renderHits(list, hits, mode, other, shared, ranks) {
+  list.replaceChildren();
+  for (const hit of hits) {
+    const meta = el("span", { class: "meta" },
+      hit.chapter ? `第${hit.chapter}章${hit.chapter_title ? ` ${hit.chapter_title}` : ""}` : (hit.title || hit.source || ""),
+      el("span", {}, `分数 ${Number(hit.score).toFixed(4)}`),
+    );
+    if (mode === "hybrid") {
+      meta.append(el("span", { class: "rank bm25" }, `BM25 ${hit.bm25_rank ? `第${hit.bm25_rank}名` : "未召回"}`));
+      meta.append(el("span", { class: "rank vector" }, `向量 ${hit.vector_rank ? `第${hit.vector_rank}名` : "未召回"}`));
+    }
+    const otherRank = (ranks.get(hit.id) || {})[other];
+    if (shared.has(hit.id)) meta.append(el("span", { class: "rank both" }, `两者皆有 · 另一列第${otherRank}名`));
+    list.append(el("li", { class: shared.has(hit.id) ? "hit overlap" : "hit", "data-id": hit.id }, meta, el("span", { class: "text" }, hit.text)));
+  }
+  if (!hits.length) list.append(el("li", {}, "（无结果）"));
+}
+
+async function compare() {
+  const query = $("question").value.trim();
+  if (!query) { showError("请输入问题"); return; }
+  showError("");
+  $("compare-button").disabled = true;
+  try {
+    const k = Number($("k").value) || 8;
+    const response = await fetch("compare", { method: "POST", headers: headers(), body: JSON.stringify({ query, k, modes: ["vector", "hybrid"] }) });
+    if (!response.ok) { showError(await errorText(response)); return; }
+    const comparison = await response.json();
+    const overlap = comparison.overlaps[0];
+    const shared = new Set(overlap.shared);
+    const ranks = new Map(comparison.ranks.map((row) => [row.id, row.ranks]));
+    renderHits($("vector-hits"), comparison.results.vector.hits, "vector", "hybrid", shared, ranks);
+    renderHits($("hybrid-hits"), comparison.results.hybrid.hits, "hybrid", "vector", shared, ranks);
+    $("compare-summary").textContent =
+      `前 ${comparison.k} 条中重合 ${overlap.shared.length} 条（overlap@${comparison.k} = ${overlap.overlap_at_k.toFixed(2)}）` +
+      ` · 向量 ${Math.round(comparison.results.vector.took_ms)} ms，混合 ${Math.round(comparison.results.hybrid.took_ms)} ms`;
+    $("compare-section").hidden = false;
+  } catch (err) {
+    showError(`连接中断：${err.message}`);
+  } finally {
+    $("compare-button").disabled = false;
+  }
+}
+
+async function checkReady() {
+  const badge = $("ready");
+  try {
+    const ready = await (await fetch("readyz")).json();
+    badge.textContent = ready.ready
+      ? `已就绪 · 知识库 ${ready.index.name}（${ready.index.docs} 段）${ready.llm_configured ? "" : " · 未配置大模型，仅可检索"}`
+      : `未就绪：${ready.elasticsearch.error || ready.index.error || "索引与向量模型不匹配"}`;
+    badge.className = `badge ${ready.ready ? "ok" : "bad"}`;
+  } catch (err) {
+    badge.textContent = "服务无响应";
+    badge.className = "badge bad";
+  }
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("api-key").value = localStorage.getItem("rag-api-key") || "";
+  $("api-key").addEventListener("change", () => localStorage.setItem("rag-api-key", $("api-key").value.trim()));
+  $("ask").addEventListener("submit", ask);
+  $("compare-button").addEventListener("click", compare);
+  checkReady();
+});

@@ -1,0 +1,139 @@
+"""Web search behind a small provider protocol; the one provider is Bocha Web Search.
+
+Failures are distinct exceptions (time-out, HTTP status, API `code`, bad JSON) so the
+workflow can say precisely why it could not search; it never crashes on them. One retry on
+time-outs and 5xx (a transient failure), none on 4xx (retrying a bad key or request is futile).
+"""
+
+import asyncio
+import logging
+from typing import Any, Protocol
+
+import httpx
+from pydantic import BaseModel, SecretStr
+
+from service.config import Settings
+
+logger = logging.getLogger(__name__)
+
+
+class WebResult(BaseModel):
+    title: str
+    url: str
+    snippet: str = ""
+    summary: str = ""
+    site_name: str = ""
+    date: str | None = None
+
+    @property
+    def text(self) -> str:
+        """The longest description Bocha gave (its `summary` when asked for, else the snippet)."""
+        return self.summary or self.snippet
+
+
+class WebSearchError(RuntimeError):
+    """Base of every web-search failure; `reason` is a short Chinese phrase for users."""
+
+    reason = "网络搜索失败"
+
+
+class WebSearchTimeout(WebSearchError):
+    reason = "网络搜索超时"
+
+
+class WebSearchHTTPError(WebSearchError):
+    def __init__(self, status: int, body: str) -> None:
+        super().__init__(f"web search returned HTTP {status}: {body[:200]}")
+        self.status = status
+        self.reason = f"网络搜索服务返回 HTTP {status}"
+
+
+class WebSearchAPIError(WebSearchError):
+    def __init__(self, code: object, msg: object) -> None:
+        super().__init__(f"web search API error code={code!r} msg={msg!r}")
+        self.reason = f"网络搜索服务返回错误码 {code}"
+
+
+class WebSearchBadResponse(WebSearchError):
+    reason = "网络搜索返回了无法解析的数据"
+
+
+class WebSearch(Protocol):
+    async def search(self, query: str, count: int | None = None) -> list[WebResult]: ...
+
+
+class BochaWebSearch:
+    """`POST {BOCHA_API_URL}` with a bearer key; see DESIGN.md for the protocol."""
+
+    def __init__(self, api_key: SecretStr, url: str, timeout: float = 10.0, count: int = 8) -> None:
+        self._api_key = api_key
+        self.url = url
+        self.timeout = timeout
+        self.count = count
+
+    async def search(self, query: str, count: int | None = None) -> list[WebResult]:
+        body = {"query": query, "freshness": "noLimit", "summary": True, "count": count or self.count}
+        headers = {"Authorization": f"Bearer {self._api_key.get_secret_value()}"}
+        async with httpx.AsyncClient(timeout=self.timeout) as client:
+            for attempt in (1, 2):
+                try:
+                    response = await client.post(self.url, json=body, headers=headers)
+                except httpx.TimeoutException as err:
+                    logger.warning("web search timed out after %.1fs (attempt %d)", self.timeout, attempt)
+                    if attempt == 2:
+                        raise WebSearchTimeout(f"web search timed out twice after {self.timeout}s") from err
+                    continue
+                except httpx.TransportError as err:
+                    raise WebSearchError(f"web search unreachable at {self.url}: {err}") from err
+                if response.status_code >= 500 and attempt == 1:
+                    logger.warning("web search HTTP %d, retrying once", response.status_code)
+                    await asyncio.sleep(0.2)
+                    continue
+                return _parse(response)
+        raise AssertionError("unreachable")
+
+
+def _parse(response: httpx.Response) -> list[WebResult]:
+    if response.status_code != 200:
+        raise WebSearchHTTPError(response.status_code, response.text)
+    try:
+        payload: Any = response.json()
+        if payload.get("code") != 200:
+            raise WebSearchAPIError(payload.get("code"), payload.get("msg"))
+        pages = ((payload.get("data") or {}).get("webPages") or {}).get("value") or []
+        results = [
+            WebResult(
+                title=page.get("name") or page.get("url", ""),
+                url=page["url"],
+                snippet=page.get("snippet") or "",
+                summary=page.get("summary") or "",
+                site_name=page.get("siteName") or "",
+                date=page.get("datePublished") or page.get("dateLastCrawled"),
+            )
+            for page in pages
+            if page.get("url")
+        ]
+    except WebSearchAPIError:
+        raise
+    except (ValueError, AttributeError, KeyError, TypeError) as err:
+        raise WebSearchBadResponse(f"web search returned unparseable JSON: {response.text[:200]!r}") from err
+    return dedupe_by_url(results)
+
+
+def dedupe_by_url(results: list[WebResult], seen: set[str] | None = None) -> list[WebResult]:
+    """First occurrence of each URL (ignoring a trailing slash and fragment), order kept."""
+    seen = set() if seen is None else seen
+    unique = []
+    for result in results:
+        key = result.url.split("#", 1)[0].rstrip("/")
+        if key not in seen:
+            seen.add(key)
+            unique.append(result)
+    return unique
+
+
+def build_web_search(settings: Settings) -> BochaWebSearch | None:
+    """The Bocha client, or None without `BOCHA_API_KEY` (web search reported unavailable)."""
+    if settings.bocha_api_key is None or not settings.bocha_api_key.get_secret_value():
+        return None
+    return BochaWebSearch(settings.bocha_api_key, settings.bocha_api_url, settings.web_search_timeout, settings.web_search_count)

@@ -1,0 +1,104 @@
+"""A fake OpenAI-compatible chat server: `POST /v1/chat/completions`, scripted per test.
+
+Requests are classified by what the client asked for: a forced tool call (structured output
+with `method="function_calling"`, the name being the pydantic class), a `json_schema`
+response format (langchain-openai's own default), or plain text (the answer, streamed as SSE
+chunks when `stream=true`). Replies for a name are given in order, the last one repeating:
+a dict becomes the tool-call arguments, a str is sent verbatim as the arguments (to test
+malformed output), `Text(...)` answers with plain content instead of a tool call, an int is
+an HTTP error status, and a callable receives the request body and returns any of these.
+"""
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from tests.fakes.server import FakeServer, Recorded, Response, Script, chunks
+
+ANSWER = "answer"
+
+
+@dataclass(frozen=True)
+class Text:
+    content: str
+
+
+class FakeChatServer(FakeServer):
+    def __init__(self) -> None:
+        super().__init__()
+        self.scripts: dict[str, Script] = {}
+        self.unscripted: list[str] = []
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.url}/v1"
+
+    def on(self, name: str, *replies: Any) -> "FakeChatServer":
+        """Script the replies to requests for `name` (a schema class name, or ANSWER)."""
+        self.scripts[name] = Script(list(replies))
+        return self
+
+    def calls(self, name: str | None = None) -> list[Recorded]:
+        return [r for r in self.requests if name is None or self.kind(r.body) == name]
+
+    def names(self) -> list[str]:
+        """Kinds of the requests received, in order (a per-call trace of the model's use)."""
+        return [self.kind(r.body) for r in self.requests]
+
+    @staticmethod
+    def kind(body: dict[str, Any]) -> str:
+        if body.get("tools"):
+            choice = body.get("tool_choice")
+            if isinstance(choice, dict):
+                return choice["function"]["name"]
+            return body["tools"][0]["function"]["name"]
+        response_format = body.get("response_format") or {}
+        if response_format.get("type") == "json_schema":
+            return response_format["json_schema"]["name"]
+        return ANSWER
+
+    def respond(self, request: Recorded) -> Response:
+        if request.path != "/v1/chat/completions":
+            return Response(404, {"error": {"message": f"no route {request.path}"}})
+        body = request.body
+        name = self.kind(body)
+        script = self.scripts.get(name)
+        if script is None or not script.replies:
+            self.unscripted.append(name)
+            return Response(400, {"error": {"message": f"fake server has no script for {name!r}", "type": "invalid_request_error"}})
+        reply = script.next()
+        if callable(reply):
+            reply = reply(body)
+        if isinstance(reply, int):
+            return Response(reply, {"error": {"message": f"scripted HTTP {reply}", "type": "server_error"}})
+        model = body.get("model", "fake")
+        if name == ANSWER:
+            text = reply.content if isinstance(reply, Text) else str(reply)
+            return self._stream(model, text) if body.get("stream") else self._message(model, {"role": "assistant", "content": text}, "stop")
+        if isinstance(reply, Text):
+            return self._message(model, {"role": "assistant", "content": reply.content}, "stop")
+        arguments = reply if isinstance(reply, str) else json.dumps(reply, ensure_ascii=False)
+        if not body.get("tools"):
+            return self._message(model, {"role": "assistant", "content": arguments}, "stop")
+        call = {"id": f"call_{len(self.requests)}", "type": "function", "function": {"name": name, "arguments": arguments}}
+        return self._message(model, {"role": "assistant", "content": None, "tool_calls": [call]}, "tool_calls")
+
+    @staticmethod
+    def _message(model: str, message: dict[str, Any], finish: str) -> Response:
+        return Response(200, {
+            "id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()), "model": model,
+            "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+        })
+
+    @staticmethod
+    def _stream(model: str, text: str) -> Response:
+        def chunk(delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
+            return {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": int(time.time()), "model": model,
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}
+
+        events: list[Any] = [chunk({"role": "assistant", "content": ""}, None)]
+        events += [chunk({"content": piece}, None) for piece in chunks(text)]
+        events += [chunk({}, "stop"), "[DONE]"]
+        return Response(200, events, sse=True)

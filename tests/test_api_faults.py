@@ -1,0 +1,81 @@
+"""Elasticsearch going away and coming back, through a TCP proxy in front of the shared node
+(the node itself keeps running for the teammates who use it)."""
+
+import time
+import uuid
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+from elasticsearch import Elasticsearch
+
+from indexing.loaders import Document
+from indexing.pipeline import index_documents
+from service.api import create_app
+from service.config import Settings
+from service.embeddings import Embedder
+from service.text import ChineseTokenizer
+from tests.serving import TcpProxy, serve
+
+
+@pytest.fixture
+def proxy(es_url: str) -> Iterator[TcpProxy]:
+    target = urlsplit(es_url)
+    tcp = TcpProxy(target.hostname or "127.0.0.1", target.port or 9200)
+    tcp.open()
+    yield tcp
+    tcp.close()
+
+
+@pytest.fixture
+def alias(es: Elasticsearch, embedder: Embedder) -> Iterator[str]:
+    name = f"test-api-faults-{uuid.uuid4().hex[:8]}"
+    docs = [Document("d1", "诸葛亮七擒孟获，使南中彻底归心。", "sanguo", chapter=90)]
+    index_documents(es, docs, alias=name, embedder=embedder, tokenizer=ChineseTokenizer())
+    yield name
+    es.options(ignore_status=404).indices.delete(index=f"{name}*", expand_wildcards="all")
+
+
+def search(url: str, mode: str = "hybrid") -> httpx.Response:
+    return httpx.post(f"{url}/search", json={"query": "孟获", "mode": mode}, timeout=60)
+
+
+def test_elasticsearch_down_is_503_naming_the_url_then_recovers(proxy: TcpProxy, alias: str, embedder: Embedder) -> None:
+    settings = Settings(_env_file=None, es_url=proxy.url, es_index=alias)
+    with serve(create_app(settings, embedder=embedder)) as url:
+        assert search(url).status_code == 200
+
+        proxy.close()
+        for mode in ("hybrid", "bm25"):
+            down = search(url, mode)
+            assert down.status_code == 503
+            assert f"Elasticsearch unreachable at {proxy.url}" in down.json()["detail"]
+        ready = httpx.get(f"{url}/readyz")
+        assert ready.status_code == 503
+        assert ready.json()["elasticsearch"]["reachable"] is False
+        assert proxy.url in ready.json()["elasticsearch"]["error"]
+        assert httpx.get(f"{url}/healthz").status_code == 200  # the process itself is fine
+        metrics = httpx.get(f"{url}/metrics").text
+        assert 'rag_errors_total{endpoint="/search",kind="elasticsearch_unreachable"} 2.0' in metrics
+
+        proxy.open()
+        # The client may hold the node as dead for its back-off (about a second); the service
+        # answers 503 meanwhile and recovers by itself, without a restart.
+        deadline = time.monotonic() + 30
+        while (response := search(url)).status_code != 200 and time.monotonic() < deadline:
+            assert response.status_code == 503
+            time.sleep(0.5)
+        assert response.status_code == 200
+        assert response.json()["hits"][0]["doc_id"] == "d1"
+        assert httpx.get(f"{url}/readyz").status_code == 200
+
+
+def test_no_elasticsearch_at_start_up_still_serves(embedder: Embedder) -> None:
+    closed = TcpProxy("127.0.0.1", 9)  # a port nobody listens on, never opened
+    settings = Settings(_env_file=None, es_url=closed.url, es_index="kb-that-cannot-be-reached")
+    with serve(create_app(settings, embedder=embedder)) as url:
+        assert httpx.get(f"{url}/healthz").status_code == 200
+        response = search(url)
+        assert response.status_code == 503
+        assert closed.url in response.json()["detail"]

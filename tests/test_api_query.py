@@ -1,0 +1,230 @@
+"""/query, /query/stream and /gaps over real HTTP, with the real workflow and clients talking to
+fake OpenAI and Bocha servers on 127.0.0.1 and a real Elasticsearch."""
+
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from elasticsearch import Elasticsearch
+
+from indexing.loaders import Document
+from indexing.pipeline import index_documents
+from service.api import create_app
+from service.config import Settings
+from service.embeddings import Embedder
+from service.text import ChineseTokenizer
+from tests.fakes.bocha_server import API_KEY, FakeBochaServer, page
+from tests.fakes.openai_server import ANSWER, FakeChatServer
+from tests.serving import serve
+
+DOCS = [
+    Document("c5", "诸葛亮七擒孟获，使南中彻底归心，孟获发誓永不再反。", "sanguo", chapter=90, chapter_title="七擒孟获"),
+    Document("c6", "司马懿在五丈原与诸葛亮对峙，诸葛亮积劳成疾，病逝于军中。", "sanguo", chapter=104, chapter_title="陨大星汉丞相归天"),
+]
+QUESTION = "诸葛亮怎样收服孟获？孟获后来做了什么官？"
+MISSING = "孟获后来的官职"
+# Contexts are numbered local passages first (two in this corpus), then web results.
+ANSWER_TEXT = "诸葛亮七擒七纵，使孟获心服[1]；孟获后来官至御史中丞[3]。"
+
+
+@pytest.fixture(scope="module")
+def alias(es: Elasticsearch, embedder: Embedder) -> Iterator[str]:
+    name = f"test-api-query-{uuid.uuid4().hex[:8]}"
+    index_documents(es, DOCS, alias=name, embedder=embedder, tokenizer=ChineseTokenizer())
+    yield name
+    es.options(ignore_status=404).indices.delete(index=f"{name}*", expand_wildcards="all")
+
+
+@pytest.fixture
+def judgements(es: Elasticsearch) -> Iterator[str]:
+    name = f"test-judgements-{uuid.uuid4().hex[:8]}"
+    yield name
+    es.options(ignore_status=404).indices.delete(index=name)
+
+
+@pytest.fixture
+def llm() -> Iterator[FakeChatServer]:
+    with FakeChatServer() as server:
+        server.on("RouteDecision", {"strategy": "complex", "reason": "需要知识库中的情节"})
+        server.on("Decomposition", {"sub_questions": ["诸葛亮怎样收服孟获？", "孟获后来担任什么官职？"], "reason": "两问"})
+        server.on("PlanDecision", {"next_action": "retrieve", "reason": "继续"})
+        server.on(
+            "Evaluation",
+            {"enough": False, "missing": [MISSING], "reason": "知识库没有写官职", "web_query": "孟获 御史中丞"},
+            {"enough": True, "missing": [], "reason": "网络资料补足了官职"},
+        )
+        server.on(ANSWER, ANSWER_TEXT)
+        yield server  # type: ignore[misc]
+
+
+@pytest.fixture
+def bocha() -> Iterator[FakeBochaServer]:
+    pages = [page("孟获 - 百科", "https://example.org/menghuo", "孟获归顺蜀汉后官至御史中丞。")]
+    with FakeBochaServer(pages) as server:
+        yield server  # type: ignore[misc]
+
+
+def settings_for(es_url: str, alias: str, judgements: str, llm: FakeChatServer | None, bocha: FakeBochaServer | None) -> Settings:
+    extra: dict[str, Any] = {}
+    if llm is not None:
+        extra.update(openai_base_url=llm.base_url, model_name="fake-model")
+    if bocha is not None:
+        extra.update(bocha_api_key=API_KEY, bocha_api_url=bocha.api_url)
+    return Settings(_env_file=None, es_url=es_url, es_index=alias, judgements_index=judgements, max_question_chars=100, **extra)
+
+
+@pytest.fixture
+def url(es_url: str, alias: str, judgements: str, llm: FakeChatServer, bocha: FakeBochaServer, embedder: Embedder) -> Iterator[str]:
+    with serve(create_app(settings_for(es_url, alias, judgements, llm, bocha), embedder=embedder)) as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def idle() -> Iterator[FakeChatServer]:
+    """A model server without scripts: requests refused before the workflow must never reach it."""
+    with FakeChatServer() as server:
+        yield server  # type: ignore[misc]
+
+
+@pytest.fixture(scope="module")
+def idle_url(es_url: str, alias: str, idle: FakeChatServer, embedder: Embedder) -> Iterator[str]:
+    settings = settings_for(es_url, alias, "test-judgements-unused", idle, None)
+    with serve(create_app(settings, embedder=embedder)) as base:
+        yield base
+
+
+def sse(response: httpx.Response) -> list[tuple[str, Any]]:
+    """(event, data) pairs of a server-sent-event body (comment lines are keep-alives)."""
+    events = []
+    for block in response.text.replace("\r\n", "\n").split("\n\n"):
+        lines = [line for line in block.split("\n") if line and not line.startswith(":")]
+        if not lines:
+            continue
+        fields = dict(line.split(": ", 1) for line in lines)
+        events.append((fields.get("event", "message"), json.loads(fields["data"])))
+    return events
+
+
+EXPECTED_TRACE = ["route_question", "decompose_question", "retrieve", "plan_next_step", "retrieve", "plan_next_step",
+                  "evaluate", "web_search", "evaluate", "generate"]
+
+
+def test_query_runs_the_workflow_with_web_fallback(url: str, bocha: FakeBochaServer, es: Elasticsearch, judgements: str) -> None:
+    response = httpx.post(f"{url}/query", json={"question": QUESTION, "mode": "hybrid", "k": 4}, timeout=120)
+    assert response.status_code == 200, response.text
+    result = response.json()
+    assert result["answer"] == ANSWER_TEXT
+    assert result["route"] == "complex"
+    assert result["sub_questions"] == ["诸葛亮怎样收服孟获？", "孟获后来担任什么官职？"]
+    assert [step["node"] for step in result["trace"]] == EXPECTED_TRACE
+    assert [e["enough"] for e in result["evaluations"]] == [False, True]
+    assert result["evaluations"][0]["missing"] == [MISSING]
+    assert result["web_used"] is True and result["web_calls"] == 1
+    cited = {c["number"]: c for c in result["citations"]}
+    assert sorted(cited) == [1, 3]
+    assert cited[1]["kind"] == "local" and cited[1]["chapter"] == 90
+    assert cited[3]["kind"] == "web" and cited[3]["url"] == "https://example.org/menghuo"
+    assert result["timings"]["total"] > 0
+    assert bocha.requests[0].body["query"] == "孟获 御史中丞"
+
+    metrics = httpx.get(f"{url}/metrics").text
+    assert 'rag_workflow_paths_total{route="complex",web_used="true"} 1.0' in metrics
+    assert f"rag_llm_calls_total {float(result['llm_calls'])}" in metrics
+    assert "rag_web_calls_total 1.0" in metrics
+
+    es.indices.refresh(index=judgements)  # the verdict log is written without a refresh
+    gaps = httpx.get(f"{url}/gaps", params={"top": 5})
+    assert gaps.status_code == 200
+    report = gaps.json()
+    assert report["total_questions"] == 1 and report["questions_needing_web"] == 1
+    assert report["top_missing"] == [{"aspect": MISSING, "count": 1}]
+
+
+def test_query_stream_sends_nodes_then_tokens_then_final(url: str) -> None:
+    response = httpx.post(f"{url}/query/stream", json={"question": QUESTION, "k": 4}, timeout=120)
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/event-stream")
+    events = sse(response)
+    kinds = [kind for kind, _ in events]
+    assert kinds[-1] == "final" and "error" not in kinds
+    nodes = [data["node"] for kind, data in events if kind == "node"]
+    assert nodes == EXPECTED_TRACE
+    assert all(isinstance(data["ms"], float) and data["outcome"] for kind, data in events if kind == "node")
+    # Tokens arrive after the generate step starts and before the final event, and add up to the answer.
+    first_token = kinds.index("token")
+    assert kinds.index("node") < first_token and "final" not in kinds[:first_token]
+    assert "".join(data["text"] for kind, data in events if kind == "token") == ANSWER_TEXT
+    final = events[-1][1]
+    assert final["answer"] == ANSWER_TEXT and [c["kind"] for c in final["citations"]] == ["local", "web"]
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"question": ""}, "question"),
+        ({"question": "  \n　"}, "question"),
+        ({"question": "问" * 101}, "question"),
+        ({"question": "孟获", "k": 0}, "k"),
+        ({"question": "孟获", "k": 51}, "k"),
+        ({"question": "孟获", "mode": "bigram"}, "mode"),
+        ({"question": "孟获", "max_retrievals": 0}, "max_retrievals"),
+        ({"question": "孟获", "web": "maybe"}, "web"),
+        ({"question": "孟获", "history": [{"role": "system", "content": "x"}]}, "history.0.role"),
+        ({"question": "孟获", "temperature": 2}, "temperature"),
+    ],
+)
+@pytest.mark.parametrize("path", ["/query", "/query/stream"])
+def test_query_bad_input_is_422_naming_the_field(idle_url: str, idle: FakeChatServer, path: str, body: dict[str, Any], field: str) -> None:
+    response = httpx.post(f"{idle_url}{path}", json=body)
+    assert response.status_code == 422
+    assert response.json()["message"].startswith(f"{field}:")
+    assert idle.requests == []  # refused before any model call
+
+
+def test_query_malformed_json_is_422(idle_url: str) -> None:
+    for path in ("/query", "/query/stream"):
+        response = httpx.post(f"{idle_url}{path}", content=b'{"question": ', headers={"Content-Type": "application/json"})
+        assert response.status_code == 422
+        assert response.json()["message"].startswith("body: malformed JSON")
+
+
+def test_gaps_bad_top_is_422(idle_url: str) -> None:
+    response = httpx.get(f"{idle_url}/gaps", params={"top": 0})
+    assert response.status_code == 422
+    assert response.json()["message"].startswith("query.top:")
+
+
+def test_without_llm_answers_are_503_naming_the_settings(es_url: str, alias: str, judgements: str, embedder: Embedder) -> None:
+    with serve(create_app(settings_for(es_url, alias, judgements, None, None), embedder=embedder)) as base:
+        for path in ("/query", "/query/stream"):
+            response = httpx.post(f"{base}{path}", json={"question": QUESTION})
+            assert response.status_code == 503
+            assert response.headers["content-type"] == "application/json"
+            assert "OPENAI_BASE_URL" in response.json()["detail"] and "MODEL_NAME" in response.json()["detail"]
+        assert httpx.post(f"{base}/search", json={"query": "孟获"}).status_code == 200  # search needs no LLM
+        assert httpx.get(f"{base}/readyz").json()["llm_configured"] is False
+
+
+def test_web_failure_degrades_to_a_local_answer(es_url: str, alias: str, judgements: str, llm: FakeChatServer, embedder: Embedder) -> None:
+    with FakeBochaServer(500) as broken, serve(create_app(settings_for(es_url, alias, judgements, llm, broken), embedder=embedder)) as base:  # type: ignore[arg-type]
+        response = httpx.post(f"{base}/query", json={"question": QUESTION}, timeout=120)
+        assert response.status_code == 200
+        result = response.json()
+        assert result["web_used"] is False and result["answer"].startswith(ANSWER_TEXT)
+        # The failed web search is said in the answer and the warnings, not hidden.
+        assert "无法从上下文确认" in result["answer"] and "网络搜索失败" in result["answer"]
+        assert result["warnings"]
+
+
+def test_answer_model_failure_is_502_naming_the_endpoint(url: str, llm: FakeChatServer) -> None:
+    llm.on(ANSWER, 500)
+    response = httpx.post(f"{url}/query", json={"question": QUESTION}, timeout=120)
+    assert response.status_code == 502
+    assert llm.base_url in response.json()["detail"]
+    stream = httpx.post(f"{url}/query/stream", json={"question": QUESTION}, timeout=120)
+    assert stream.status_code == 200  # already streaming when the model failed: an error event ends it
+    kind, data = sse(stream)[-1]
+    assert kind == "error" and "500" in data["message"]

@@ -1,0 +1,127 @@
+"""The web page in headless Chromium (Debian's package, driven by Playwright's Python API; no
+browser download): comparison columns and a streamed answer against the real service, with the
+model and web search played by the fake servers. Screenshots go to test-output/."""
+
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from elasticsearch import Elasticsearch
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from indexing.loaders import split_chapters
+from indexing.pipeline import index_documents
+from service.api import create_app
+from service.config import Settings
+from service.embeddings import Embedder
+from service.text import ChineseTokenizer
+from tests.conftest import REPO_ROOT, SANGUO_PATH
+from tests.fakes.bocha_server import API_KEY, FakeBochaServer, page
+from tests.fakes.openai_server import ANSWER, FakeChatServer
+from tests.serving import serve
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+OUTPUT = REPO_ROOT / "test-output"
+CHAPTERS, CHARS_PER_CHAPTER = 4, 1000  # about nine chunks: enough for two different top-6 lists
+ANSWER_TEXT = "刘备、关羽、张飞在桃园结为兄弟[1]，此事见于第一章。"
+
+
+@pytest.fixture(scope="module")
+def alias(es: Elasticsearch, embedder: Embedder) -> Iterator[str]:
+    name = f"test-browser-{uuid.uuid4().hex[:8]}"
+    chapters = split_chapters(SANGUO_PATH.read_text(encoding="utf-8"), source="sanguo_yanyi.txt", title="三国演义")[:CHAPTERS]
+    for chapter in chapters:
+        chapter.text = chapter.text[:CHARS_PER_CHAPTER]
+    index_documents(es, chapters, alias=name, embedder=embedder, tokenizer=ChineseTokenizer())
+    yield name
+    es.options(ignore_status=404).indices.delete(index=f"{name}*", expand_wildcards="all")
+
+
+@pytest.fixture(scope="module")
+def base_url(es: Elasticsearch, es_url: str, alias: str, embedder: Embedder) -> Iterator[str]:
+    judgements = f"test-judgements-{uuid.uuid4().hex[:8]}"
+    pages = [page("桃园三结义 - 百科", "https://example.org/taoyuan", "刘备、关羽、张飞桃园结义。")]
+    with FakeChatServer() as llm, FakeBochaServer(pages) as bocha:
+        llm.on("RouteDecision", {"strategy": "complex", "reason": "需要查原著"})
+        llm.on("Decomposition", {"sub_questions": ["桃园结义的是哪三个人？"], "reason": "一个问题"})
+        llm.on("Evaluation", {"enough": False, "missing": ["结义的年份"], "reason": "原文未写年份", "web_query": "桃园结义 年份"},
+               {"enough": True, "missing": [], "reason": "足够"})
+        llm.on(ANSWER, ANSWER_TEXT)
+        settings = Settings(
+            _env_file=None, es_url=es_url, es_index=alias, judgements_index=judgements,
+            openai_base_url=llm.base_url, model_name="fake-model",  # type: ignore[attr-defined]
+            bocha_api_key=API_KEY, bocha_api_url=bocha.api_url,  # type: ignore[attr-defined]
+        )
+        with serve(create_app(settings, embedder=embedder)) as url:
+            yield url
+    es.options(ignore_status=404).indices.delete(index=judgements)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def tab(browser: Browser, base_url: str) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, locale="zh-CN")
+    tab = context.new_page()
+    errors: list[str] = []
+    tab.on("pageerror", lambda err: errors.append(str(err)))
+    tab.goto(base_url)
+    expect(tab.locator("#ready")).to_have_class("badge ok")
+    yield tab
+    context.close()
+    assert errors == []  # no uncaught JavaScript error
+
+
+def screenshot(tab: Page, name: str) -> Path:
+    OUTPUT.mkdir(exist_ok=True)
+    path = OUTPUT / name
+    tab.screenshot(path=str(path), full_page=True)
+    return path
+
+
+def test_comparison_shows_both_columns(tab: Page) -> None:
+    tab.fill("#question", "桃园结义的三个人是谁")
+    tab.fill("#k", "6")
+    tab.click("#compare-button")
+    vector, hybrid = tab.locator("#vector-hits li.hit"), tab.locator("#hybrid-hits li.hit")
+    expect(vector).to_have_count(6)
+    expect(hybrid).to_have_count(6)
+    # Every hybrid hit says where BM25 and kNN ranked it; shared hits are highlighted in both columns.
+    expect(tab.locator("#hybrid-hits li.hit .rank.bm25")).to_have_count(6)
+    expect(tab.locator("#hybrid-hits li.hit .rank.vector")).to_have_count(6)
+    shared = tab.locator("#vector-hits li.overlap").evaluate_all("items => items.map(li => li.dataset.id)")
+    assert shared, "the two top-6 lists share no passage"
+    assert sorted(shared) == sorted(tab.locator("#hybrid-hits li.overlap").evaluate_all("items => items.map(li => li.dataset.id)"))
+    expect(tab.locator("#compare-summary")).to_contain_text(f"重合 {len(shared)} 条")
+    expect(tab.locator("#hybrid-hits li.hit").first).to_contain_text("第1章")
+    path = screenshot(tab, "compare.png")
+    shutil.copyfile(path, REPO_ROOT / "docs" / "screenshot-compare.png")
+
+
+def test_answer_streams_with_citations_and_timeline(tab: Page) -> None:
+    tab.fill("#question", "桃园结义的是哪三个人？是哪一年？")
+    tab.click("#ask-button")
+    expect(tab.locator("#timeline li.total")).to_be_visible(timeout=60_000)
+    expect(tab.locator("#answer")).to_have_text(ANSWER_TEXT)
+    # The [1] mark links to the first citation, a local chapter passage.
+    expect(tab.locator("#answer a.cite")).to_have_attribute("href", "#cite-1")
+    expect(tab.locator("#cite-1")).to_contain_text("第1章")
+    steps = tab.locator("#timeline li[data-node]").evaluate_all("items => items.map(li => li.dataset.node)")
+    assert steps == ["route_question", "decompose_question", "retrieve", "plan_next_step", "evaluate", "web_search", "evaluate", "generate"]
+    expect(tab.locator("#timeline li.missing")).to_contain_text("缺少：结义的年份")
+    expect(tab.locator("#timeline li.enough")).to_contain_text("证据充分")
+    expect(tab.locator("#timeline li[data-node=route_question]")).to_contain_text("复杂问题")
+    expect(tab.locator("#timeline li[data-node=web_search] .ms")).to_contain_text("ms")
+    screenshot(tab, "answer.png")

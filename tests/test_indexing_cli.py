@@ -1,0 +1,122 @@
+"""`python -m indexing` as users run it: exit status, JSON summary, error file, kill and resume."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from elasticsearch import Elasticsearch
+
+from indexing.chunking import split_text
+from indexing.loaders import load_paths
+from service.store import chunk_id, content_hash, create_index
+from tests.test_indexing import OtherEmbedder
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SMALL = ["--chunk-size", "60", "--chunk-overlap", "10", "--no-progress"]
+
+
+def cli(es_url: str, *args: str | Path) -> subprocess.Popen[str]:
+    env = {**os.environ, "ES_URL": es_url, "LOG_LEVEL": "WARNING"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "indexing", *map(str, args)],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish(process: subprocess.Popen[str]) -> tuple[int, dict, str]:
+    stdout, stderr = process.communicate(timeout=300)
+    lines = stdout.splitlines()
+    return process.returncode, json.loads(lines[-1]) if lines else {}, stderr
+
+
+def write_novel(path: Path, chapters: int, sentences: int) -> None:
+    body = "".join(f"第{n}句，说的是天下大势与群雄的第{n}件事情，后来如何不得而知。" for n in range(sentences))
+    path.write_text("".join(f"第{c}章 第{c}个标题\n{body}\n" for c in range(1, chapters + 1)), encoding="utf-8")
+
+
+def test_cli_indexes_a_folder_reports_bad_lines_and_exits_non_zero(
+    es: Elasticsearch, es_url: str, index_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    folder = tmp_path / "kb"
+    folder.mkdir()
+    write_novel(folder / "novel.txt", chapters=2, sentences=2)
+    (folder / "faq.jsonl").write_text('{"id": "f1", "text": "低血糖时应立即进食。"}\n{broken\n', encoding="utf-8")
+    alias, error_file = index_name("cli"), tmp_path / "errors.jsonl"
+
+    code, summary, _ = finish(cli(es_url, folder, "--index", alias, "--error-file", error_file, *SMALL))
+    assert code == 1  # a malformed line is a failure worth a non-zero status
+    assert summary["alias"] == alias and summary["documents"] == 3 and summary["load_errors"] == 1
+    assert summary["indexed"] == summary["chunks"] == es.count(index=alias)["count"] > 3
+    [record] = [json.loads(line) for line in error_file.read_text(encoding="utf-8").splitlines()]
+    assert (record["stage"], record["path"], record["line"]) == ("load", str(folder / "faq.jsonl"), 2)
+
+    (folder / "faq.jsonl").write_text('{"id": "f1", "text": "低血糖时应立即进食。"}\n', encoding="utf-8")
+    code, again, _ = finish(cli(es_url, folder, "--index", alias, "--error-file", error_file, *SMALL))
+    assert code == 0 and again["error_file"] is None and not error_file.exists()
+    assert (again["indexed"], again["unchanged"], again["deleted"]) == (0, summary["chunks"], 0)
+
+
+def test_cli_limit_takes_the_first_chapters(
+    es: Elasticsearch, es_url: str, index_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    write_novel(tmp_path / "novel.txt", chapters=4, sentences=1)
+    alias = index_name("limit")
+    code, summary, _ = finish(cli(es_url, tmp_path / "novel.txt", "--index", alias, "--limit", "2", *SMALL))
+    assert code == 0 and summary["documents"] == 2
+    chapters = es.search(index=alias, size=0, aggs={"c": {"terms": {"field": "chapter"}}})["aggregations"]["c"]
+    assert sorted(bucket["key"] for bucket in chapters["buckets"]) == [1, 2]
+
+
+def test_cli_refuses_an_index_built_by_another_embedder(
+    es: Elasticsearch, es_url: str, index_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    alias = index_name("cli-mismatch")
+    create_index(es, alias, OtherEmbedder())
+    write_novel(tmp_path / "novel.txt", chapters=1, sentences=1)
+    code, summary, stderr = finish(cli(es_url, tmp_path / "novel.txt", "--index", alias, *SMALL))
+    assert code == 1 and summary == {}
+    assert "built with embedder 'other-8d' (8 dims)" in stderr and "--recreate" in stderr
+
+
+def test_a_killed_run_completes_on_rerun_with_no_duplicates_and_no_gaps(
+    es: Elasticsearch, es_url: str, index_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    novel = tmp_path / "novel.txt"
+    write_novel(novel, chapters=4, sentences=4)
+    # What an uninterrupted run writes (ids are deterministic; tests/test_indexing.py checks
+    # the same against a real uninterrupted run).
+    expected_ids = {
+        chunk_id(document.doc_id, i, content_hash(text))
+        for document in load_paths([novel]).documents
+        for i, text in enumerate(split_text(document.text, 60, 10))
+    }
+
+    alias = index_name("killed")
+    process = cli(es_url, novel, "--index", alias, "--batch-size", "1", *SMALL)
+    written = 0
+    while written < 2:
+        assert process.poll() is None, "the run ended before it could be killed: make the corpus larger"
+        time.sleep(0.05)
+        if es.indices.exists_alias(name=alias):
+            es.indices.refresh(index=alias)
+            written = es.count(index=alias)["count"]
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    es.indices.refresh(index=alias)
+    partial = es.count(index=alias)["count"]
+    assert 2 <= partial < len(expected_ids)
+
+    code, summary, _ = finish(cli(es_url, novel, "--index", alias, "--batch-size", "1", *SMALL))
+    assert code == 0
+    assert (summary["unchanged"], summary["indexed"]) == (partial, len(expected_ids) - partial)
+    ids = {hit["_id"] for hit in es.search(index=alias, size=1000, source=False)["hits"]["hits"]}
+    assert es.count(index=alias)["count"] == len(expected_ids) and ids == expected_ids

@@ -1,0 +1,51 @@
+"""Medical fixture: passages that differ mainly by 高/低血糖, 高/低血压, 甲亢/甲减, 1型/2型.
+
+Hybrid must put the right passage first for every query; vector-only is printed (and named
+in the failure message) so a reader sees what keyword matching adds.
+"""
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from elasticsearch import Elasticsearch
+
+from bench.datasets import load_medical
+from indexing.pipeline import index_documents
+from service.embeddings import Embedder
+from service.retrieval import Retriever
+from service.text import ChineseTokenizer
+
+DATASET = load_medical()
+
+
+@pytest.fixture(scope="module")
+def medical_kb(es: Elasticsearch, embedder: Embedder) -> Iterator[str]:
+    alias = f"test-medical-{uuid.uuid4().hex[:10]}"
+    summary = index_documents(es, DATASET.documents, alias=alias, embedder=embedder, tokenizer=ChineseTokenizer())
+    assert summary.indexed == len(DATASET.chunks) == len(DATASET.documents)
+    yield alias
+    es.options(ignore_status=404).indices.delete(index=f"{alias}*", expand_wildcards="all")
+
+
+def test_fixture_pairs_cover_the_confusable_terms() -> None:
+    texts = " ".join(document.text for document in DATASET.documents)
+    for a, b in (("高血糖", "低血糖"), ("高血压", "低血压"), ("甲亢", "甲减"), ("1型", "2型")):
+        assert a in texts and b in texts
+    assert len(DATASET.queries) >= 16
+
+
+def test_hybrid_top1_is_right_for_every_query(es: Elasticsearch, embedder: Embedder, medical_kb: str) -> None:
+    retriever = Retriever(es, embedder, ChineseTokenizer())
+    report, wrong = [], []
+    for query in DATASET.queries:
+        hybrid = retriever.search(medical_kb, query.text, "hybrid", 3).hits
+        vector = retriever.search(medical_kb, query.text, "vector", 1).hits
+        vector_ok = vector[0].id in query.relevant
+        report.append(f"{query.text}  hybrid→{hybrid[0].title}  vector→{vector[0].title}{'' if vector_ok else '  (vector wrong)'}")
+        if hybrid[0].id not in query.relevant:
+            wrong.append(f"{query.text}: hybrid→{hybrid[0].title}, vector→{vector[0].title}")
+    print("\n".join(report))
+    vector_errors = sum("(vector wrong)" in line for line in report)
+    print(f"vector-only top-1 wrong on {vector_errors}/{len(report)} queries; hybrid wrong on {len(wrong)}")
+    assert not wrong, "hybrid top-1 wrong:\n" + "\n".join(wrong) + "\n\nall queries:\n" + "\n".join(report)
