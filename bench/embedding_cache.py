@@ -25,6 +25,9 @@ class CachedEmbedder:
         self.name = inner.name
         path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(path, check_same_thread=False, timeout=60)
+        # WAL: several benchmark processes may read and write the cache at once.
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("CREATE TABLE IF NOT EXISTS vectors (key TEXT PRIMARY KEY, vector BLOB NOT NULL)")
         self._lock = threading.Lock()
         self.hits = 0

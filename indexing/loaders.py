@@ -24,7 +24,20 @@ logger = logging.getLogger(__name__)
 
 SUPPORTED_SUFFIXES = (".txt", ".md", ".jsonl", ".epub")
 
-_CN_DIGITS = {"零": 0, "〇": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9}
+_CN_DIGITS = {
+    "零": 0,
+    "〇": 0,
+    "一": 1,
+    "二": 2,
+    "两": 2,
+    "三": 3,
+    "四": 4,
+    "五": 5,
+    "六": 6,
+    "七": 7,
+    "八": 8,
+    "九": 9,
+}
 _CN_UNITS = {"十": 10, "百": 100, "千": 1000}
 # `第12章 title`, `第十二回 title`, optionally as a Markdown heading; short lines only, so a
 # sentence that happens to start with 第三回合 is not taken for a heading.
@@ -124,7 +137,6 @@ def split_chapters(text: str, *, source: str, title: str = "") -> list[Document]
     return documents
 
 
-
 def load_text(path: Path, source: str) -> list[Document]:
     """`.txt` / `.md`: chapters when the file has headings, else one document."""
     text = decode_bytes(path.read_bytes())
@@ -222,7 +234,9 @@ def load_file(path: Path, source: str, errors: list[LoadError]) -> list[Document
     except Exception as err:  # any parser's failure on one file must not stop the others
         errors.append(LoadError(path=str(path), message=f"unreadable {suffix} file: {type(err).__name__}: {err}"))
         return []
-    errors.append(LoadError(path=str(path), message=f"unsupported file type {suffix!r}: use {', '.join(SUPPORTED_SUFFIXES)}"))
+    errors.append(
+        LoadError(path=str(path), message=f"unsupported file type {suffix!r}: use {', '.join(SUPPORTED_SUFFIXES)}")
+    )
     return []
 
 
@@ -248,12 +262,8 @@ def load_paths(paths: Iterable[str | Path]) -> LoadResult:
     for path, source in _expand(paths, result):
         for document in load_file(path, source, result.errors):
             if document.doc_id in seen:
-                result.errors.append(
-                    LoadError(
-                        path=str(path),
-                        message=f"duplicate document id {document.doc_id!r} (already from {seen[document.doc_id]}): skipped",
-                    )
-                )
+                message = f"duplicate document id {document.doc_id!r} (already from {seen[document.doc_id]}): skipped"
+                result.errors.append(LoadError(path=str(path), message=message))
                 continue
             seen[document.doc_id] = str(path)
             result.documents.append(document)

@@ -232,7 +232,8 @@ def bulk_with_retries(es: Elasticsearch, actions: list[dict[str, Any]]) -> list[
     Re-sending is safe because ids are deterministic: a chunk written twice is one chunk.
     Returns (ok, item) per action; a 404 on delete counts as done (already gone).
     """
-    for attempt in range(_WRITE_ATTEMPTS):
+    attempt = 1
+    while True:
         try:
             results = []
             for ok, result in helpers.streaming_bulk(
@@ -247,12 +248,12 @@ def bulk_with_retries(es: Elasticsearch, actions: list[dict[str, Any]]) -> list[
                 results.append((ok or (op == "delete" and item.get("status") == 404), item))
             return results
         except (ESConnectionError, ConnectionTimeout) as err:
-            if attempt == _WRITE_ATTEMPTS - 1:
+            if attempt == _WRITE_ATTEMPTS:
                 raise
-            delay = 2**attempt
+            delay = 2 ** (attempt - 1)
             logger.warning("Elasticsearch unreachable (%s): retrying the batch in %d s", err, delay)
             time.sleep(delay)
-    raise AssertionError("unreachable")
+            attempt += 1
 
 
 def _delete(es: Elasticsearch, index: str, ids: list[str], errors: _ErrorLog) -> int:
@@ -263,7 +264,9 @@ def _delete(es: Elasticsearch, index: str, ids: list[str], errors: _ErrorLog) ->
             if ok:
                 deleted += 1
             else:
-                errors.add({"stage": "delete", "id": item["_id"], "status": item.get("status"), "error": item.get("error")})
+                errors.add(
+                    {"stage": "delete", "id": item["_id"], "status": item.get("status"), "error": item.get("error")}
+                )
     return deleted
 
 
@@ -324,7 +327,13 @@ def index_documents(
     try:
         empty = recreate or es.count(index=index)["count"] == 0
         plan = _plan(es, index, documents, chunk_size, chunk_overlap, empty)
-        logger.info("%d chunks: %d to embed, %d unchanged, %d stale", plan.chunks, len(plan.new), plan.unchanged, len(plan.stale_ids))
+        logger.info(
+            "%d chunks: %d to embed, %d unchanged, %d stale",
+            plan.chunks,
+            len(plan.new),
+            plan.unchanged,
+            len(plan.stale_ids),
+        )
 
         embed_seconds = 0.0
         bar = tqdm(total=len(plan.new), unit="chunk", desc=f"indexing {alias}", disable=not progress, file=sys.stderr)

@@ -16,8 +16,12 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=settings.port)
     args = parser.parse_args()
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("elastic_transport").setLevel(logging.WARNING)  # one INFO line per ES request otherwise
     print(f"serving on http://{args.host}:{args.port}/  (index alias {settings.es_index!r})", flush=True)
-    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level=settings.log_level.lower())
+    uvicorn.run(
+        create_app(settings), host=args.host, port=args.port, log_level=settings.log_level.lower(),
+        timeout_graceful_shutdown=10,  # open answer streams do not hold Ctrl-C for long
+    )
 
 
 if __name__ == "__main__":

@@ -32,7 +32,16 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.config import Settings
 from service.embeddings import Embedder, load_embedder
-from service.graph import GapReport, LLMNotConfiguredError, QueryResult, WorkflowDeps, build_deps, knowledge_gap_report, run_query, stream_query
+from service.graph import (
+    GapReport,
+    LLMNotConfiguredError,
+    QueryResult,
+    WorkflowDeps,
+    build_deps,
+    knowledge_gap_report,
+    run_query,
+    stream_query,
+)
 from service.metrics import Metrics, MetricsMiddleware, endpoint_label
 from service.retrieval import Comparison, RetrievalParams, Retriever, SearchResult
 from service.schemas_api import (
@@ -159,6 +168,7 @@ def healthz() -> HealthResponse:
 def readyz(request: Request, settings: SettingsDep, es: ESDep) -> JSONResponse:
     """Ready when search works: Elasticsearch answers, the index exists and matches the embedder."""
     embedder: Embedder = request.app.state.embedder
+    es = es.options(request_timeout=5, max_retries=0)  # a probe answers quickly, even when ES hangs
     es_status = ElasticsearchStatus(url=redact_url(settings.es_url), reachable=False)
     index = IndexStatus(name=settings.es_index, present=False)
     try:
@@ -368,7 +378,9 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
         app.state.es = create_client(settings)
         app.state.embedder = embedder or await run_in_threadpool(load_embedder, settings.embedder, settings)
         tokenizer = ChineseTokenizer(settings.jieba_user_dict)
-        await run_in_threadpool(tokenizer.query_terms, "预热")  # load jieba's dictionary now, not on the first query
+        # Load jieba's dictionary and run the embedder once now, not on the first user's query.
+        await run_in_threadpool(tokenizer.query_terms, "预热")
+        await run_in_threadpool(app.state.embedder.embed_query, "预热")
         app.state.retriever = Retriever(app.state.es, app.state.embedder, tokenizer, RetrievalParams.from_settings(settings))
         app.state.workflow = build_deps(settings, app.state.es, app.state.retriever)
         logger.info("ready: index %r on %s, embedder %s", settings.es_index, redact_url(settings.es_url), app.state.embedder.name)

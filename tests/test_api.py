@@ -251,11 +251,11 @@ def test_embedder_mismatch_is_409(es: Elasticsearch, es_url: str, alias: str, em
 
 
 class GatedEmbedder:
-    """The real embedder behind a gate the test opens: a search waits inside embedding."""
+    """The real embedder behind a gate: once armed, a query waits inside embedding until opened."""
 
     def __init__(self, inner: Embedder) -> None:
         self.inner, self.name = inner, inner.name
-        self.entered, self.gate = threading.Event(), threading.Event()
+        self.armed, self.entered, self.gate = threading.Event(), threading.Event(), threading.Event()
 
     @property
     def dim(self) -> int:
@@ -265,14 +265,16 @@ class GatedEmbedder:
         return self.inner.embed_documents(texts)
 
     def embed_query(self, text: str) -> np.ndarray:
-        self.entered.set()
-        self.gate.wait(30)
+        if self.armed.is_set():  # not during the start-up warm-up
+            self.entered.set()
+            self.gate.wait(30)
         return self.inner.embed_query(text)
 
 
 def test_blocking_search_does_not_stall_other_requests(es_url: str, alias: str, embedder: Embedder) -> None:
     gated = GatedEmbedder(embedder)
     with serve(create_app(make_settings(es_url, alias), embedder=gated)) as url:
+        gated.armed.set()
         results: list[httpx.Response] = []
         search = threading.Thread(target=lambda: results.append(httpx.post(f"{url}/search", json={"query": "赤壁", "mode": "vector"}, timeout=60)))
         search.start()

@@ -29,7 +29,8 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-
                  "--disable-component-update", "--disable-sync"]
 OUTPUT = REPO_ROOT / "test-output"
 CHAPTERS, CHARS_PER_CHAPTER = 4, 1000  # about nine chunks: enough for two different top-6 lists
-ANSWER_TEXT = "刘备、关羽、张飞在桃园结为兄弟[1]，此事见于第一章。"
+# The contexts are the 8 local passages ([1]..[8]) and then the one web result ([9]).
+ANSWER_TEXT = "刘备、关羽、张飞在桃园结为兄弟[1]，网上资料也这样说[9]。"
 
 
 @pytest.fixture(scope="module")
@@ -115,9 +116,10 @@ def test_answer_streams_with_citations_and_timeline(tab: Page) -> None:
     tab.click("#ask-button")
     expect(tab.locator("#timeline li.total")).to_be_visible(timeout=60_000)
     expect(tab.locator("#answer")).to_have_text(ANSWER_TEXT)
-    # The [1] mark links to the first citation, a local chapter passage.
-    expect(tab.locator("#answer a.cite")).to_have_attribute("href", "#cite-1")
+    # [1] links to a local chapter passage, [9] to the web page.
+    expect(tab.locator("#answer a.cite").first).to_have_attribute("href", "#cite-1")
     expect(tab.locator("#cite-1")).to_contain_text("第1章")
+    expect(tab.locator("#cite-9 a")).to_have_attribute("href", "https://example.org/taoyuan")
     steps = tab.locator("#timeline li[data-node]").evaluate_all("items => items.map(li => li.dataset.node)")
     assert steps == ["route_question", "decompose_question", "retrieve", "plan_next_step", "evaluate", "web_search", "evaluate", "generate"]
     expect(tab.locator("#timeline li.missing")).to_contain_text("缺少：结义的年份")

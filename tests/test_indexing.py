@@ -237,3 +237,17 @@ def test_rejected_chunks_are_counted_and_written_to_the_error_file(
     assert [(r["stage"], r["doc_id"], r["status"]) for r in records] == [("write", "bad", 400)]
     assert "chapter" in json.dumps(records[0]["error"])
     assert summary.error_file == str(error_file)
+
+
+def test_a_lost_connection_is_retried_then_reported(monkeypatch: pytest.MonkeyPatch, caplog) -> None:
+    """Nothing listens on port 9 (discard): each attempt fails to connect, the batch is re-sent."""
+    import elasticsearch
+
+    from indexing import pipeline
+
+    monkeypatch.setattr(pipeline, "_WRITE_ATTEMPTS", 2)
+    client = Elasticsearch("http://127.0.0.1:9", max_retries=0, request_timeout=2)
+    action = {"_op_type": "index", "_index": "never", "_id": "a", "_source": {"text": "x"}}
+    with pytest.raises(elasticsearch.ConnectionError):
+        pipeline.bulk_with_retries(client, [action])
+    assert [r.message for r in caplog.records if "retrying the batch in 1 s" in r.message]

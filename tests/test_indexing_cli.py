@@ -120,3 +120,37 @@ def test_a_killed_run_completes_on_rerun_with_no_duplicates_and_no_gaps(
     assert (summary["unchanged"], summary["indexed"]) == (partial, len(expected_ids) - partial)
     ids = {hit["_id"] for hit in es.search(index=alias, size=1000, source=False)["hits"]["hits"]}
     assert es.count(index=alias)["count"] == len(expected_ids) and ids == expected_ids
+
+
+def test_cli_replaces_a_changed_file_and_prunes_a_removed_one_only_when_all_loaded(
+    es: Elasticsearch, es_url: str, index_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    folder = tmp_path / "kb"
+    folder.mkdir()
+    write_novel(folder / "novel.txt", chapters=3, sentences=1)
+    (folder / "note.md").write_text("# 笔记\n甲亢病人应少吃海带。\n", encoding="utf-8")
+    alias = index_name("prune")
+    code, first, _ = finish(cli(es_url, folder, "--index", alias, *SMALL))
+    assert code == 0 and first["documents"] == 4
+
+    def doc_ids() -> set[str]:
+        aggs = es.search(index=alias, size=0, aggs={"d": {"terms": {"field": "doc_id"}}})["aggregations"]
+        return {bucket["key"] for bucket in aggs["d"]["buckets"]}
+
+    # The novel lost its third chapter: its chunks go, without --prune.
+    write_novel(folder / "novel.txt", chapters=2, sentences=1)
+    code, changed, _ = finish(cli(es_url, folder, "--index", alias, *SMALL))
+    assert code == 0 and changed["deleted"] > 0 and changed["indexed"] == 0
+    assert doc_ids() == {"novel.txt#ch1", "novel.txt#ch2", "note.md"}
+
+    # note.md removed and a broken file present: nothing is pruned (the run saw an error).
+    (folder / "note.md").unlink()
+    (folder / "broken.jsonl").write_text("{oops\n", encoding="utf-8")
+    code, refused, stderr = finish(cli(es_url, folder, "--index", alias, "--prune", *SMALL))
+    assert code == 1 and refused["deleted"] == 0 and "not pruning" in stderr
+    assert "note.md" in doc_ids()
+
+    (folder / "broken.jsonl").unlink()
+    code, pruned, _ = finish(cli(es_url, folder, "--index", alias, "--prune", *SMALL))
+    assert code == 0 and pruned["deleted"] > 0
+    assert doc_ids() == {"novel.txt#ch1", "novel.txt#ch2"}

@@ -79,3 +79,14 @@ def test_answer_streams_over_sse_without_emoji() -> None:
     assert text == "刘备在桃园结义[1]。"
     assert len(pieces) >= 3 and "".join(p["data"]["text"] for p in pieces) == text
     assert server.requests[0].body["stream"] is True and server.requests[0].body["model"] == "big"
+
+
+def test_langchain_default_is_json_schema_and_the_fake_speaks_it_too() -> None:
+    """Why `ask_structured` forces function calling: this langchain-openai's default is `json_schema`."""
+    with FakeChatServer() as server:
+        server.on("Evaluation", {"enough": True, "missing": [], "reason": "够"})
+        judge, _ = build_llms(settings_for(server))
+        parsed = asyncio.run(judge.with_structured_output(Evaluation).ainvoke([HumanMessage("问题")]))
+    assert parsed == Evaluation(enough=True, reason="够")
+    body = server.requests[0].body
+    assert body["response_format"]["type"] == "json_schema" and "tools" not in body

@@ -47,7 +47,9 @@ def test_chinese_numeral_headings_a_front_matter_document_and_no_false_headings(
     assert "第三回合，张飞又胜" in documents[2].text
 
 
-@pytest.mark.parametrize(("numeral", "value"), [("十二", 12), ("一百零八", 108), ("二十", 20), ("十", 10), ("１２", 12)])
+@pytest.mark.parametrize(
+    ("numeral", "value"), [("十二", 12), ("一百零八", 108), ("二十", 20), ("十", 10), ("１２", 12)]
+)
 def test_chinese_numbers(numeral: str, value: int) -> None:
     assert chinese_number(numeral) == value
 
@@ -73,7 +75,10 @@ def test_markdown_title_from_its_first_heading(tmp_path: Path) -> None:
 def test_jsonl_reports_malformed_lines_with_their_numbers_and_keeps_the_rest(tmp_path: Path) -> None:
     path = tmp_path / "faq.jsonl"
     lines = [
-        json.dumps({"id": "q1", "text": "低血糖时应立即进食糖类。", "title": "低血糖", "metadata": {"lang": "zh"}}, ensure_ascii=False),
+        json.dumps(
+            {"id": "q1", "text": "低血糖时应立即进食糖类。", "title": "低血糖", "metadata": {"lang": "zh"}},
+            ensure_ascii=False,
+        ),
         '{"id": "q2", "text": "未闭合',
         "",
         json.dumps({"id": 3, "text": "高血糖需要控制饮食。"}, ensure_ascii=False),
@@ -97,7 +102,9 @@ def _write_epub(path: Path) -> None:
     book.set_title("测试之书")
     book.set_language("zh")
     chapters = []
-    for n, (heading, body) in enumerate([("第一章 起", "天下大势，分久必合。"), ("第二章 承", "合久必分，<b>群雄</b>并起。")], start=1):
+    for n, (heading, body) in enumerate(
+        [("第一章 起", "天下大势，分久必合。"), ("第二章 承", "合久必分，<b>群雄</b>并起。")], start=1
+    ):
         chapter = epub.EpubHtml(title=heading, file_name=f"c{n}.xhtml", lang="zh")
         chapter.content = f"<html><body><h1>{heading}</h1><p>{body}</p></body></html>"
         book.add_item(chapter)

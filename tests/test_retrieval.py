@@ -13,7 +13,7 @@ from service.config import Settings
 from service.embeddings import Embedder
 from service.retrieval import Filters, RetrievalParams, Retriever, build_retriever, rrf
 from service.store import EmbedderMismatchError, IndexNotFoundError
-from service.text import ChineseTokenizer
+from service.text import ChineseTokenizer, bigram_terms
 
 CORPUS = [
     ("longzhong", "诸葛亮隐居隆中，躬耕陇亩；刘备三顾茅庐，终于请他出山辅佐。", 38),
@@ -50,6 +50,23 @@ def test_filters_to_es_and_bad_range() -> None:
     ]
     with pytest.raises(ValueError, match="chapter_from"):
         Filters(chapter_from=9, chapter_to=2)
+
+
+def test_bigrams_keep_digits_and_latin_apart_from_cjk() -> None:
+    # A digit run must not swallow the Chinese after it (1型糖尿病 was once a single term).
+    assert bigram_terms("1型糖尿病") == ["1", "型糖", "糖尿", "尿病"]
+    assert bigram_terms("用GPT4检索，ES8") == ["用", "gpt4", "检索", "es8"]
+
+
+def test_jieba_modes_for_index_and_query() -> None:
+    default = ChineseTokenizer()
+    assert "共和国" in default.index_terms("中华人民共和国")  # search mode: sub-words too
+    assert default.query_terms("中华人民共和国") == ["中华人民共和国"]  # accurate mode
+    swapped = ChineseTokenizer(index_mode="accurate", query_mode="search")
+    assert swapped.index_terms("中华人民共和国") == ["中华人民共和国"]
+    assert "共和国" in swapped.query_terms("中华人民共和国")
+    with pytest.raises(ValueError, match="index_mode"):
+        ChineseTokenizer(index_mode="fast")  # type: ignore[arg-type]
 
 
 def test_params_from_settings() -> None:

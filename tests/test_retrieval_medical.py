@@ -42,7 +42,8 @@ def test_hybrid_top1_is_right_for_every_query(es: Elasticsearch, embedder: Embed
         hybrid = retriever.search(medical_kb, query.text, "hybrid", 3).hits
         vector = retriever.search(medical_kb, query.text, "vector", 1).hits
         vector_ok = vector[0].id in query.relevant
-        report.append(f"{query.text}  hybrid→{hybrid[0].title}  vector→{vector[0].title}{'' if vector_ok else '  (vector wrong)'}")
+        flag = "" if vector_ok else "  (vector wrong)"
+        report.append(f"{query.text}  hybrid→{hybrid[0].title}  vector→{vector[0].title}{flag}")
         if hybrid[0].id not in query.relevant:
             wrong.append(f"{query.text}: hybrid→{hybrid[0].title}, vector→{vector[0].title}")
     print("\n".join(report))

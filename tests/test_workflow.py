@@ -39,8 +39,9 @@ from tests.conftest import SANGUO_PATH
 from tests.fakes.bocha_server import API_KEY, BAD_JSON, TIMEOUT, FakeBochaServer, page
 from tests.fakes.openai_server import ANSWER, FakeChatServer, Text
 
-CHAPTERS = (1, 37)  # 桃园结义 and 三顾草庐: two hops in two chapters
-SLICE_CHARS = 3000  # the first 3000 characters of each: ~14 chunks, a few seconds to embed
+# 桃园结义 (and 青龙偃月刀) in chapter 1, 三顾草庐 and 卧龙 in chapter 37: two hops in two chapters.
+# Only the opening of each chapter is indexed (~10 chunks) to keep the embedding cost small.
+SLICES = {1: 2700, 37: 1500}
 
 LOCAL_PATH = ["route_question", "decompose_question", "retrieve", "plan_next_step", "evaluate", "generate"]
 LUO_PAGE = page("罗贯中_百科", "https://baike.example.org/item/罗贯中", "罗贯中，元末明初小说家，《三国演义》的作者。", site="百科")
@@ -51,7 +52,7 @@ def corpus(es: Elasticsearch, embedder: Embedder) -> Iterator[str]:
     """Two chapter slices indexed once for the module with the team's indexing pipeline."""
     alias = f"test-wf-{uuid.uuid4().hex[:10]}"
     chapters = split_chapters(SANGUO_PATH.read_text(encoding="utf-8"), source="sanguo_yanyi.txt", title="三国演义")
-    documents = [replace(d, text=d.text[:SLICE_CHARS]) for d in chapters if d.chapter in CHAPTERS]
+    documents = [replace(d, text=d.text[: SLICES[d.chapter]]) for d in chapters if d.chapter in SLICES]
     index_documents(es, documents, alias=alias, embedder=embedder, tokenizer=get_tokenizer())
     es.indices.refresh(index=alias)
     yield alias
@@ -421,6 +422,17 @@ def test_llm_call_budget_generates_with_what_it_has(make_deps, chat) -> None:
     assert result.llm_calls == len(chat.requests) == 4  # the last call is the answer's
     assert result.evaluations[-1].source == "budget" and "模型调用预算" in result.warnings[0]
     assert "无法从上下文确认" in result.answer
+
+
+def test_llm_call_budget_also_stops_the_web_fallback(make_deps, chat, bocha) -> None:
+    web = bocha([LUO_PAGE])
+    chat.on("RouteDecision", route("complex")).on("Decomposition", decompose(SEED_QUESTION))
+    chat.on("Evaluation", NOT_ENOUGH).on(ANSWER, "部分回答。")
+    result = ask(make_deps(web, max_llm_calls=4), SEED_QUESTION)
+    # A web search would need a re-evaluation, and the one call left is the answer's.
+    assert nodes(result) == LOCAL_PATH and len(web.requests) == 0
+    assert result.llm_calls == len(chat.requests) == 4
+    assert "无法从上下文确认：罗贯中所处的朝代" in result.answer
 
 
 def test_time_budget_skips_every_judgement(make_deps, chat) -> None:

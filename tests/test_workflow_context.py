@@ -6,7 +6,7 @@ from pydantic import ValidationError
 from service.graph import QueryOptions, prompts
 from service.graph.context import cited_numbers, citations, contexts_hash, estimate_tokens, select_contexts
 from service.graph.memory import JudgementMemory
-from service.graph.schemas import Evaluation
+from service.graph.schemas import Decomposition, Evaluation
 from service.graph.state import Passage
 from service.websearch import WebResult
 
@@ -74,3 +74,11 @@ def test_query_options_reject_an_unknown_mode_and_bad_limits() -> None:
         QueryOptions(max_web_searches=-1)
     assert QueryOptions().model_dump() == {"mode": "hybrid", "k": 8, "web": True, "max_retrievals": None,
                                            "max_web_searches": None, "history": []}
+
+
+def test_structured_outputs_are_cleaned_and_coerced() -> None:
+    assert Evaluation(enough=False, missing="罗贯中的朝代；来源链接").missing == ["罗贯中的朝代", "来源链接"]
+    assert Evaluation(enough=False, missing=[f"m{i}" for i in range(9)]).missing == [f"m{i}" for i in range(6)]
+    assert Decomposition(sub_questions=[" a ", "a", "", *"bcdefghij"]).sub_questions == list("abcdefgh")
+    with pytest.raises(ValidationError):
+        Decomposition(sub_questions=["  "])

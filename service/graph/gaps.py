@@ -19,6 +19,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--index", help="judgement log index (default: JUDGEMENTS_INDEX)")
     parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
     args = parser.parse_args(argv)
+    if args.top < 1:
+        parser.error("--top must be at least 1")
     settings = Settings()
     if args.index:
         settings = settings.model_copy(update={"judgements_index": args.index})

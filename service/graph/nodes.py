@@ -28,7 +28,8 @@ from service.websearch import WebSearchError, dedupe_by_url
 
 logger = logging.getLogger(__name__)
 
-NodeResult = tuple[dict[str, Any], str]
+NodeResult = tuple[dict[str, Any], str]  # (state update, one-line outcome for the trace)
+Step = Callable[[WorkflowState, Runtime[RunContext]], Awaitable[NodeResult]]
 Node = Callable[[WorkflowState, Runtime[RunContext]], Awaitable[dict[str, Any]]]
 
 WEB_NOT_CONFIGURED = "网络搜索不可用：未配置 BOCHA_API_KEY"
@@ -37,8 +38,8 @@ WEB_DISABLED = "网络搜索已按请求关闭"
 _EMOJI = re.compile("[\U0001f000-\U0001faff\u2600-\u27bf\u2b00-\u2bff\ufe0f\u200d]")
 
 
-def traced(name: str) -> Callable[[Callable[[WorkflowState, Runtime[RunContext]], Awaitable[NodeResult]]], Node]:
-    def decorate(func: Callable[[WorkflowState, Runtime[RunContext]], Awaitable[NodeResult]]) -> Node:
+def traced(name: str) -> Callable[[Step], Node]:
+    def decorate(func: Step) -> Node:
         @wraps(func)
         async def node(state: WorkflowState, runtime: Runtime[RunContext]) -> dict[str, Any]:
             started = time.perf_counter()
@@ -52,11 +53,11 @@ def traced(name: str) -> Callable[[Callable[[WorkflowState, Runtime[RunContext]]
     return decorate
 
 
-def budget_exhausted(state: WorkflowState, ctx: RunContext) -> str | None:
+def budget_exhausted(ctx: RunContext, llm_calls: int) -> str | None:
     """Why no further judgement call is allowed (one call is always kept for the answer)."""
     if ctx.elapsed() > ctx.time_budget_s:
         return f"已超出时间预算（{ctx.time_budget_s:g} 秒），用现有资料作答"
-    if state.get("llm_calls", 0) >= ctx.max_llm_calls - 1:
+    if llm_calls >= ctx.max_llm_calls - 1:
         return f"已用完模型调用预算（{ctx.max_llm_calls} 次，保留 1 次用于生成答案），用现有资料作答"
     return None
 
@@ -64,7 +65,7 @@ def budget_exhausted(state: WorkflowState, ctx: RunContext) -> str | None:
 @traced("rewrite_question")
 async def rewrite_question(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeResult:
     ctx = runtime.context
-    if blocked := budget_exhausted(state, ctx):
+    if blocked := budget_exhausted(ctx, state.get("llm_calls", 0)):
         return {"warnings": [blocked]}, "预算已用完，沿用原问题"
     parsed, error = await ask_structured(ctx.deps.judge_llm, StandaloneQuestion, prompts.rewrite_messages(state["history"], state["question"]))
     calls = state.get("llm_calls", 0) + 1
@@ -76,7 +77,7 @@ async def rewrite_question(state: WorkflowState, runtime: Runtime[RunContext]) -
 @traced("route_question")
 async def route_question(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeResult:
     ctx = runtime.context
-    if blocked := budget_exhausted(state, ctx):
+    if blocked := budget_exhausted(ctx, state.get("llm_calls", 0)):
         return {"route": "complex", "route_reason": blocked, "warnings": [blocked]}, "complex（预算已用完）"
     parsed, error = await ask_structured(ctx.deps.judge_llm, RouteDecision, prompts.route_messages(state["question"]))
     calls = state.get("llm_calls", 0) + 1
@@ -97,7 +98,7 @@ async def direct_answer(state: WorkflowState, runtime: Runtime[RunContext]) -> N
 async def decompose_question(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeResult:
     ctx = runtime.context
     question = state["question"]
-    if blocked := budget_exhausted(state, ctx):
+    if blocked := budget_exhausted(ctx, state.get("llm_calls", 0)):
         return {"sub_questions": [question], "cursor": 0, "warnings": [blocked]}, "预算已用完，以原问题检索"
     parsed, error = await ask_structured(ctx.deps.judge_llm, Decomposition, prompts.decompose_messages(question))
     calls = state.get("llm_calls", 0) + 1
@@ -126,7 +127,7 @@ async def retrieve(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeRe
             )
         else:
             passages[hit.id] = known.model_copy(update={"score": max(known.score, hit.score), "rank": min(known.rank, rank)})
-    top = result.hits[0].title or result.hits[0].source if result.hits else "无"
+    top = (result.hits[0].title or result.hits[0].source) if result.hits else "无"
     update = {"passages": passages, "cursor": cursor + 1, "retrievals": state.get("retrievals", 0) + 1}
     return update, f"子问题 {cursor + 1}「{sub_question}」：{len(result.hits)} 条（新增 {new}），首条：{top}"
 
@@ -139,7 +140,7 @@ async def plan_next_step(state: WorkflowState, runtime: Runtime[RunContext]) -> 
         return {"next_step": "evaluate"}, "子问题已全部检索 → evaluate"
     if retrievals >= ctx.max_retrievals:
         return {"next_step": "evaluate"}, f"已达检索上限 max_retrievals={ctx.max_retrievals} → evaluate"
-    if blocked := budget_exhausted(state, ctx):
+    if blocked := budget_exhausted(ctx, state.get("llm_calls", 0)):
         return {"next_step": "evaluate", "warnings": [blocked]}, f"{blocked} → evaluate"
     contexts, _ = select_contexts(state.get("passages", {}), [], ctx.deps.settings.context_token_budget)
     messages = prompts.plan_messages(state["question"], subs, cursor, contexts)
@@ -165,7 +166,7 @@ async def evaluate(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeRe
         step = EvaluationStep(enough=False, missing=subs or [question], reason="没有检索到任何资料", source="no_context")
     elif memory is not None and (cached := memory.cached(question, digest)) is not None:
         step = EvaluationStep(**cached.model_dump(), with_web=with_web, source="cache")
-    elif blocked := budget_exhausted(state, ctx):
+    elif blocked := budget_exhausted(ctx, calls):
         step = EvaluationStep(enough=False, reason=blocked, with_web=with_web, source="budget")
         warnings.append(blocked)
     else:
@@ -184,7 +185,7 @@ async def evaluate(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeRe
         except Exception as err:  # the log is a report, never a reason to fail a query
             logger.warning("could not log the judgement to %s: %s", memory.index, err)
             warnings.append(f"评估记录未能写入 {memory.index}")
-    next_step, why, unavailable = _after_evaluation(state, ctx, step)
+    next_step, why, unavailable = _after_evaluation(state, ctx, step, calls)
     if unavailable:
         warnings.append(unavailable)
     verdict = "足够" if step.enough else f"不足（缺少 {len(step.missing)} 项）"
@@ -192,7 +193,7 @@ async def evaluate(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeRe
     return update, f"{verdict}[{step.source}]，{why} → {next_step}"
 
 
-def _after_evaluation(state: WorkflowState, ctx: RunContext, step: EvaluationStep) -> tuple[str, str, str | None]:
+def _after_evaluation(state: WorkflowState, ctx: RunContext, step: EvaluationStep, llm_calls: int) -> tuple[str, str, str | None]:
     """(next node, why, why the web could not help or None): the web-fallback limits in one place."""
     if step.enough:
         return "generate", "资料足够", None
@@ -204,7 +205,7 @@ def _after_evaluation(state: WorkflowState, ctx: RunContext, step: EvaluationSte
         return "generate", "网络搜索不可用", WEB_NOT_CONFIGURED
     if state.get("web_searches", 0) >= ctx.max_web_searches:
         return "generate", f"已达网络搜索上限 max_web_searches={ctx.max_web_searches}", None
-    if blocked := budget_exhausted(state, ctx):
+    if blocked := budget_exhausted(ctx, llm_calls):
         return "generate", blocked, None
     return "web_search", "到网络上查找缺少的内容", None
 

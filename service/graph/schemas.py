@@ -5,6 +5,7 @@ JSON schema is sent to the model as the tool definition, and every word the mode
 lives in `prompts.py`.
 """
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
@@ -13,6 +14,15 @@ from service.retrieval import MODES
 
 MAX_SUB_QUESTIONS = 8
 MAX_MISSING = 6
+
+
+def _as_list(value: object) -> object:
+    """Weaker models sometimes send null or one string where a list is asked for."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [item for item in re.split(r"[\n；;]+", value) if item.strip()]
+    return value
 
 
 def _clean(items: list[str], limit: int) -> list[str]:
@@ -39,6 +49,11 @@ class Decomposition(BaseModel):
     sub_questions: list[str] = Field(min_length=1)
     reason: str = ""
 
+    @field_validator("sub_questions", mode="before")
+    @classmethod
+    def _split(cls, value: object) -> object:
+        return _as_list(value)
+
     @field_validator("sub_questions")
     @classmethod
     def _limit(cls, value: list[str]) -> list[str]:
@@ -58,6 +73,11 @@ class Evaluation(BaseModel):
     missing: list[str] = Field(default_factory=list)
     reason: str = ""
     web_query: str | None = None
+
+    @field_validator("missing", mode="before")
+    @classmethod
+    def _split(cls, value: object) -> object:
+        return _as_list(value)
 
     @field_validator("missing")
     @classmethod

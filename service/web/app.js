@@ -80,7 +80,9 @@ function renderCitations(citations) {
     const item = el("li", { id: `cite-${c.number}`, value: String(c.number) });
     if (c.kind === "web") {
       item.append(el("span", { class: "kind web" }, "网络"));
-      item.append(c.url ? el("a", { href: c.url, target: "_blank", rel: "noopener noreferrer" }, c.title || c.url) : (c.title || ""));
+      // Web results are untrusted: only http(s) addresses become links (no javascript: URLs).
+      const linkable = /^https?:\/\//i.test(c.url || "");
+      item.append(linkable ? el("a", { href: c.url, target: "_blank", rel: "noopener noreferrer" }, c.title || c.url) : `${c.title || ""} ${c.url || ""}`);
     } else {
       item.append(el("span", { class: "kind" }, "本地"));
       const where = [c.source, c.title || (c.chapter ? `第${c.chapter}章` : "")].filter(Boolean).join(" · ");

@@ -1,0 +1,37 @@
+"""`python -m service` (the console script's entry point) serves and prints its URL."""
+
+import os
+import subprocess
+import sys
+import time
+
+import httpx
+
+from tests.conftest import REPO_ROOT
+from tests.serving import TcpProxy
+
+
+def test_python_m_service_prints_the_url_and_serves(es_url: str) -> None:
+    port = TcpProxy("127.0.0.1", 9).port  # a free port (the proxy is never opened)
+    env = {**os.environ, "ES_URL": es_url, "ES_INDEX": "test-main-missing", "API_KEYS": "", "LOG_LEVEL": "WARNING"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "service", "--port", str(port)], cwd=REPO_ROOT, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().startswith(f"serving on http://127.0.0.1:{port}/")
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                response = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
+                break
+            except httpx.TransportError:
+                assert process.poll() is None and time.monotonic() < deadline, process.stderr.read() if process.stderr else ""
+                time.sleep(0.3)
+        assert response.json() == {"status": "ok"}
+        ready = httpx.get(f"http://127.0.0.1:{port}/readyz")
+        assert ready.status_code == 503 and ready.json()["index"]["name"] == "test-main-missing"
+    finally:
+        process.terminate()
+        process.wait(30)  # uvicorn shuts down gracefully, then re-raises SIGTERM as its exit status
