@@ -12,7 +12,7 @@ from elasticsearch import Elasticsearch
 
 from indexing.loaders import Document
 from indexing.pipeline import index_documents
-from service.api import create_app
+from service.api import create_app, redact_url
 from service.config import Settings
 from service.embeddings import Embedder
 from service.text import ChineseTokenizer
@@ -287,3 +287,11 @@ def test_blocking_search_does_not_stall_other_requests(es_url: str, alias: str, 
             gated.gate.set()
             search.join(60)
         assert results[0].status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [("http://elastic:s3cret@es.internal:9200", "http://es.internal:9200"), ("https://user@es", "https://es"), ("http://127.0.0.1:9200", "http://127.0.0.1:9200")],
+)
+def test_urls_in_errors_never_carry_credentials(url: str, shown: str) -> None:
+    assert redact_url(url) == shown
