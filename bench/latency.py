@@ -73,7 +73,7 @@ def markdown(report: dict[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--datasets", default="sanguo,cmrc")
-    parser.add_argument("--cmrc-limit", type=int, default=400, help="as for bench.retrieval_eval")
+    parser.add_argument("--cmrc-limit", type=int, default=200, help="as for bench.retrieval_eval")
     parser.add_argument("--max-queries", type=int, default=100, help="per index (the first ones)")
     parser.add_argument("--repeat", type=int, default=1, help="passes over the queries")
     parser.add_argument("--warmup", type=int, default=10, help="searches per mode before timing")

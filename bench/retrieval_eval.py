@@ -232,7 +232,7 @@ def chart(report: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     names = list(report["datasets"])
-    fig, axes = plt.subplots(1, len(names), figsize=(5.5 * len(names), 4), squeeze=False)
+    fig, axes = plt.subplots(1, len(names), figsize=(5.5 * len(names), 4.4), squeeze=False)
     width = 0.8 / len(MODES)
     for ax, name in zip(axes[0], names):
         metrics = report["datasets"][name]["metrics"]
@@ -242,8 +242,9 @@ def chart(report: dict[str, Any], path: Path) -> None:
         ax.set_ylim(0, 1)
         ax.set_title(name)
         ax.grid(axis="y", alpha=0.3)
-    axes[0][0].legend(loc="lower left", fontsize=8)
-    fig.tight_layout()
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(MODES), fontsize=9)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
@@ -279,13 +280,14 @@ def load_datasets(names: list[str], cmrc_limit: int | None, chunk_sizes: list[in
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--datasets", default="cmrc,sanguo,medical")
-    parser.add_argument("--cmrc-limit", type=int, default=400,
-                        help="paragraphs kept (every n-th of dev+trial, with their questions); 0 = all 1,104")
+    parser.add_argument("--cmrc-limit", type=int, default=200,
+                        help="keep every n-th paragraph of dev+trial (n = ceil(1104 / limit)) and their questions; 0 = all 1,104")
     parser.add_argument("--sanguo-chunk-sizes", default="500", help="comma-separated, overlap = size/10")
     parser.add_argument("--index-mode", choices=("search", "accurate"), default="search", help="jieba mode for indexing")
     parser.add_argument("--query-mode", choices=("search", "accurate"), default="accurate", help="jieba mode for queries")
     parser.add_argument("--rrf-k", type=int, help="override the default RRF rank constant")
     parser.add_argument("--hybrid-lists", help="override the fused lists, e.g. vector,bm25")
+    parser.add_argument("--vector-weight", type=float, help="override the RRF weight of the vector list")
     parser.add_argument("--reindex", action="store_true", help="rebuild the eval-* indices")
     parser.add_argument("--no-tune", action="store_true", help="skip the offline RRF grid")
     parser.add_argument("--out", type=Path, default=RESULTS / "retrieval_eval")
@@ -302,6 +304,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         params = replace(params, rrf_k=args.rrf_k)
     if args.hybrid_lists:
         params = replace(params, hybrid_lists=tuple(args.hybrid_lists.split(",")))
+    if args.vector_weight is not None:
+        params = replace(params, weights={**params.weights, "vector": args.vector_weight})
     retriever = Retriever(es, embedder, tokenizer, params)
     suffix = "" if modes == ("search", "accurate") else f"-{modes[0][:3]}-{modes[1][:3]}"
 

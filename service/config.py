@@ -25,7 +25,7 @@ class Settings(BaseSettings):
     jieba_user_dict: str | None = None
 
     # Retrieval
-    rrf_k: int = 60
+    rrf_k: int = 10  # chosen by bench/retrieval_eval.py, see docs/retrieval.md
     rrf_depth: int = 50
     num_candidates: int = 100
 

@@ -40,7 +40,7 @@ def _label(hit: Hit) -> str:
 
 
 def _why(hit: Hit) -> str:
-    ranks = {"bm25": hit.bm25_rank, "bigram": hit.bigram_rank, "vector": hit.vector_rank}
+    ranks = {"vector": hit.vector_rank, "bm25": hit.bm25_rank, "bigram": hit.bigram_rank, "standard": hit.standard_rank}
     shown = [f"{name}#{rank}" for name, rank in ranks.items() if rank is not None]
     return f"  ({', '.join(shown)})" if shown else ""
 

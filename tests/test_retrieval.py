@@ -119,9 +119,16 @@ def test_each_mode_returns_the_expected_top_hit(retriever: Retriever, corpus: st
 def test_hybrid_hits_carry_their_rank_in_each_list(retriever: Retriever, corpus: str) -> None:
     hybrid = retriever.search(corpus, "曹操烧袁绍的粮草", mode="hybrid", k=6)
     depth = retriever.params.depth
-    for name, field in (("bm25", "bm25_rank"), ("vector", "vector_rank"), ("bigram", "bigram_rank")):
+    assert retriever.params.hybrid_lists == ("vector", "bm25", "bigram", "standard")
+    for name in retriever.params.hybrid_lists:
+        field = f"{name}_rank"
         ranks = {hit.id: rank for rank, hit in enumerate(retriever.search(corpus, "曹操烧袁绍的粮草", name, depth).hits, 1)}
         assert {hit.id: getattr(hit, field) for hit in hybrid.hits} == {hit.id: ranks.get(hit.id) for hit in hybrid.hits}
+    params = retriever.params
+    for hit in hybrid.hits:  # the fused score is RRF over the ranks the hit reports
+        ranks = {name: getattr(hit, f"{name}_rank") for name in params.hybrid_lists}
+        expected = sum(params.weights.get(n, 1.0) / (params.rrf_k + r) for n, r in ranks.items() if r is not None)
+        assert hit.score == pytest.approx(expected)
     assert hybrid.hits[0].doc_id == "wuchao"
     assert [hit.score for hit in hybrid.hits] == sorted((hit.score for hit in hybrid.hits), reverse=True)
 
@@ -131,7 +138,7 @@ def test_hybrid_lists_and_weights_are_selectable(es: Elasticsearch, embedder: Em
     hits = bm25_only.search(corpus, "乌巢", "hybrid", 5).hits
     assert [hit.doc_id for hit in hits] == ["wuchao"]  # one list: only what BM25 matched
     assert hits[0].vector_rank is None and hits[0].bm25_rank == 1
-    assert hits[0].score == pytest.approx(1 / 61)
+    assert hits[0].score == pytest.approx(1 / (bm25_only.params.rrf_k + 1))
 
 
 def test_filters_by_source_and_chapter(retriever: Retriever, corpus: str) -> None:
