@@ -25,6 +25,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from elasticsearch import Elasticsearch
+
 from indexing.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, split_text
 from indexing.loaders import load_paths
 from indexing.pipeline import DEFAULT_BATCH_SIZE
@@ -85,19 +87,25 @@ def two_models_probe(texts: list[str], batch_size: int, repeats: int) -> dict[st
     }
 
 
-def run_cli(args: list[str]) -> tuple[float, float, dict]:
-    """(wall s, CPU s of the subprocess, JSON summary) of one `python -m indexing` run."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+def es_cpu_seconds(es: Elasticsearch) -> float:
+    """CPU seconds the Elasticsearch node processes have used (HNSW building costs CPU too)."""
+    nodes = es.nodes.stats(metric="process")["nodes"].values()
+    return sum(node["process"]["cpu"]["total_in_millis"] for node in nodes) / 1000
+
+
+def run_cli(es: Elasticsearch, args: list[str]) -> tuple[float, float, float, dict]:
+    """(wall s, CPU s of the subprocess, CPU s of Elasticsearch, summary) of one `python -m indexing`."""
+    before, es_before = resource.getrusage(resource.RUSAGE_CHILDREN), es_cpu_seconds(es)
     started = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-m", "indexing", *args], cwd=REPO_ROOT, capture_output=True, text=True, check=False
     )
     seconds = time.perf_counter() - started
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    after, es_cpu = resource.getrusage(resource.RUSAGE_CHILDREN), es_cpu_seconds(es) - es_before
     if done.returncode != 0:
         raise SystemExit(f"indexing failed ({done.returncode}):\n{done.stderr[-3000:]}")
     cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-    return seconds, cpu, json.loads(done.stdout.splitlines()[-1])
+    return seconds, cpu, es_cpu, json.loads(done.stdout.splitlines()[-1])
 
 
 def main() -> None:
@@ -130,21 +138,25 @@ def main() -> None:
     cli_args += ["--embedder", args.embedder] + (["--limit", str(args.limit)] if args.limit else [])
     env_note = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "cpus": os.cpu_count()}
 
-    bare, job, rerun, summaries = [], [], [], []
+    bare, job, job_es_cpu, rerun, summaries = [], [], [], [], []
     es = create_client(Settings())
     try:
         for repeat in range(args.repeats):
             bare.append(bare_embedding(texts, args.batch_size, args.embedder, args.bare_every))
-            seconds, cpu, summary = run_cli([*cli_args, "--recreate"])
+            seconds, cpu, es_cpu, summary = run_cli(es, [*cli_args, "--recreate"])
             if summary["indexed"] != len(texts):
                 raise SystemExit(f"the job indexed {summary['indexed']} chunks, expected {len(texts)}")
             job.append((seconds, cpu))
+            job_es_cpu.append(es_cpu)
             summaries.append(summary)
-            seconds, _cpu, again = run_cli(cli_args)
+            seconds, _cpu, _es_cpu, again = run_cli(es, cli_args)
             if again["indexed"] or again["unchanged"] != len(texts):
                 raise SystemExit(f"the re-run was not a no-op: {again}")
             rerun.append(seconds)
-            print(f"repeat {repeat + 1}: bare {bare[-1]}, job {job[-1]}, re-run {rerun[-1]:.2f}s", file=sys.stderr)
+            print(
+                f"repeat {repeat + 1}: bare {bare[-1]}, job {job[-1]}, es cpu {es_cpu:.1f}s, re-run {rerun[-1]:.2f}s",
+                file=sys.stderr,
+            )
     finally:
         es.options(ignore_status=404).indices.delete(index=f"{args.alias}-v*")
         es.close()
@@ -169,6 +181,7 @@ def main() -> None:
         "job_cpu_s_per_chunk": round(job_cpu, 4),
         "job_to_bare": round(n / job_s / bare_rate, 3),
         "job_to_bare_cpu": round(bare_cpu / job_cpu, 3),
+        "es_cpu_s_per_chunk": round(statistics.median(job_es_cpu) / n, 4),
         "job_embed_seconds": statistics.median(s["embed_seconds"] for s in summaries),
         "job_write_seconds": statistics.median(s["write_seconds"] for s in summaries),
         "rerun_seconds": round(rerun_s, 2),

@@ -24,23 +24,11 @@ logger = logging.getLogger(__name__)
 
 SUPPORTED_SUFFIXES = (".txt", ".md", ".jsonl", ".epub")
 
-_CN_DIGITS = {
-    "零": 0,
-    "〇": 0,
-    "一": 1,
-    "二": 2,
-    "两": 2,
-    "三": 3,
-    "四": 4,
-    "五": 5,
-    "六": 6,
-    "七": 7,
-    "八": 8,
-    "九": 9,
-}
+_CN_DIGITS = dict(zip("零〇一二两三四五六七八九", [0, 0, 1, 2, 2, 3, 4, 5, 6, 7, 8, 9], strict=True))
 _CN_UNITS = {"十": 10, "百": 100, "千": 1000}
-# `第12章 title`, `第十二回 title`, optionally as a Markdown heading; short lines only, so a
-# sentence that happens to start with 第三回合 is not taken for a heading.
+# `第12章 title`, `第十二回 title`, optionally as a Markdown heading: the number word ends the
+# line or is followed by a space or colon, and the line is short, so prose such as
+# `第三回合，张飞又胜` is not taken for a heading.
 _HEADING = re.compile(
     r"^[ \t\u3000]*(?:#{1,6}[ \t]*)?第[ \t]*([0-9０-９]+|[零〇一二两三四五六七八九十百千]+)[ \t]*[章回]"
     r"(?:[ \t\u3000:：、.．]+(?P<title>[^\n]*?))?[ \t\u3000]*$",

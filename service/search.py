@@ -106,6 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     es = create_client(settings)
     try:
         retriever = build_retriever(settings, es, load_embedder(settings.embedder, settings))
+        retriever.tokenizer.query_terms("预热")  # load jieba's dictionary before anything is timed
         if args.compare:
             result: SearchResult | Comparison = retriever.compare(index, args.query, args.k, args.compare)
         else:
