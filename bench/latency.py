@@ -23,6 +23,7 @@ from typing import Any
 
 from bench.embedding_cache import CachedEmbedder
 from bench.retrieval_eval import RESULTS, load_datasets, machine, update_docs
+from indexing.chunking import DEFAULT_CHUNK_SIZE
 from service.config import Settings
 from service.embeddings import load_embedder
 from service.retrieval import MODES, RetrievalParams, Retriever
@@ -111,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if depth != params.depth
     ]
     labels = [label for label, _, _ in runs]
-    for dataset in load_datasets(args.datasets.split(","), args.cmrc_limit or None, [500]):
+    for dataset in load_datasets(args.datasets.split(","), args.cmrc_limit or None, [DEFAULT_CHUNK_SIZE]):
         queries = [q.text for q in dataset.queries[: args.max_queries]]
         for text in queries:
             cached.embed_query(text)
@@ -122,11 +123,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                     for text in queries[: args.warmup]:
                         retriever.search(dataset.alias, text, mode, args.k)
         except IndexNotFoundError as err:
-            raise SystemExit(f"{err} (run `python -m bench.retrieval_eval --datasets {dataset.name.split('-')[0]}` first)") from err
+            hint = f"run `python -m bench.retrieval_eval --datasets {dataset.name.split('-')[0]}` first"
+            raise SystemExit(f"{err} ({hint})") from err
         samples: dict[str, dict[str, list[float]]] = {variant: {label: [] for label in labels} for variant in retrievers}
         for _ in range(args.repeat):
             for text in queries:
-                for variant, (label, run_params, mode) in rng.sample([(v, r) for v in retrievers for r in runs], len(retrievers) * len(runs)):
+                order = [(variant, run) for variant in retrievers for run in runs]
+                for variant, (label, run_params, mode) in rng.sample(order, len(order)):
                     retriever = retrievers[variant]
                     retriever.params = run_params
                     started = time.perf_counter()

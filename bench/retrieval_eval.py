@@ -39,6 +39,7 @@ from tqdm import tqdm
 
 from bench.datasets import Dataset, load_cmrc, load_medical, load_sanguo
 from bench.embedding_cache import CachedEmbedder
+from indexing.chunking import DEFAULT_CHUNK_SIZE
 from indexing.pipeline import index_documents
 from service.config import Settings
 from service.embeddings import Embedder, load_embedder
@@ -286,7 +287,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--datasets", default="cmrc,sanguo,medical")
     parser.add_argument("--cmrc-limit", type=int, default=200,
                         help="keep every n-th paragraph of dev+trial (n = ceil(1104 / limit)) and their questions; 0 = all 1,104")
-    parser.add_argument("--sanguo-chunk-sizes", default="500", help="comma-separated (overlap: the indexing default, 50)")
+    parser.add_argument("--sanguo-chunk-sizes", default=str(DEFAULT_CHUNK_SIZE),
+                        help="comma-separated (overlap: the indexing default)")
     parser.add_argument("--index-mode", choices=("search", "accurate"), default="search", help="jieba mode for indexing")
     parser.add_argument("--query-mode", choices=("search", "accurate"), default="accurate", help="jieba mode for queries")
     parser.add_argument("--rrf-k", type=int, help="override the default RRF rank constant")
