@@ -35,7 +35,15 @@ from tqdm import tqdm
 from indexing.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, split_text
 from indexing.loaders import Document
 from service.embeddings import Embedder
-from service.store import chunk_id, chunk_source, content_hash, create_index, ensure_index, swap_alias, versioned_name
+from service.store import (
+    chunk_id,
+    chunk_source,
+    content_hash,
+    create_index,
+    ensure_index,
+    swap_alias,
+    versioned_name,
+)
 from service.text import ChineseTokenizer
 
 logger = logging.getLogger(__name__)

@@ -55,7 +55,12 @@ from service.schemas_api import (
     SearchRequest,
     ValidationErrorResponse,
 )
-from service.store import EmbedderMismatchError, IndexNotFoundError, create_client, read_index_meta
+from service.store import (
+    EmbedderMismatchError,
+    IndexNotFoundError,
+    create_client,
+    read_index_meta,
+)
 from service.text import ChineseTokenizer
 
 logger = logging.getLogger(__name__)

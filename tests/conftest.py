@@ -7,19 +7,40 @@ otherwise the local node that `scripts/es-local start` fetches and runs.
 import os
 import subprocess
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from elasticsearch import Elasticsearch
 
+from indexing.loaders import Document
+from indexing.pipeline import index_documents
 from service.config import Settings
 from service.embeddings import Embedder, load_embedder
+from service.text import get_tokenizer
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = Path(os.environ.get("SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
 SANGUO_PATH = SHARED_DATA / "sanguo" / "sanguo_yanyi.txt"
 ES_VERSION = "8.19.21"
+
+
+def delete_indices(es: Elasticsearch, alias: str) -> None:
+    """Delete `alias` and every versioned index behind it."""
+    es.options(ignore_status=404).indices.delete(index=f"{alias}*", expand_wildcards="all")
+
+
+@contextmanager
+def knowledge_base(es: Elasticsearch, embedder: Embedder, documents: Sequence[Document], prefix: str) -> Iterator[str]:
+    """`documents` indexed by the real indexing job under a unique alias, deleted afterwards."""
+    alias = f"{prefix}-{uuid.uuid4().hex[:10]}"
+    try:
+        summary = index_documents(es, documents, alias=alias, embedder=embedder, tokenizer=get_tokenizer())
+        assert summary.failed == 0 and summary.indexed == summary.chunks, summary
+        yield alias
+    finally:
+        delete_indices(es, alias)
 
 
 def _docker_engine_reachable() -> bool:
@@ -84,4 +105,4 @@ def index_name(es: Elasticsearch) -> Iterator[Callable[[str], str]]:
 
     yield make
     for name in names:
-        es.options(ignore_status=404).indices.delete(index=f"{name}*", expand_wildcards="all")
+        delete_indices(es, name)

@@ -11,11 +11,10 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from indexing.loaders import Document
-from indexing.pipeline import index_documents
 from service.api import create_app, redact_url
 from service.config import Settings
 from service.embeddings import Embedder
-from service.text import ChineseTokenizer
+from tests.conftest import knowledge_base
 from tests.serving import serve
 
 KEY = "key-one"
@@ -35,10 +34,8 @@ DOCS = [
 
 @pytest.fixture(scope="module")
 def alias(es: Elasticsearch, embedder: Embedder) -> Iterator[str]:
-    name = f"test-api-{uuid.uuid4().hex[:10]}"
-    index_documents(es, DOCS, alias=name, embedder=embedder, tokenizer=ChineseTokenizer())
-    yield name
-    es.options(ignore_status=404).indices.delete(index=f"{name}*", expand_wildcards="all")
+    with knowledge_base(es, embedder, DOCS, "test-api") as name:
+        yield name
 
 
 def make_settings(es_url: str, index: str, **overrides: object) -> Settings:

@@ -2,7 +2,6 @@
 (the node itself keeps running for the teammates who use it)."""
 
 import time
-import uuid
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
@@ -11,11 +10,10 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from indexing.loaders import Document
-from indexing.pipeline import index_documents
 from service.api import create_app
 from service.config import Settings
 from service.embeddings import Embedder
-from service.text import ChineseTokenizer
+from tests.conftest import knowledge_base
 from tests.serving import TcpProxy, serve
 
 
@@ -30,11 +28,9 @@ def proxy(es_url: str) -> Iterator[TcpProxy]:
 
 @pytest.fixture
 def alias(es: Elasticsearch, embedder: Embedder) -> Iterator[str]:
-    name = f"test-api-faults-{uuid.uuid4().hex[:8]}"
     docs = [Document("d1", "诸葛亮七擒孟获，使南中彻底归心。", "sanguo", chapter=90)]
-    index_documents(es, docs, alias=name, embedder=embedder, tokenizer=ChineseTokenizer())
-    yield name
-    es.options(ignore_status=404).indices.delete(index=f"{name}*", expand_wildcards="all")
+    with knowledge_base(es, embedder, docs, "test-api-faults") as name:
+        yield name
 
 
 def search(url: str, mode: str = "hybrid") -> httpx.Response:

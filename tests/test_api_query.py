@@ -11,11 +11,10 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from indexing.loaders import Document
-from indexing.pipeline import index_documents
 from service.api import create_app
 from service.config import Settings
 from service.embeddings import Embedder
-from service.text import ChineseTokenizer
+from tests.conftest import knowledge_base
 from tests.fakes.bocha_server import API_KEY, FakeBochaServer, page
 from tests.fakes.openai_server import ANSWER, FakeChatServer
 from tests.serving import serve
@@ -32,10 +31,8 @@ ANSWER_TEXT = "诸葛亮七擒七纵，使孟获心服[1]；孟获后来官至�
 
 @pytest.fixture(scope="module")
 def alias(es: Elasticsearch, embedder: Embedder) -> Iterator[str]:
-    name = f"test-api-query-{uuid.uuid4().hex[:8]}"
-    index_documents(es, DOCS, alias=name, embedder=embedder, tokenizer=ChineseTokenizer())
-    yield name
-    es.options(ignore_status=404).indices.delete(index=f"{name}*", expand_wildcards="all")
+    with knowledge_base(es, embedder, DOCS, "test-api-query") as name:
+        yield name
 
 
 @pytest.fixture

@@ -12,12 +12,10 @@ from elasticsearch import Elasticsearch
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from indexing.loaders import split_chapters
-from indexing.pipeline import index_documents
 from service.api import create_app
 from service.config import Settings
 from service.embeddings import Embedder
-from service.text import ChineseTokenizer
-from tests.conftest import REPO_ROOT, SANGUO_PATH
+from tests.conftest import REPO_ROOT, SANGUO_PATH, knowledge_base
 from tests.fakes.bocha_server import API_KEY, FakeBochaServer, page
 from tests.fakes.openai_server import ANSWER, FakeChatServer
 from tests.serving import serve
@@ -35,13 +33,11 @@ ANSWER_TEXT = "刘备、关羽、张飞在桃园结为兄弟[1]，网上资料�
 
 @pytest.fixture(scope="module")
 def alias(es: Elasticsearch, embedder: Embedder) -> Iterator[str]:
-    name = f"test-browser-{uuid.uuid4().hex[:8]}"
     chapters = split_chapters(SANGUO_PATH.read_text(encoding="utf-8"), source="sanguo_yanyi.txt", title="三国演义")[:CHAPTERS]
     for chapter in chapters:
         chapter.text = chapter.text[:CHARS_PER_CHAPTER]
-    index_documents(es, chapters, alias=name, embedder=embedder, tokenizer=ChineseTokenizer())
-    yield name
-    es.options(ignore_status=404).indices.delete(index=f"{name}*", expand_wildcards="all")
+    with knowledge_base(es, embedder, chapters, "test-browser") as name:
+        yield name
 
 
 @pytest.fixture(scope="module")

@@ -8,11 +8,11 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from indexing.loaders import Document
-from indexing.pipeline import index_documents
 from service import search as cli
 from service.embeddings import Embedder
 from service.retrieval import Comparison, Retriever
 from service.text import ChineseTokenizer
+from tests.conftest import knowledge_base
 
 TEXTS = {
     "hyper": "高血糖患者常见口渴、多饮、多尿，应按医嘱使用胰岛素并复测血糖。",
@@ -25,11 +25,9 @@ TEXTS = {
 
 @pytest.fixture(scope="module")
 def kb(es: Elasticsearch, embedder: Embedder) -> Iterator[str]:
-    alias = f"test-compare-{uuid.uuid4().hex[:10]}"
     documents = [Document(doc_id=doc_id, text=text, source="notes") for doc_id, text in TEXTS.items()]
-    index_documents(es, documents, alias=alias, embedder=embedder, tokenizer=ChineseTokenizer())
-    yield alias
-    es.options(ignore_status=404).indices.delete(index=f"{alias}*", expand_wildcards="all")
+    with knowledge_base(es, embedder, documents, "test-compare") as alias:
+        yield alias
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,7 @@
 from collections.abc import Callable
 
 import numpy as np
+import pytest
 from elasticsearch import Elasticsearch, helpers
 
 from service.embeddings import Embedder
@@ -11,15 +12,13 @@ from service.store import (
     IndexNotFoundError,
     check_embedder,
     concrete_indices,
+    create_index,
     ensure_index,
     read_index_meta,
     swap_alias,
     versioned_name,
-    create_index,
 )
 from tests.conftest import ES_VERSION
-
-import pytest
 
 DOCS = [
     ("d1", "刘备 关羽 张飞 桃园 结义", [1.0, 0.0, 0.0]),

@@ -14,7 +14,13 @@ from elasticsearch import Elasticsearch
 from indexing.loaders import Document
 from indexing.pipeline import index_documents
 from service.embeddings import Embedder
-from service.store import EmbedderMismatchError, chunk_id, concrete_indices, content_hash, create_index
+from service.store import (
+    EmbedderMismatchError,
+    chunk_id,
+    concrete_indices,
+    content_hash,
+    create_index,
+)
 from service.text import get_tokenizer
 
 SIZE, OVERLAP = 60, 10

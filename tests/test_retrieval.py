@@ -8,12 +8,12 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from indexing.loaders import Document
-from indexing.pipeline import index_documents
 from service.config import Settings
 from service.embeddings import Embedder
 from service.retrieval import Filters, RetrievalParams, Retriever, build_retriever, rrf
 from service.store import EmbedderMismatchError, IndexNotFoundError
 from service.text import ChineseTokenizer, bigram_terms
+from tests.conftest import knowledge_base
 
 CORPUS = [
     ("longzhong", "诸葛亮隐居隆中，躬耕陇亩；刘备三顾茅庐，终于请他出山辅佐。", 38),
@@ -77,15 +77,12 @@ def test_params_from_settings() -> None:
 
 @pytest.fixture(scope="module")
 def corpus(es: Elasticsearch, embedder: Embedder) -> Iterator[str]:
-    alias = f"test-retrieval-{uuid.uuid4().hex[:10]}"
     documents = [
         Document(doc_id=doc_id, text=text, source="novel.txt" if chapter else "misc.txt", chapter=chapter)
         for doc_id, text, chapter in CORPUS
     ]
-    summary = index_documents(es, documents, alias=alias, embedder=embedder, tokenizer=ChineseTokenizer())
-    assert summary.indexed == len(CORPUS)
-    yield alias
-    es.options(ignore_status=404).indices.delete(index=f"{alias}*", expand_wildcards="all")
+    with knowledge_base(es, embedder, documents, "test-retrieval") as alias:
+        yield alias
 
 
 @pytest.fixture(scope="module")

@@ -4,28 +4,25 @@ Hybrid must put the right passage first for every query; vector-only is printed 
 in the failure message) so a reader sees what keyword matching adds.
 """
 
-import uuid
 from collections.abc import Iterator
 
 import pytest
 from elasticsearch import Elasticsearch
 
 from bench.datasets import load_medical
-from indexing.pipeline import index_documents
 from service.embeddings import Embedder
 from service.retrieval import Retriever
 from service.text import ChineseTokenizer
+from tests.conftest import knowledge_base
 
 DATASET = load_medical()
 
 
 @pytest.fixture(scope="module")
 def medical_kb(es: Elasticsearch, embedder: Embedder) -> Iterator[str]:
-    alias = f"test-medical-{uuid.uuid4().hex[:10]}"
-    summary = index_documents(es, DATASET.documents, alias=alias, embedder=embedder, tokenizer=ChineseTokenizer())
-    assert summary.indexed == len(DATASET.chunks) == len(DATASET.documents)
-    yield alias
-    es.options(ignore_status=404).indices.delete(index=f"{alias}*", expand_wildcards="all")
+    assert len(DATASET.chunks) == len(DATASET.documents)  # one chunk per passage
+    with knowledge_base(es, embedder, DATASET.documents, "test-medical") as alias:
+        yield alias
 
 
 def test_fixture_pairs_cover_the_confusable_terms() -> None:

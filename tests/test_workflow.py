@@ -17,7 +17,6 @@ from elasticsearch import Elasticsearch
 from pydantic import SecretStr
 
 from indexing.loaders import split_chapters
-from indexing.pipeline import index_documents
 from service.config import Settings
 from service.embeddings import Embedder
 from service.graph import (
@@ -28,14 +27,14 @@ from service.graph import (
     WorkflowDeps,
     build_deps,
     knowledge_gap_report,
+    prompts,
     run_query,
     stream_query,
 )
-from service.graph import prompts
 from service.graph.gaps import main as gaps_main
 from service.retrieval import Retriever
 from service.text import get_tokenizer
-from tests.conftest import SANGUO_PATH
+from tests.conftest import SANGUO_PATH, knowledge_base
 from tests.fakes.bocha_server import API_KEY, BAD_JSON, TIMEOUT, FakeBochaServer, page
 from tests.fakes.openai_server import ANSWER, FakeChatServer, Text
 
@@ -50,13 +49,10 @@ LUO_PAGE = page("罗贯中_百科", "https://baike.example.org/item/罗贯中", 
 @pytest.fixture(scope="module")
 def corpus(es: Elasticsearch, embedder: Embedder) -> Iterator[str]:
     """Two chapter slices indexed once for the module with the team's indexing pipeline."""
-    alias = f"test-wf-{uuid.uuid4().hex[:10]}"
     chapters = split_chapters(SANGUO_PATH.read_text(encoding="utf-8"), source="sanguo_yanyi.txt", title="三国演义")
     documents = [replace(d, text=d.text[: SLICES[d.chapter]]) for d in chapters if d.chapter in SLICES]
-    index_documents(es, documents, alias=alias, embedder=embedder, tokenizer=get_tokenizer())
-    es.indices.refresh(index=alias)
-    yield alias
-    es.options(ignore_status=404).indices.delete(index=f"{alias}*", expand_wildcards="all")
+    with knowledge_base(es, embedder, documents, "test-wf") as alias:
+        yield alias
 
 
 @pytest.fixture

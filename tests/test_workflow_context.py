@@ -4,7 +4,13 @@ import pytest
 from pydantic import ValidationError
 
 from service.graph import QueryOptions, prompts
-from service.graph.context import cited_numbers, citations, contexts_hash, estimate_tokens, select_contexts
+from service.graph.context import (
+    citations,
+    cited_numbers,
+    contexts_hash,
+    estimate_tokens,
+    select_contexts,
+)
 from service.graph.memory import JudgementMemory
 from service.graph.schemas import Decomposition, Evaluation
 from service.graph.state import Passage

@@ -21,7 +21,15 @@ from langgraph.types import StreamWriter
 
 from service.graph import prompts
 from service.graph.context import citations, contexts_hash, select_contexts
-from service.graph.schemas import Decomposition, Evaluation, EvaluationStep, PlanDecision, RouteDecision, StandaloneQuestion, TraceStep
+from service.graph.schemas import (
+    Decomposition,
+    Evaluation,
+    EvaluationStep,
+    PlanDecision,
+    RouteDecision,
+    StandaloneQuestion,
+    TraceStep,
+)
 from service.graph.state import Passage, RunContext, WorkflowState
 from service.llm import ask_structured
 from service.websearch import WebSearchError, dedupe_by_url
