@@ -129,10 +129,7 @@ async def retrieve(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeRe
         known = passages.get(hit.id)
         if known is None:
             new += 1
-            passages[hit.id] = Passage(
-                id=hit.id, score=hit.score, rank=rank, text=hit.text, title=hit.title, source=hit.source,
-                chapter=hit.chapter, chapter_title=hit.chapter_title, found_by=sub_question,
-            )
+            passages[hit.id] = Passage(**hit.model_dump(), rank=rank, found_by=sub_question)
         else:
             passages[hit.id] = known.model_copy(update={"score": max(known.score, hit.score), "rank": min(known.rank, rank)})
     top = (result.hits[0].title or result.hits[0].source) if result.hits else "无"

@@ -6,26 +6,19 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, TypedDict
 
-from pydantic import BaseModel
-
 from service.graph.schemas import ChatTurn, Citation, EvaluationStep, TraceStep
+from service.retrieval import Hit
 from service.websearch import WebResult
 
 if TYPE_CHECKING:
     from service.graph import WorkflowDeps
 
 
-class Passage(BaseModel):
-    """A retrieved chunk; `rank` is its best 1-based rank over all retrievals that found it."""
+class Passage(Hit):
+    """A retrieved chunk; `rank` is its best 1-based rank over all retrievals that found it,
+    `found_by` the sub-question that first retrieved it."""
 
-    id: str
-    score: float
     rank: int
-    text: str
-    title: str = ""
-    source: str = ""
-    chapter: int | None = None
-    chapter_title: str | None = None
     found_by: str = ""
 
 
