@@ -2,7 +2,6 @@
 browser download): comparison columns and a streamed answer against the real service, with the
 model and web search played by the fake servers. Screenshots go to test-output/."""
 
-import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -103,8 +102,7 @@ def test_comparison_shows_both_columns(tab: Page) -> None:
     assert sorted(shared) == sorted(tab.locator("#hybrid-hits li.overlap").evaluate_all("items => items.map(li => li.dataset.id)"))
     expect(tab.locator("#compare-summary")).to_contain_text(f"重合 {len(shared)} 条")
     expect(tab.locator("#hybrid-hits li.hit").first).to_contain_text("第1章")
-    path = screenshot(tab, "compare.png")
-    shutil.copyfile(path, REPO_ROOT / "docs" / "screenshot-compare.png")
+    screenshot(tab, "compare.png")
 
 
 def test_answer_streams_with_citations_and_timeline(tab: Page) -> None:
