@@ -4,21 +4,19 @@ Everything a request needs (settings, the one Elasticsearch client, the one embe
 retriever, the workflow, the metrics) lives on `app.state`, created by `create_app` and its
 lifespan, and reaches endpoints through `Depends`. Blocking endpoints are plain `def`, so
 FastAPI runs them in its threadpool and the event loop never waits on embedding or ES.
+Error mapping: `service.errors`; body-size limit: `service.middleware`; metrics: `service.metrics`.
 """
 
 import hmac
 import logging
-import uuid
 from collections.abc import AsyncIterable, AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import urlsplit, urlunsplit
 
-import openai
 from elastic_transport import ConnectionError as ESConnectionError
 from elastic_transport import ConnectionTimeout as ESConnectionTimeout
-from elasticsearch import ApiError, Elasticsearch
+from elasticsearch import Elasticsearch
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, Response
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
@@ -28,10 +26,10 @@ from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBea
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.config import Settings
 from service.embeddings import Embedder, load_embedder
+from service.errors import add_error_handlers, redact_url
 from service.graph import (
     GapReport,
     LLMNotConfiguredError,
@@ -42,7 +40,8 @@ from service.graph import (
     run_query,
     stream_query,
 )
-from service.metrics import Metrics, MetricsMiddleware, endpoint_label
+from service.metrics import Metrics, MetricsMiddleware
+from service.middleware import BodySizeLimit
 from service.retrieval import Comparison, RetrievalParams, Retriever, SearchResult
 from service.schemas_api import (
     CompareRequest,
@@ -56,7 +55,6 @@ from service.schemas_api import (
     ValidationErrorResponse,
 )
 from service.store import (
-    EmbedderMismatchError,
     IndexNotFoundError,
     create_client,
     read_index_meta,
@@ -243,133 +241,6 @@ def gaps(settings: SettingsDep, es: ESDep, top: Annotated[int, Query(ge=1, le=10
 def metrics_endpoint(metrics: MetricsDep) -> Response:
     """Prometheus text format."""
     return Response(metrics.render(), media_type=metrics.content_type)
-
-
-# --- errors -------------------------------------------------------------------------------
-
-
-def redact_url(url: str) -> str:
-    """The URL without user:password, safe to return to clients and to log."""
-    parts = urlsplit(url)
-    if parts.username or parts.password:
-        host = parts.hostname or ""
-        netloc = f"{host}:{parts.port}" if parts.port else host
-        return urlunsplit(parts._replace(netloc=netloc))
-    return url
-
-
-def _error(request: Request, status: int, kind: str, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    request.app.state.metrics.record_error(endpoint_label(request.scope), kind)
-    return JSONResponse({"detail": detail}, status_code=status, headers=headers)
-
-
-def _describe(error: dict[str, Any]) -> str:
-    """`field: problem`; malformed JSON has no field, so it says where the JSON breaks."""
-    if error["type"] == "json_invalid":
-        return f"body: malformed JSON near character {error['loc'][-1]}"
-    return f"{'.'.join(str(part) for part in error['loc'] if part != 'body') or 'body'}: {error['msg']}"
-
-
-def add_error_handlers(app: FastAPI) -> None:
-    async def validation(request: Request, err: RequestValidationError) -> JSONResponse:
-        errors = [
-            {"loc": list(e.get("loc", ())), "msg": str(e.get("msg", "")), "type": str(e.get("type", ""))}
-            for e in err.errors()
-        ]
-        message = "; ".join(_describe(e) for e in errors)
-        request.app.state.metrics.record_error(endpoint_label(request.scope), "validation")
-        return JSONResponse({"detail": errors, "message": message}, status_code=422)
-
-    async def http_error(request: Request, err: HTTPException) -> JSONResponse:
-        return _error(request, err.status_code, f"http_{err.status_code}", str(err.detail), err.headers)
-
-    async def index_not_found(request: Request, err: IndexNotFoundError) -> JSONResponse:
-        return _error(request, 404, "index_not_found", str(err))
-
-    async def embedder_mismatch(request: Request, err: EmbedderMismatchError) -> JSONResponse:
-        return _error(request, 409, "embedder_mismatch", str(err))
-
-    async def es_unreachable(request: Request, err: Exception) -> JSONResponse:
-        url = redact_url(request.app.state.settings.es_url)
-        logger.warning("Elasticsearch unreachable at %s: %s", url, err)
-        return _error(request, 503, "elasticsearch_unreachable", f"Elasticsearch unreachable at {url} ({type(err).__name__}); retry when it is back")
-
-    async def es_api_error(request: Request, err: ApiError) -> JSONResponse:
-        logger.error("Elasticsearch error: %s", err)
-        return _error(request, 502, "elasticsearch_error", f"Elasticsearch answered {err.meta.status}: {err.message}")
-
-    async def llm_not_configured(request: Request, err: LLMNotConfiguredError) -> JSONResponse:
-        return _error(request, 503, "llm_not_configured", str(err))
-
-    async def llm_failed(request: Request, err: openai.APIError) -> JSONResponse:
-        url = redact_url(request.app.state.settings.openai_base_url or "https://api.openai.com/v1")
-        logger.warning("LLM endpoint %s failed: %s", url, err)
-        if isinstance(err, openai.APIStatusError):
-            return _error(request, 502, "llm_error", f"the LLM endpoint at {url} answered HTTP {err.status_code} ({type(err).__name__})")
-        return _error(request, 503, "llm_unreachable", f"the LLM endpoint at {url} is unreachable ({type(err).__name__}); retry later")
-
-    async def unexpected(request: Request, err: Exception) -> JSONResponse:
-        error_id = uuid.uuid4().hex[:12]
-        logger.exception("unhandled error %s on %s", error_id, request.url.path)
-        return _error(request, 500, "internal", f"internal error {error_id} ({type(err).__name__}); details are in the service log")
-
-    app.add_exception_handler(RequestValidationError, validation)
-    app.add_exception_handler(HTTPException, http_error)
-    app.add_exception_handler(IndexNotFoundError, index_not_found)
-    app.add_exception_handler(EmbedderMismatchError, embedder_mismatch)
-    app.add_exception_handler(ESConnectionError, es_unreachable)
-    app.add_exception_handler(ESConnectionTimeout, es_unreachable)
-    app.add_exception_handler(ApiError, es_api_error)
-    app.add_exception_handler(LLMNotConfiguredError, llm_not_configured)
-    app.add_exception_handler(openai.APIError, llm_failed)
-    app.add_exception_handler(Exception, unexpected)
-
-
-# --- middleware ---------------------------------------------------------------------------
-
-
-class BodySizeLimit:
-    """413 for bodies over `limit` bytes, declared (Content-Length) or streamed (chunked).
-
-    The body is read here (it is small by definition) and replayed to the app, so an
-    oversized chunked upload is refused before any endpoint sees part of it.
-    """
-
-    def __init__(self, app: ASGIApp, limit: int) -> None:
-        self.app = app
-        self.limit = limit
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            await self._refuse(send)
-            return
-        messages: list[Message] = []
-        size = 0
-        while True:
-            message = await receive()
-            messages.append(message)
-            if message["type"] != "http.request":
-                break
-            size += len(message.get("body", b""))
-            if size > self.limit:
-                await self._refuse(send)
-                return
-            if not message.get("more_body", False):
-                break
-
-        async def replay() -> Message:
-            return messages.pop(0) if messages else await receive()
-
-        await self.app(scope, replay, send)
-
-    async def _refuse(self, send: Send) -> None:
-        response = JSONResponse({"detail": f"request body larger than MAX_REQUEST_BYTES={self.limit} bytes"}, 413)
-        await send({"type": "http.response.start", "status": 413, "headers": response.raw_headers})
-        await send({"type": "http.response.body", "body": response.body})
 
 
 # --- the app ------------------------------------------------------------------------------

@@ -11,9 +11,10 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from indexing.loaders import Document
-from service.api import create_app, redact_url
+from service.api import create_app
 from service.config import Settings
 from service.embeddings import Embedder
+from service.errors import redact_url
 from tests.conftest import knowledge_base
 from tests.serving import serve
 
