@@ -34,7 +34,7 @@ DOCS_BEGIN, DOCS_END = "<!-- latency:begin -->", "<!-- latency:end -->"
 
 
 def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..100)."""
+    """Nearest-rank percentile, q in 0..100 (no interpolation: every figure is a latency that happened)."""
     ordered = sorted(values)
     return ordered[max(0, min(len(ordered) - 1, round(q / 100 * len(ordered) + 0.5) - 1))]
 

@@ -30,11 +30,12 @@ import httpx
 
 from bench.datasets import load_sanguo
 from bench.embedding_cache import CachedEmbedder
+from bench.latency import percentile
 from indexing.pipeline import index_documents
 from service.config import get_settings
 from service.embeddings import load_embedder
 from service.store import create_client
-from service.text import ChineseTokenizer
+from service.text import get_tokenizer
 
 
 def build_index(alias: str, chapters: int) -> tuple[int, list[str]]:
@@ -45,7 +46,7 @@ def build_index(alias: str, chapters: int) -> tuple[int, list[str]]:
     try:
         summary = index_documents(
             es, dataset.documents[:chapters], alias=alias, embedder=CachedEmbedder(load_embedder(settings.embedder, settings)),
-            tokenizer=ChineseTokenizer(settings.jieba_user_dict), prune=True, progress=True,
+            tokenizer=get_tokenizer(settings.jieba_user_dict), prune=True, progress=True,
         )
     finally:
         es.close()
@@ -77,12 +78,6 @@ def wait_ready(url: str, process: subprocess.Popen[bytes], timeout: float = 180)
             pass
         time.sleep(0.5)
     raise SystemExit(f"the service at {url} was not ready within {timeout:g} s")
-
-
-def percentile(sorted_values: list[float], q: float) -> float:
-    """Nearest-rank percentile (no interpolation: every figure is a latency that happened)."""
-    rank = max(1, min(len(sorted_values), round(q / 100 * len(sorted_values) + 0.5)))
-    return sorted_values[rank - 1]
 
 
 async def run_load(url: str, questions: list[str], requests: int, concurrency: int, warmup: int, k: int, max_seconds: float) -> dict[str, Any]:

@@ -42,7 +42,7 @@ from service.graph import (
 )
 from service.metrics import Metrics, MetricsMiddleware
 from service.middleware import BodySizeLimit
-from service.retrieval import Comparison, RetrievalParams, Retriever, SearchResult
+from service.retrieval import Comparison, Retriever, SearchResult, build_retriever
 from service.schemas_api import (
     CompareRequest,
     ElasticsearchStatus,
@@ -59,7 +59,6 @@ from service.store import (
     create_client,
     read_index_meta,
 )
-from service.text import ChineseTokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -253,11 +252,10 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.es = create_client(settings)
         app.state.embedder = embedder or await run_in_threadpool(load_embedder, settings.embedder, settings)
-        tokenizer = ChineseTokenizer(settings.jieba_user_dict)
+        app.state.retriever = build_retriever(settings, app.state.es, app.state.embedder)
         # Load jieba's dictionary and run the embedder once now, not on the first user's query.
-        await run_in_threadpool(tokenizer.query_terms, "预热")
+        await run_in_threadpool(app.state.retriever.tokenizer.query_terms, "预热")
         await run_in_threadpool(app.state.embedder.embed_query, "预热")
-        app.state.retriever = Retriever(app.state.es, app.state.embedder, tokenizer, RetrievalParams.from_settings(settings))
         app.state.workflow = build_deps(settings, app.state.es, app.state.retriever)
         logger.info("ready: index %r on %s, embedder %s", settings.es_index, redact_url(settings.es_url), app.state.embedder.name)
         yield
