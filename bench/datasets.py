@@ -1,8 +1,8 @@
 """The evaluation datasets as documents plus queries whose relevant chunk ids are known in advance.
 
 Relevance is decided before anything is indexed: documents are chunked with the indexing
-job's own `split_text` and every chunk gets the id the pipeline will give it
-(`store.chunk_id`), so a hit is relevant when its id is in the query's set.
+job's own `document_chunks`, so every chunk has the id the pipeline will give it and a hit
+is relevant when its id is in the query's set.
 
 - `cmrc`: CMRC 2018 dev + trial; every paragraph is one document (and one chunk: paragraphs
   are at most 980 characters, so they are chunked with size 1000), every question a query,
@@ -19,9 +19,9 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from indexing.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, split_text
+from indexing.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE
 from indexing.loaders import Document, load_text
-from service.store import chunk_id, content_hash
+from indexing.pipeline import document_chunks
 
 BENCH_DATA = Path(__file__).resolve().parent / "data"
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -51,11 +51,11 @@ class Dataset:
 
 def chunk_map(documents: list[Document], chunk_size: int, chunk_overlap: int) -> dict[str, tuple[str, str]]:
     """chunk id -> (doc_id, text), exactly as `indexing.pipeline` chunks and names them."""
-    chunks: dict[str, tuple[str, str]] = {}
-    for document in documents:
-        for i, text in enumerate(split_text(document.text, chunk_size, chunk_overlap)):
-            chunks[chunk_id(document.doc_id, i, content_hash(text))] = (document.doc_id, text)
-    return chunks
+    return {
+        chunk.id: (document.doc_id, chunk.text)
+        for document in documents
+        for chunk in document_chunks(document, chunk_size, chunk_overlap)
+    }
 
 
 def _by_document(documents: list[Document], chunk_size: int, chunk_overlap: int) -> tuple[dict[str, str], dict[str, set[str]]]:

@@ -76,7 +76,9 @@ class IndexSummary(BaseModel):
 
 
 @dataclass(frozen=True)
-class _Chunk:
+class Chunk:
+    """One chunk of a document, with the id the index gives it."""
+
     document: Document
     index: int
     text: str
@@ -87,7 +89,7 @@ class _Chunk:
 class _Plan:
     chunks: int = 0
     unchanged: int = 0
-    new: list[_Chunk] = field(default_factory=list)
+    new: list[Chunk] = field(default_factory=list)
     stale_ids: list[str] = field(default_factory=list)
 
 
@@ -107,7 +109,7 @@ class _ErrorLog:
                 with self.path.open("a", encoding="utf-8") as out:
                     out.write(json.dumps(record, ensure_ascii=False) + "\n")
 
-    def chunk_failed(self, chunk: _Chunk, stage: str, error: Any, status: int | None = None) -> None:
+    def chunk_failed(self, chunk: Chunk, stage: str, error: Any, status: int | None = None) -> None:
         self.add(
             {
                 "stage": stage,
@@ -121,9 +123,10 @@ class _ErrorLog:
         )
 
 
-def _chunks_of(document: Document, chunk_size: int, chunk_overlap: int) -> list[_Chunk]:
+def document_chunks(document: Document, chunk_size: int, chunk_overlap: int) -> list[Chunk]:
+    """The chunks of `document` with their deterministic ids, exactly as the job indexes them."""
     return [
-        _Chunk(document, i, text, chunk_id(document.doc_id, i, content_hash(text)))
+        Chunk(document, i, text, chunk_id(document.doc_id, i, content_hash(text)))
         for i, text in enumerate(split_text(document.text, chunk_size, chunk_overlap))
     ]
 
@@ -133,12 +136,11 @@ def _batched(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
         yield items[start : start + size]
 
 
-def _scan_ids(es: Elasticsearch, index: str, query: dict[str, Any]) -> Iterator[tuple[str, str, str]]:
-    """(chunk id, doc_id, source) of every chunk matching `query`, from doc values only."""
-    body = {"query": query, "_source": False, "docvalue_fields": ["doc_id", "source"]}
+def _scan_ids(es: Elasticsearch, index: str, query: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    """(chunk id, doc_id) of every chunk matching `query`, from doc values only."""
+    body = {"query": query, "_source": False, "docvalue_fields": ["doc_id"]}
     for hit in helpers.scan(es, index=index, query=body, size=1000):
-        fields = hit.get("fields", {})
-        yield hit["_id"], fields.get("doc_id", [""])[0], fields.get("source", [""])[0]
+        yield hit["_id"], hit.get("fields", {}).get("doc_id", [""])[0]
 
 
 def _plan(
@@ -149,10 +151,10 @@ def _plan(
         existing: dict[str, set[str]] = {}
         if not empty:
             query = {"terms": {"doc_id": [document.doc_id for document in group]}}
-            for id_, doc_id, _source in _scan_ids(es, index, query):
+            for id_, doc_id in _scan_ids(es, index, query):
                 existing.setdefault(doc_id, set()).add(id_)
         for document in group:
-            chunks = _chunks_of(document, chunk_size, chunk_overlap)
+            chunks = document_chunks(document, chunk_size, chunk_overlap)
             indexed = existing.get(document.doc_id, set())
             plan.chunks += len(chunks)
             plan.new.extend(chunk for chunk in chunks if chunk.id not in indexed)
@@ -170,12 +172,12 @@ class _Writer(threading.Thread):
         super().__init__(name="index-writer", daemon=True)
         self._es, self._index, self._tokenizer = es, index, tokenizer
         self._errors, self._progress = errors, progress
-        self._queue: queue.Queue[tuple[Sequence[_Chunk], np.ndarray] | None] = queue.Queue(_QUEUE_BATCHES)
+        self._queue: queue.Queue[tuple[Sequence[Chunk], np.ndarray] | None] = queue.Queue(_QUEUE_BATCHES)
         self.indexed = 0
         self.seconds = 0.0
         self.error: BaseException | None = None
 
-    def put(self, batch: Sequence[_Chunk], vectors: np.ndarray) -> None:
+    def put(self, batch: Sequence[Chunk], vectors: np.ndarray) -> None:
         if self.error is not None:
             raise RuntimeError("the index writer stopped") from self.error
         self._queue.put((batch, vectors))
@@ -198,7 +200,7 @@ class _Writer(threading.Thread):
             while self._queue.get() is not None:  # unblock the caller
                 pass
 
-    def _write(self, batch: Sequence[_Chunk], vectors: np.ndarray) -> None:
+    def _write(self, batch: Sequence[Chunk], vectors: np.ndarray) -> None:
         actions = [
             {
                 "_op_type": "index",
@@ -287,7 +289,7 @@ def _orphans(
     given = {document.doc_id for document in documents}
     sources = sorted({document.source for document in documents})
     query: dict[str, Any] = {"match_all": {}} if prune else {"terms": {"source": sources}}
-    return [id_ for id_, doc_id, _source in _scan_ids(es, index, query) if doc_id not in given]
+    return [id_ for id_, doc_id in _scan_ids(es, index, query) if doc_id not in given]
 
 
 def index_documents(
