@@ -120,12 +120,17 @@ def _parse(response: httpx.Response) -> list[WebResult]:
     return dedupe_by_url(results)
 
 
+def url_key(url: str) -> str:
+    """A URL without its fragment and trailing slash: two results with one key are one page."""
+    return url.split("#", 1)[0].rstrip("/")
+
+
 def dedupe_by_url(results: list[WebResult], seen: set[str] | None = None) -> list[WebResult]:
-    """First occurrence of each URL (ignoring a trailing slash and fragment), order kept."""
+    """First occurrence of each page (`url_key`) not already in `seen`, order kept."""
     seen = set() if seen is None else seen
     unique = []
     for result in results:
-        key = result.url.split("#", 1)[0].rstrip("/")
+        key = url_key(result.url)
         if key not in seen:
             seen.add(key)
             unique.append(result)

@@ -65,7 +65,7 @@ class JudgementMemory:
 
     def remember(self, question: str, contexts_hash: str, evaluation: Evaluation) -> None:
         with self._lock:
-            self._cache[self._key(question, contexts_hash)] = Evaluation.model_validate(evaluation.model_dump(include=set(Evaluation.model_fields)))
+            self._cache[self._key(question, contexts_hash)] = evaluation.model_copy()
             while len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
 

@@ -32,7 +32,7 @@ from service.graph.schemas import (
 )
 from service.graph.state import Passage, RunContext, WorkflowState
 from service.llm import ask_structured
-from service.websearch import WebSearchError, dedupe_by_url
+from service.websearch import WebSearchError, dedupe_by_url, url_key
 
 logger = logging.getLogger(__name__)
 
@@ -229,7 +229,7 @@ async def web_search(state: WorkflowState, runtime: Runtime[RunContext]) -> Node
         reason = f"网络搜索失败：{err.reason}"
         update = {"web_searches": searches, "web_unavailable": reason, "next_step": "generate", "warnings": [reason]}
         return update, f"「{query}」失败：{err.reason} → generate"
-    new = dedupe_by_url(results, seen={w.url.split("#", 1)[0].rstrip("/") for w in known})
+    new = dedupe_by_url(results, seen={url_key(w.url) for w in known})
     if not new:
         reason = "网络搜索没有找到新的结果"
         update = {"web_searches": searches, "web_unavailable": reason, "next_step": "generate", "warnings": [reason]}
