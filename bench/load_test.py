@@ -31,11 +31,11 @@ import httpx
 from bench.datasets import load_sanguo
 from bench.embedding_cache import CachedEmbedder
 from bench.latency import percentile
+from core.config import get_settings
+from core.embeddings import load_embedder
+from core.text import get_tokenizer
 from indexing.pipeline import index_documents
-from service.config import get_settings
-from service.embeddings import load_embedder
 from service.store import create_client
-from service.text import get_tokenizer
 
 
 def build_index(alias: str, chapters: int) -> tuple[int, list[str]]:
@@ -45,8 +45,13 @@ def build_index(alias: str, chapters: int) -> tuple[int, list[str]]:
     es = create_client(settings)
     try:
         summary = index_documents(
-            es, dataset.documents[:chapters], alias=alias, embedder=CachedEmbedder(load_embedder(settings.embedder, settings)),
-            tokenizer=get_tokenizer(settings.jieba_user_dict), prune=True, progress=True,
+            es,
+            dataset.documents[:chapters],
+            alias=alias,
+            embedder=CachedEmbedder(load_embedder(settings.embedder, settings)),
+            tokenizer=get_tokenizer(settings.jieba_user_dict),
+            prune=True,
+            progress=True,
         )
     finally:
         es.close()
@@ -80,7 +85,9 @@ def wait_ready(url: str, process: subprocess.Popen[bytes], timeout: float = 180)
     raise SystemExit(f"the service at {url} was not ready within {timeout:g} s")
 
 
-async def run_load(url: str, questions: list[str], requests: int, concurrency: int, warmup: int, k: int, max_seconds: float) -> dict[str, Any]:
+async def run_load(
+    url: str, questions: list[str], requests: int, concurrency: int, warmup: int, k: int, max_seconds: float
+) -> dict[str, Any]:
     latencies: list[float] = []
     took: list[float] = []  # the retriever's own time per request (embedding + ES), from the response
     errors: Counter[str] = Counter()
@@ -90,7 +97,9 @@ async def run_load(url: str, questions: list[str], requests: int, concurrency: i
 
         async def one(i: int) -> tuple[float, float]:
             started = time.perf_counter()
-            response = await client.post("/search", json={"query": questions[i % len(questions)], "mode": "hybrid", "k": k})
+            response = await client.post(
+                "/search", json={"query": questions[i % len(questions)], "mode": "hybrid", "k": k}
+            )
             elapsed = (time.perf_counter() - started) * 1000
             if response.status_code != 200:
                 raise RuntimeError(f"HTTP {response.status_code}")
@@ -140,14 +149,18 @@ async def run_load(url: str, questions: list[str], requests: int, concurrency: i
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.load_test", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.load_test", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--index", default="load-sanguo", help="scratch alias to index and query (default %(default)s)")
     parser.add_argument("--chapters", type=int, default=30, help="first N chapters of 三国演义 (default %(default)s)")
     parser.add_argument("--requests", type=int, default=500, help="measured requests (default %(default)s)")
     parser.add_argument("--concurrency", type=int, default=8, help="concurrent clients (default %(default)s)")
     parser.add_argument("--warmup", type=int, default=16, help="unmeasured requests first (default %(default)s)")
     parser.add_argument("--k", type=int, default=10, help="hits per search (default %(default)s)")
-    parser.add_argument("--max-seconds", type=float, default=600, help="stop sending after this long (default %(default)s)")
+    parser.add_argument(
+        "--max-seconds", type=float, default=600, help="stop sending after this long (default %(default)s)"
+    )
     args = parser.parse_args(argv)
     if args.index == "kb":
         raise SystemExit("refusing to load-test the knowledge base `kb`: use a scratch alias")
@@ -158,13 +171,21 @@ def main(argv: list[str] | None = None) -> int:
     service = start_service(args.index, port)
     try:
         wait_ready(url, service)
-        result = asyncio.run(run_load(url, questions, args.requests, args.concurrency, args.warmup, args.k, args.max_seconds))
+        result = asyncio.run(
+            run_load(url, questions, args.requests, args.concurrency, args.warmup, args.k, args.max_seconds)
+        )
     finally:
         service.terminate()
         service.wait(30)
     report = {
-        "index": args.index, "chapters": args.chapters, "chunks": chunks, "concurrency": args.concurrency, "k": args.k,
-        "cpus": os.cpu_count(), "python": platform.python_version(), **result,
+        "index": args.index,
+        "chapters": args.chapters,
+        "chunks": chunks,
+        "concurrency": args.concurrency,
+        "k": args.k,
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        **result,
     }
     print(json.dumps(report, ensure_ascii=False))
     return 0 if result["errors"] == 0 and not result["stopped_early"] else 1

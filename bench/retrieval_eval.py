@@ -39,19 +39,19 @@ from tqdm import tqdm
 
 from bench.datasets import Dataset, load_cmrc, load_medical, load_sanguo
 from bench.embedding_cache import CachedEmbedder
-from indexing.chunking import DEFAULT_CHUNK_SIZE
+from core.chunking import DEFAULT_CHUNK_SIZE
+from core.config import Settings
+from core.embeddings import Embedder, load_embedder
+from core.schema import Mode
+from core.text import ChineseTokenizer, JiebaMode
 from indexing.pipeline import index_documents
-from service.config import Settings
-from service.embeddings import Embedder, load_embedder
 from service.retrieval import RetrievalParams, Retriever, rrf
 from service.store import concrete_indices, create_client
-from service.text import ChineseTokenizer, JiebaMode
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
 DOCS = REPO / "docs" / "retrieval.md"
 LISTS = ("vector", "bm25", "bigram", "standard")
-MODES = ("vector", "bm25", "bigram", "standard", "hybrid")
 METRICS = ("R@1", "R@5", "R@10", "MRR@10", "nDCG@10")
 DOCS_BEGIN, DOCS_END = "<!-- retrieval-eval:begin -->", "<!-- retrieval-eval:end -->"
 
@@ -111,7 +111,7 @@ def ensure_indexed(
 def run_queries(retriever: Retriever, alias: str, dataset: Dataset) -> dict[str, list[list[str]]]:
     """Ranked chunk ids per mode and query: single modes at fusion depth, hybrid at 10."""
     depth = retriever.params.depth
-    ranked: dict[str, list[list[str]]] = {mode: [] for mode in MODES}
+    ranked: dict[str, list[list[str]]] = {mode: [] for mode in list(Mode)}
     for query in tqdm(dataset.queries, desc=f"querying {alias}", unit="q"):
         for mode in LISTS:
             ranked[mode].append([hit.id for hit in retriever.search(alias, query.text, mode, depth).hits])
@@ -122,14 +122,19 @@ def run_queries(retriever: Retriever, alias: str, dataset: Dataset) -> dict[str,
 def evaluate(dataset: Dataset, ranked: dict[str, list[list[str]]]) -> dict[str, dict[str, float]]:
     return {
         mode: mean_metrics([query_metrics(ids, query.relevant) for ids, query in zip(ranked[mode], dataset.queries)])
-        for mode in MODES
+        for mode in list(Mode)
     }
 
 
 def fusion_grid() -> list[dict[str, Any]]:
     """The RRF settings tried offline: rank constant, fused lists, vector weight, depth."""
-    combos = [("vector", "bm25"), ("vector", "bigram"), ("vector", "bm25", "bigram"), ("bm25", "bigram"),
-              ("vector", "bm25", "bigram", "standard")]
+    combos = [
+        ("vector", "bm25"),
+        ("vector", "bigram"),
+        ("vector", "bm25", "bigram"),
+        ("bm25", "bigram"),
+        ("vector", "bm25", "bigram", "standard"),
+    ]
     grid = []
     for lists, k, weight, depth in product(combos, (10, 30, 60, 100), (0.5, 1.0, 1.5, 2.0), (20, 50)):
         if weight != 1.0 and "vector" not in lists:
@@ -163,9 +168,17 @@ def tune(datasets: list[tuple[Dataset, dict[str, list[list[str]]]]]) -> list[dic
 
 
 def machine(es: Elasticsearch, embedder: Embedder) -> dict[str, Any]:
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
-    mem_kb = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal"))
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    mem_kb = next(
+        int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal")
+    )
     return {
         "cpu": cpu,
         "cores": os.cpu_count(),
@@ -197,11 +210,13 @@ def markdown(report: dict[str, Any]) -> str:
             "| mode | " + " | ".join(METRICS) + " |",
             "|---|" + "---:|" * len(METRICS),
         ]
-        best = {metric: max(result["metrics"][mode][metric] for mode in MODES) for metric in METRICS}
-        for mode in MODES:
+        best = {metric: max(result["metrics"][mode][metric] for mode in list(Mode)) for metric in METRICS}
+        for mode in list(Mode):
             cells = [
-                f"**{result['metrics'][mode][metric]:.3f}**" if result["metrics"][mode][metric] == best[metric]
-                else f"{result['metrics'][mode][metric]:.3f}" for metric in METRICS
+                f"**{result['metrics'][mode][metric]:.3f}**"
+                if result["metrics"][mode][metric] == best[metric]
+                else f"{result['metrics'][mode][metric]:.3f}"
+                for metric in METRICS
             ]
             label = "standard (baseline)" if mode == "standard" else mode
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
@@ -214,18 +229,27 @@ def markdown(report: dict[str, Any]) -> str:
             f"{len(report['tuning'])} settings by mean MRR@10, then the default if not among them and the "
             "issue's starting point, vector+bm25+bigram k=60):",
             "",
-            "| lists | k | vector weight | depth | " + " | ".join(f"{n} MRR@10 / R@5" for n in names) + " | mean MRR@10 |",
+            "| lists | k | vector weight | depth | "
+            + " | ".join(f"{n} MRR@10 / R@5" for n in names)
+            + " | mean MRR@10 |",
             "|---|---:|---:|---:|" + "---:|" * (len(names) + 1),
         ]
         initial = {"lists": "vector+bm25+bigram", "rrf_k": 60, "vector_weight": 1.0, "depth": 50}
         shown = report["tuning"][:10]
-        shown += [row for row in report["tuning"][10:] if row.get("default") or all(row[key] == v for key, v in initial.items())]
+        shown += [
+            row
+            for row in report["tuning"][10:]
+            if row.get("default") or all(row[key] == v for key, v in initial.items())
+        ]
         for row in shown:
             cells = [f"{row[n]['MRR@10']:.3f} / {row[n]['R@5']:.3f}" for n in names]
             mark = " (default)" if row.get("default") else ""
             mark += " (initial)" if all(row[key] == v for key, v in initial.items()) else ""
-            lines.append(f"| {row['lists']}{mark} | {row['rrf_k']} | {row['vector_weight']} | {row['depth']} | "
-                         + " | ".join(cells) + f" | {row['mean_MRR@10']:.3f} |")
+            lines.append(
+                f"| {row['lists']}{mark} | {row['rrf_k']} | {row['vector_weight']} | {row['depth']} | "
+                + " | ".join(cells)
+                + f" | {row['mean_MRR@10']:.3f} |"
+            )
         lines.append("")
     return "\n".join(lines)
 
@@ -238,17 +262,17 @@ def chart(report: dict[str, Any], path: Path) -> None:
 
     names = list(report["datasets"])
     fig, axes = plt.subplots(1, len(names), figsize=(5.5 * len(names), 4.4), squeeze=False)
-    width = 0.8 / len(MODES)
+    width = 0.8 / len(list(Mode))
     for ax, name in zip(axes[0], names):
         metrics = report["datasets"][name]["metrics"]
-        for i, mode in enumerate(MODES):
+        for i, mode in enumerate(list(Mode)):
             ax.bar([x + i * width for x in range(len(METRICS))], [metrics[mode][m] for m in METRICS], width, label=mode)
-        ax.set_xticks([x + width * (len(MODES) - 1) / 2 for x in range(len(METRICS))], METRICS)
+        ax.set_xticks([x + width * (len(list(Mode)) - 1) / 2 for x in range(len(METRICS))], METRICS)
         ax.set_ylim(0, 1)
         ax.set_title(name)
         ax.grid(axis="y", alpha=0.3)
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=len(MODES), fontsize=9)
+    fig.legend(handles, labels, loc="lower center", ncol=len(list(Mode)), fontsize=9)
     fig.tight_layout(rect=(0, 0.07, 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -259,7 +283,7 @@ def update_docs(table: str, begin: str = DOCS_BEGIN, end: str = DOCS_END, path: 
     text = path.read_text(encoding="utf-8") if path.exists() else ""
     block = f"{begin}\n{table}\n{end}"
     if begin in text and end in text:
-        text = text[: text.index(begin)] + block + text[text.index(end) + len(end):]
+        text = text[: text.index(begin)] + block + text[text.index(end) + len(end) :]
     else:
         text = text + ("\n" if text else "") + block + "\n"
     path.write_text(text, encoding="utf-8")
@@ -285,12 +309,21 @@ def load_datasets(names: list[str], cmrc_limit: int | None, chunk_sizes: list[in
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--datasets", default="cmrc,sanguo,medical")
-    parser.add_argument("--cmrc-limit", type=int, default=200,
-                        help="keep every n-th paragraph of dev+trial (n = ceil(1104 / limit)) and their questions; 0 = all 1,104")
-    parser.add_argument("--sanguo-chunk-sizes", default=str(DEFAULT_CHUNK_SIZE),
-                        help="comma-separated (overlap: the indexing default)")
-    parser.add_argument("--index-mode", choices=("search", "accurate"), default="search", help="jieba mode for indexing")
-    parser.add_argument("--query-mode", choices=("search", "accurate"), default="accurate", help="jieba mode for queries")
+    parser.add_argument(
+        "--cmrc-limit",
+        type=int,
+        default=200,
+        help="keep every n-th paragraph of dev+trial (n = ceil(1104 / limit)) and their questions; 0 = all 1,104",
+    )
+    parser.add_argument(
+        "--sanguo-chunk-sizes", default=str(DEFAULT_CHUNK_SIZE), help="comma-separated (overlap: the indexing default)"
+    )
+    parser.add_argument(
+        "--index-mode", choices=("search", "accurate"), default="search", help="jieba mode for indexing"
+    )
+    parser.add_argument(
+        "--query-mode", choices=("search", "accurate"), default="accurate", help="jieba mode for queries"
+    )
     parser.add_argument("--rrf-k", type=int, help="override the default RRF rank constant")
     parser.add_argument("--hybrid-lists", help="override the fused lists, e.g. vector,bm25")
     parser.add_argument("--vector-weight", type=float, help="override the RRF weight of the vector list")
@@ -321,14 +354,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "datasets": {},
     }
     evaluated = []
-    for dataset in load_datasets(args.datasets.split(","), args.cmrc_limit or None,
-                                 [int(s) for s in args.sanguo_chunk_sizes.split(",")]):
+    for dataset in load_datasets(
+        args.datasets.split(","), args.cmrc_limit or None, [int(s) for s in args.sanguo_chunk_sizes.split(",")]
+    ):
         alias = dataset.alias + suffix
         started = time.perf_counter()
         indexed = ensure_indexed(es, dataset, alias, embedder, tokenizer, args.reindex)
         ranked = run_queries(retriever, alias, dataset)
         metrics = evaluate(dataset, ranked)
-        singles = [m for m in MODES if m != "hybrid"]
+        singles = [m for m in list(Mode) if m != "hybrid"]
         verdict = {
             metric: (
                 f"hybrid {metrics['hybrid'][metric]:.3f} vs best single {max(metrics[m][metric] for m in singles):.3f} "
@@ -345,8 +379,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             "chunk_overlap": dataset.chunk_overlap,
             "jieba": "/".join(modes),
             "index": indexed,
-            "params": {"rrf_k": params.rrf_k, "depth": params.depth, "num_candidates": params.num_candidates,
-                       "hybrid_lists": list(params.hybrid_lists), "weights": params.weights},
+            "params": {
+                "rrf_k": params.rrf_k,
+                "depth": params.depth,
+                "num_candidates": params.num_candidates,
+                "hybrid_lists": list(params.hybrid_lists),
+                "weights": params.weights,
+            },
             "metrics": metrics,
             "hybrid_vs_best_single": verdict,
             "seconds": round(time.perf_counter() - started, 1),
@@ -357,8 +396,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.no_tune:
         report["tuning"] = tune(evaluated)
         for row in report["tuning"]:
-            row["default"] = (row["lists"] == "+".join(params.hybrid_lists) and row["rrf_k"] == params.rrf_k
-                              and row["vector_weight"] == params.weights.get("vector", 1.0) and row["depth"] == params.depth)
+            row["default"] = (
+                row["lists"] == "+".join(params.hybrid_lists)
+                and row["rrf_k"] == params.rrf_k
+                and row["vector_weight"] == params.weights.get("vector", 1.0)
+                and row["depth"] == params.depth
+            )
     report["embedding_cache"] = {"hits": embedder.hits, "misses": embedder.misses}
 
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -12,13 +12,14 @@ from pathlib import Path
 
 from elasticsearch import ConnectionError as ESConnectionError
 
-from indexing.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE
+from core.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE
+from core.config import Settings
+from core.embeddings import load_embedder
+from core.redact import redact_url
+from core.text import get_tokenizer
 from indexing.loaders import LoadError, load_paths
 from indexing.pipeline import index_documents
-from service.config import Settings
-from service.embeddings import load_embedder
 from service.store import EmbedderMismatchError, create_client
-from service.text import get_tokenizer
 
 logger = logging.getLogger("indexing")
 
@@ -114,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     except ESConnectionError as err:
         logger.error(
             "Elasticsearch at %s is unreachable (%s): start it (scripts/es-local start) or set ES_URL",
-            settings.es_url,
+            redact_url(settings.es_url),
             err,
         )
         return 1

@@ -20,6 +20,8 @@ from typing import Any
 
 from charset_normalizer import from_bytes
 
+from core.documents import Document
+
 logger = logging.getLogger(__name__)
 
 SUPPORTED_SUFFIXES = (".txt", ".md", ".jsonl", ".epub")
@@ -35,17 +37,6 @@ _HEADING = re.compile(
     re.MULTILINE,
 )
 _MAX_HEADING_CHARS = 60
-
-
-@dataclass
-class Document:
-    doc_id: str
-    text: str
-    source: str
-    title: str = ""
-    chapter: int | None = None
-    chapter_title: str | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

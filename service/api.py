@@ -27,9 +27,10 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 
-from service.config import Settings
-from service.embeddings import Embedder, load_embedder
-from service.errors import add_error_handlers, redact_url
+from core.config import Settings
+from core.embeddings import Embedder, load_embedder
+from core.redact import redact_url
+from service.errors import add_error_handlers
 from service.graph import (
     GapReport,
     LLMNotConfiguredError,
@@ -153,7 +154,10 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     409: {"model": ErrorResponse, "description": "the index was built with another embedder"},
     413: {"model": ErrorResponse, "description": "request body larger than MAX_REQUEST_BYTES"},
     422: {"model": ValidationErrorResponse, "description": "bad input; the message names the field"},
-    503: {"model": ErrorResponse, "description": "Elasticsearch or the LLM unreachable, or no LLM configured (the message says which)"},
+    503: {
+        "model": ErrorResponse,
+        "description": "Elasticsearch or the LLM unreachable, or no LLM configured (the message says which)",
+    },
 }
 
 health = APIRouter(tags=["health"])
@@ -224,7 +228,9 @@ async def query_stream(body: QuestionDep, workflow: WorkflowDep, metrics: Metric
     answer, then `final` (the whole `/query` result) or `error` ({type, message})."""
     async for event in stream_query(workflow, body.question, body.options()):
         if event.event == "final":
-            metrics.record_workflow(event.data["route"], event.data["web_used"], event.data["llm_calls"], event.data["web_calls"])
+            metrics.record_workflow(
+                event.data["route"], event.data["web_used"], event.data["llm_calls"], event.data["web_calls"]
+            )
         elif event.event == "error":
             metrics.record_error("/query/stream", "workflow")
         yield ServerSentEvent(event=event.event, data=event.data)
@@ -257,7 +263,12 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
         await run_in_threadpool(app.state.retriever.tokenizer.query_terms, "预热")
         await run_in_threadpool(app.state.embedder.embed_query, "预热")
         app.state.workflow = build_deps(settings, app.state.es, app.state.retriever)
-        logger.info("ready: index %r on %s, embedder %s", settings.es_index, redact_url(settings.es_url), app.state.embedder.name)
+        logger.info(
+            "ready: index %r on %s, embedder %s",
+            settings.es_index,
+            redact_url(settings.es_url),
+            app.state.embedder.name,
+        )
         yield
         app.state.es.close()
 

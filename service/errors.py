@@ -7,7 +7,6 @@ mismatch → 409; Elasticsearch or the LLM unreachable → 503 naming it; their 
 import logging
 import uuid
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import openai
 from elastic_transport import ConnectionError as ESConnectionError
@@ -17,6 +16,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
+from core.redact import redact_url
 from service.graph import LLMNotConfiguredError
 from service.metrics import endpoint_label
 from service.store import EmbedderMismatchError, IndexNotFoundError
@@ -24,17 +24,9 @@ from service.store import EmbedderMismatchError, IndexNotFoundError
 logger = logging.getLogger(__name__)
 
 
-def redact_url(url: str) -> str:
-    """The URL without user:password, safe to return to clients and to log."""
-    parts = urlsplit(url)
-    if parts.username or parts.password:
-        host = parts.hostname or ""
-        netloc = f"{host}:{parts.port}" if parts.port else host
-        return urlunsplit(parts._replace(netloc=netloc))
-    return url
-
-
-def _error(request: Request, status: int, kind: str, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
+def _error(
+    request: Request, status: int, kind: str, detail: str, headers: dict[str, str] | None = None
+) -> JSONResponse:
     request.app.state.metrics.record_error(endpoint_label(request.scope), kind)
     return JSONResponse({"detail": detail}, status_code=status, headers=headers)
 
@@ -68,7 +60,12 @@ def add_error_handlers(app: FastAPI) -> None:
     async def es_unreachable(request: Request, err: Exception) -> JSONResponse:
         url = redact_url(request.app.state.settings.es_url)
         logger.warning("Elasticsearch unreachable at %s: %s", url, err)
-        return _error(request, 503, "elasticsearch_unreachable", f"Elasticsearch unreachable at {url} ({type(err).__name__}); retry when it is back")
+        return _error(
+            request,
+            503,
+            "elasticsearch_unreachable",
+            f"Elasticsearch unreachable at {url} ({type(err).__name__}); retry when it is back",
+        )
 
     async def es_api_error(request: Request, err: ApiError) -> JSONResponse:
         logger.error("Elasticsearch error: %s", err)
@@ -81,13 +78,28 @@ def add_error_handlers(app: FastAPI) -> None:
         url = redact_url(request.app.state.settings.openai_base_url or "https://api.openai.com/v1")
         logger.warning("LLM endpoint %s failed: %s", url, err)
         if isinstance(err, openai.APIStatusError):
-            return _error(request, 502, "llm_error", f"the LLM endpoint at {url} answered HTTP {err.status_code} ({type(err).__name__})")
-        return _error(request, 503, "llm_unreachable", f"the LLM endpoint at {url} is unreachable ({type(err).__name__}); retry later")
+            return _error(
+                request,
+                502,
+                "llm_error",
+                f"the LLM endpoint at {url} answered HTTP {err.status_code} ({type(err).__name__})",
+            )
+        return _error(
+            request,
+            503,
+            "llm_unreachable",
+            f"the LLM endpoint at {url} is unreachable ({type(err).__name__}); retry later",
+        )
 
     async def unexpected(request: Request, err: Exception) -> JSONResponse:
         error_id = uuid.uuid4().hex[:12]
         logger.exception("unhandled error %s on %s", error_id, request.url.path)
-        return _error(request, 500, "internal", f"internal error {error_id} ({type(err).__name__}); details are in the service log")
+        return _error(
+            request,
+            500,
+            "internal",
+            f"internal error {error_id} ({type(err).__name__}); details are in the service log",
+        )
 
     app.add_exception_handler(RequestValidationError, validation)
     app.add_exception_handler(HTTPException, http_error)

@@ -18,7 +18,7 @@ from langchain_core.messages import BaseMessage
 from langchain_openai import ChatOpenAI
 from pydantic import BaseModel, SecretStr
 
-from service.config import Settings
+from core.config import Settings
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +71,9 @@ async def ask_structured(
         return parsed, None
     error = output.get("parsing_error")
     raw = output.get("raw")
-    logger.warning("unparseable %s output (%s): %.300r", schema.__name__, error or "no tool call", getattr(raw, "content", raw))
+    logger.warning(
+        "unparseable %s output (%s): %.300r", schema.__name__, error or "no tool call", getattr(raw, "content", raw)
+    )
     if error or getattr(raw, "invalid_tool_calls", None):
         return None, "结构化输出无法解析"
     return None, "模型未按要求返回结构化结果"

@@ -24,19 +24,28 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         self.requests = Counter(
-            "rag_http_requests", "HTTP requests by endpoint, method and status", ["endpoint", "method", "status"],
+            "rag_http_requests",
+            "HTTP requests by endpoint, method and status",
+            ["endpoint", "method", "status"],
             registry=self.registry,
         )
         self.latency = Histogram(
-            "rag_http_request_duration_seconds", "Time to the end of the response, by endpoint", ["endpoint", "method"],
-            buckets=_LATENCY_BUCKETS, registry=self.registry,
+            "rag_http_request_duration_seconds",
+            "Time to the end of the response, by endpoint",
+            ["endpoint", "method"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
         )
         self.errors = Counter(
-            "rag_errors", "Requests answered with an error, by endpoint and kind", ["endpoint", "kind"],
+            "rag_errors",
+            "Requests answered with an error, by endpoint and kind",
+            ["endpoint", "kind"],
             registry=self.registry,
         )
         self.workflow_paths = Counter(
-            "rag_workflow_paths", "Answered questions by route and whether the web was used", ["route", "web_used"],
+            "rag_workflow_paths",
+            "Answered questions by route and whether the web was used",
+            ["route", "web_used"],
             registry=self.registry,
         )
         self.llm_calls = Counter("rag_llm_calls", "Chat-model calls made by the workflow", registry=self.registry)
@@ -85,4 +94,6 @@ class MetricsMiddleware:
         finally:
             endpoint = endpoint_label(scope)
             self.metrics.requests.labels(endpoint=endpoint, method=scope["method"], status=str(status)).inc()
-            self.metrics.latency.labels(endpoint=endpoint, method=scope["method"]).observe(time.perf_counter() - started)
+            self.metrics.latency.labels(endpoint=endpoint, method=scope["method"]).observe(
+                time.perf_counter() - started
+            )

@@ -10,20 +10,16 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
-from typing import Any, Literal
+from typing import Any
 
 from elasticsearch import Elasticsearch, NotFoundError
 from pydantic import BaseModel, model_validator
 
-from service.config import Settings
-from service.embeddings import Embedder
+from core.config import Settings
+from core.embeddings import Embedder
+from core.schema import HIT_SOURCE_FIELDS, LIST_MODES, Mode
+from core.text import ChineseTokenizer, bigram_terms, get_tokenizer, join_terms
 from service.store import IndexNotFoundError, check_embedder
-from service.text import ChineseTokenizer, bigram_terms, get_tokenizer, join_terms
-
-Mode = Literal["vector", "bm25", "bigram", "hybrid", "standard"]
-ListName = Literal["vector", "bm25", "bigram", "standard"]
-MODES: tuple[str, ...] = ("vector", "bm25", "bigram", "hybrid", "standard")
-_SOURCE_FIELDS = ["text", "title", "source", "doc_id", "chunk_index", "chapter", "chapter_title"]
 
 
 class Filters(BaseModel):
@@ -115,7 +111,7 @@ class RetrievalParams:
     rrf_k: int = 10
     depth: int = 50
     num_candidates: int = 100
-    hybrid_lists: tuple[ListName, ...] = ("vector", "bm25", "bigram", "standard")
+    hybrid_lists: tuple[Mode, ...] = LIST_MODES
     weights: dict[str, float] = field(default_factory=lambda: {"vector": 1.5})
     title_boost: float = 2.0
 
@@ -124,7 +120,9 @@ class RetrievalParams:
         return cls(rrf_k=settings.rrf_k, depth=settings.rrf_depth, num_candidates=settings.num_candidates)
 
 
-def rrf(ranked_ids: dict[str, list[str]], k: int = 60, weights: dict[str, float] | None = None) -> list[tuple[str, float]]:
+def rrf(
+    ranked_ids: dict[str, list[str]], k: int = 60, weights: dict[str, float] | None = None
+) -> list[tuple[str, float]]:
     """Reciprocal Rank Fusion: score(d) = sum over lists of weight / (k + rank(d)), rank 1-based."""
     scores: dict[str, float] = {}
     for name, ids in ranked_ids.items():
@@ -151,32 +149,36 @@ class Retriever:
         self._checked: set[str] = set()
 
     def search(
-        self, index: str, query: str, mode: Mode = "hybrid", k: int = 10, filters: Filters | None = None
+        self, index: str, query: str, mode: Mode | str = Mode.HYBRID, k: int = 10, filters: Filters | None = None
     ) -> SearchResult:
-        if mode not in MODES:
-            raise ValueError(f"unknown mode {mode!r}: use one of {', '.join(MODES)}")
+        mode = Mode.from_str(mode)
         if k < 1:
             raise ValueError(f"k must be at least 1, got {k}")
         if not query.strip():
             raise ValueError("query is empty")
         started = time.perf_counter()
-        lists: tuple[ListName, ...] = self.params.hybrid_lists if mode == "hybrid" else (mode,)
-        size = max(k, self.params.depth) if mode == "hybrid" else k
+        lists: tuple[Mode, ...] = self.params.hybrid_lists if mode == Mode.HYBRID else (mode,)
+        size = max(k, self.params.depth) if mode == Mode.HYBRID else k
         if "vector" in lists:
             self._check_embedder(index)
         responses = self._msearch(index, [self._body(name, query, size, filters) for name in lists])
         ranked = {name: response["hits"]["hits"] for name, response in zip(lists, responses)}
-        if mode == "hybrid":
+        if mode == Mode.HYBRID:
             hits = self._fuse(ranked, k)
         else:
             hits = [_hit(raw, raw["_score"]) for raw in ranked[lists[0]]][:k]
         return SearchResult(mode=mode, took_ms=(time.perf_counter() - started) * 1000, hits=hits)
 
     def compare(
-        self, index: str, query: str, k: int = 10, modes: Sequence[Mode] = ("vector", "hybrid"), filters: Filters | None = None
+        self,
+        index: str,
+        query: str,
+        k: int = 10,
+        modes: Sequence[Mode | str] = (Mode.VECTOR, Mode.HYBRID),
+        filters: Filters | None = None,
     ) -> Comparison:
         """Run `query` in each of `modes` (each timed on its own) and relate their top-k ids."""
-        modes = list(dict.fromkeys(modes))
+        modes = list(dict.fromkeys(Mode.from_str(mode) for mode in modes))
         if len(modes) < 2:
             raise ValueError(f"compare needs at least two distinct modes, got {modes}")
         results = {mode: self.search(index, query, mode, k, filters) for mode in modes}
@@ -234,9 +236,9 @@ class Retriever:
                 raise RuntimeError(f"Elasticsearch search failed: {response['error'].get('reason', response['error'])}")
         return responses
 
-    def _body(self, name: ListName, query: str, size: int, filters: Filters | None) -> dict[str, Any]:
+    def _body(self, name: Mode, query: str, size: int, filters: Filters | None) -> dict[str, Any]:
         clauses = filters.to_es() if filters else []
-        body: dict[str, Any] = {"size": size, "_source": _SOURCE_FIELDS}
+        body: dict[str, Any] = {"size": size, "_source": HIT_SOURCE_FIELDS}
         if name == "vector":
             knn: dict[str, Any] = {
                 "field": "embedding",
@@ -264,7 +266,11 @@ class Retriever:
     def _fuse(self, ranked: dict[str, list[dict[str, Any]]], k: int) -> list[Hit]:
         by_id = {raw["_id"]: raw for raws in ranked.values() for raw in raws}
         ranks = {name: {raw["_id"]: rank for rank, raw in enumerate(raws, start=1)} for name, raws in ranked.items()}
-        fused = rrf({name: [raw["_id"] for raw in raws] for name, raws in ranked.items()}, self.params.rrf_k, self.params.weights)
+        fused = rrf(
+            {name: [raw["_id"] for raw in raws] for name, raws in ranked.items()},
+            self.params.rrf_k,
+            self.params.weights,
+        )
         hits = []
         for chunk_id, score in fused[:k]:
             hit = _hit(by_id[chunk_id], score)

@@ -9,8 +9,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
+from core.schema import Mode
 from service.graph import QueryOptions
-from service.retrieval import Filters, Mode
+from service.retrieval import Filters
 
 MAX_K = 50
 
@@ -24,7 +25,7 @@ class Request(BaseModel):
 
 class SearchRequest(Request):
     query: Text = Field(description="the search text (at most MAX_QUESTION_CHARS characters)")
-    mode: Mode = "hybrid"
+    mode: Mode = Mode.HYBRID
     k: K = 10
     filters: Filters | None = None
 
@@ -32,12 +33,12 @@ class SearchRequest(Request):
 class CompareRequest(Request):
     query: Text = Field(description="the search text (at most MAX_QUESTION_CHARS characters)")
     k: K = 10
-    modes: list[Mode] = Field(default=["vector", "hybrid"], min_length=2, max_length=5)
+    modes: list[Mode] = Field(default=[Mode.VECTOR, Mode.HYBRID], min_length=2, max_length=5)
     filters: Filters | None = None
 
     @field_validator("modes")
     @classmethod
-    def _distinct(cls, modes: list[str]) -> list[str]:
+    def _distinct(cls, modes: list[Mode]) -> list[Mode]:
         if len(set(modes)) != len(modes):
             raise ValueError("modes must be distinct")
         return modes
@@ -49,7 +50,6 @@ class QueryRequest(QueryOptions):
     model_config = ConfigDict(extra="forbid")
 
     question: Text = Field(description="the question (at most MAX_QUESTION_CHARS characters)")
-    mode: Literal["hybrid", "vector", "bm25"] = "hybrid"
 
     def options(self) -> QueryOptions:
         return QueryOptions.model_validate(self.model_dump(exclude={"question"}))

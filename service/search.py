@@ -11,9 +11,10 @@ import sys
 import unicodedata
 from collections.abc import Sequence
 
-from service.config import Settings
-from service.embeddings import load_embedder
-from service.retrieval import MODES, Comparison, Hit, SearchResult, build_retriever
+from core.config import Settings
+from core.embeddings import load_embedder
+from core.schema import Mode
+from service.retrieval import Comparison, Hit, SearchResult, build_retriever
 from service.store import EmbedderMismatchError, IndexNotFoundError, create_client
 
 _COLUMN = 44  # display columns per mode (a CJK character takes two)
@@ -79,11 +80,11 @@ def format_comparison(comparison: Comparison) -> str:
     return "\n".join(lines)
 
 
-def _modes(value: str) -> list[str]:
-    modes = [m.strip() for m in value.split(",") if m.strip()]
-    unknown = [m for m in modes if m not in MODES]
-    if unknown:
-        raise argparse.ArgumentTypeError(f"unknown mode(s) {', '.join(unknown)}: use {', '.join(MODES)}")
+def _modes(value: str) -> list[Mode]:
+    try:
+        modes = [Mode.from_str(m.strip()) for m in value.split(",") if m.strip()]
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
     if len(set(modes)) < 2:
         raise argparse.ArgumentTypeError("--compare needs at least two distinct modes, e.g. vector,hybrid")
     return modes
@@ -92,7 +93,7 @@ def _modes(value: str) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rag-search", description=__doc__.splitlines()[0])
     parser.add_argument("query")
-    parser.add_argument("--mode", choices=MODES, default="hybrid")
+    parser.add_argument("--mode", choices=[m.value for m in Mode], default=Mode.HYBRID.value)
     parser.add_argument("--compare", type=_modes, metavar="MODE,MODE[,...]", help="e.g. vector,hybrid")
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--index", help="knowledge-base alias (default: ES_INDEX)")

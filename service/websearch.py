@@ -12,7 +12,7 @@ from typing import Any, Protocol
 import httpx
 from pydantic import BaseModel, SecretStr
 
-from service.config import Settings
+from core.config import Settings
 
 logger = logging.getLogger(__name__)
 
@@ -141,4 +141,6 @@ def build_web_search(settings: Settings) -> BochaWebSearch | None:
     """The Bocha client, or None without `BOCHA_API_KEY` (web search reported unavailable)."""
     if settings.bocha_api_key is None or not settings.bocha_api_key.get_secret_value():
         return None
-    return BochaWebSearch(settings.bocha_api_key, settings.bocha_api_url, settings.web_search_timeout, settings.web_search_count)
+    return BochaWebSearch(
+        settings.bocha_api_key, settings.bocha_api_url, settings.web_search_timeout, settings.web_search_count
+    )

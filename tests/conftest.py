@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from elasticsearch import Elasticsearch
 
-from indexing.loaders import Document
+from core.config import Settings
+from core.documents import Document
+from core.embeddings import Embedder, load_embedder
+from core.text import get_tokenizer
 from indexing.pipeline import index_documents
-from service.config import Settings
-from service.embeddings import Embedder, load_embedder
-from service.text import get_tokenizer
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = Path(os.environ.get("SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))

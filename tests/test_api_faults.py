@@ -9,10 +9,10 @@ import httpx
 import pytest
 from elasticsearch import Elasticsearch
 
-from indexing.loaders import Document
+from core.config import Settings
+from core.documents import Document
+from core.embeddings import Embedder
 from service.api import create_app
-from service.config import Settings
-from service.embeddings import Embedder
 from tests.conftest import knowledge_base
 from tests.serving import TcpProxy, serve
 
@@ -37,7 +37,9 @@ def search(url: str, mode: str = "hybrid") -> httpx.Response:
     return httpx.post(f"{url}/search", json={"query": "孟获", "mode": mode}, timeout=60)
 
 
-def test_elasticsearch_down_is_503_naming_the_url_then_recovers(proxy: TcpProxy, alias: str, embedder: Embedder) -> None:
+def test_elasticsearch_down_is_503_naming_the_url_then_recovers(
+    proxy: TcpProxy, alias: str, embedder: Embedder
+) -> None:
     settings = Settings(_env_file=None, es_url=proxy.url, es_index=alias)
     with serve(create_app(settings, embedder=embedder)) as url:
         assert search(url).status_code == 200

@@ -15,8 +15,12 @@ def test_python_m_service_prints_the_url_and_serves(es_url: str) -> None:
     port = TcpProxy("127.0.0.1", 9).port  # a free port (the proxy is never opened)
     env = {**os.environ, "ES_URL": es_url, "ES_INDEX": "test-main-missing", "API_KEYS": "", "LOG_LEVEL": "WARNING"}
     process = subprocess.Popen(
-        [sys.executable, "-m", "service", "--port", str(port)], cwd=REPO_ROOT, env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [sys.executable, "-m", "service", "--port", str(port)],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         assert process.stdout is not None
@@ -27,7 +31,9 @@ def test_python_m_service_prints_the_url_and_serves(es_url: str) -> None:
                 response = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
                 break
             except httpx.TransportError:
-                assert process.poll() is None and time.monotonic() < deadline, process.stderr.read() if process.stderr else ""
+                assert process.poll() is None and time.monotonic() < deadline, (
+                    process.stderr.read() if process.stderr else ""
+                )
                 time.sleep(0.3)
         assert response.json() == {"status": "ok"}
         ready = httpx.get(f"http://127.0.0.1:{port}/readyz")

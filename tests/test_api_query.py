@@ -10,18 +10,26 @@ import httpx
 import pytest
 from elasticsearch import Elasticsearch
 
-from indexing.loaders import Document
+from core.config import Settings
+from core.documents import Document
+from core.embeddings import Embedder
 from service.api import create_app
-from service.config import Settings
-from service.embeddings import Embedder
 from tests.conftest import knowledge_base
 from tests.fakes.bocha_server import API_KEY, FakeBochaServer, page
 from tests.fakes.openai_server import ANSWER, FakeChatServer
 from tests.serving import serve
 
 DOCS = [
-    Document("c5", "诸葛亮七擒孟获，使南中彻底归心，孟获发誓永不再反。", "sanguo", chapter=90, chapter_title="七擒孟获"),
-    Document("c6", "司马懿在五丈原与诸葛亮对峙，诸葛亮积劳成疾，病逝于军中。", "sanguo", chapter=104, chapter_title="陨大星汉丞相归天"),
+    Document(
+        "c5", "诸葛亮七擒孟获，使南中彻底归心，孟获发誓永不再反。", "sanguo", chapter=90, chapter_title="七擒孟获"
+    ),
+    Document(
+        "c6",
+        "司马懿在五丈原与诸葛亮对峙，诸葛亮积劳成疾，病逝于军中。",
+        "sanguo",
+        chapter=104,
+        chapter_title="陨大星汉丞相归天",
+    ),
 ]
 QUESTION = "诸葛亮怎样收服孟获？孟获后来做了什么官？"
 MISSING = "孟获后来的官职"
@@ -46,7 +54,9 @@ def judgements(es: Elasticsearch) -> Iterator[str]:
 def llm() -> Iterator[FakeChatServer]:
     with FakeChatServer() as server:
         server.on("RouteDecision", {"strategy": "complex", "reason": "需要知识库中的情节"})
-        server.on("Decomposition", {"sub_questions": ["诸葛亮怎样收服孟获？", "孟获后来担任什么官职？"], "reason": "两问"})
+        server.on(
+            "Decomposition", {"sub_questions": ["诸葛亮怎样收服孟获？", "孟获后来担任什么官职？"], "reason": "两问"}
+        )
         server.on("PlanDecision", {"next_action": "retrieve", "reason": "继续"})
         server.on(
             "Evaluation",
@@ -64,17 +74,23 @@ def bocha() -> Iterator[FakeBochaServer]:
         yield server  # type: ignore[misc]
 
 
-def settings_for(es_url: str, alias: str, judgements: str, llm: FakeChatServer | None, bocha: FakeBochaServer | None) -> Settings:
+def settings_for(
+    es_url: str, alias: str, judgements: str, llm: FakeChatServer | None, bocha: FakeBochaServer | None
+) -> Settings:
     extra: dict[str, Any] = {}
     if llm is not None:
         extra.update(openai_base_url=llm.base_url, model_name="fake-model")
     if bocha is not None:
         extra.update(bocha_api_key=API_KEY, bocha_api_url=bocha.api_url)
-    return Settings(_env_file=None, es_url=es_url, es_index=alias, judgements_index=judgements, max_question_chars=100, **extra)
+    return Settings(
+        _env_file=None, es_url=es_url, es_index=alias, judgements_index=judgements, max_question_chars=100, **extra
+    )
 
 
 @pytest.fixture
-def url(es_url: str, alias: str, judgements: str, llm: FakeChatServer, bocha: FakeBochaServer, embedder: Embedder) -> Iterator[str]:
+def url(
+    es_url: str, alias: str, judgements: str, llm: FakeChatServer, bocha: FakeBochaServer, embedder: Embedder
+) -> Iterator[str]:
     with serve(create_app(settings_for(es_url, alias, judgements, llm, bocha), embedder=embedder)) as base:
         yield base
 
@@ -105,11 +121,23 @@ def sse(response: httpx.Response) -> list[tuple[str, Any]]:
     return events
 
 
-EXPECTED_TRACE = ["route_question", "decompose_question", "retrieve", "plan_next_step", "retrieve", "plan_next_step",
-                  "evaluate", "web_search", "evaluate", "generate"]
+EXPECTED_TRACE = [
+    "route_question",
+    "decompose_question",
+    "retrieve",
+    "plan_next_step",
+    "retrieve",
+    "plan_next_step",
+    "evaluate",
+    "web_search",
+    "evaluate",
+    "generate",
+]
 
 
-def test_query_runs_the_workflow_with_web_fallback(url: str, bocha: FakeBochaServer, es: Elasticsearch, judgements: str) -> None:
+def test_query_runs_the_workflow_with_web_fallback(
+    url: str, bocha: FakeBochaServer, es: Elasticsearch, judgements: str
+) -> None:
     response = httpx.post(f"{url}/query", json={"question": QUESTION, "mode": "hybrid", "k": 4}, timeout=120)
     assert response.status_code == 200, response.text
     result = response.json()
@@ -166,7 +194,7 @@ def test_query_stream_sends_nodes_then_tokens_then_final(url: str) -> None:
         ({"question": "问" * 101}, "question"),
         ({"question": "孟获", "k": 0}, "k"),
         ({"question": "孟获", "k": 51}, "k"),
-        ({"question": "孟获", "mode": "bigram"}, "mode"),
+        ({"question": "孟获", "mode": "fuzzy"}, "mode"),
         ({"question": "孟获", "max_retrievals": 0}, "max_retrievals"),
         ({"question": "孟获", "web": "maybe"}, "web"),
         ({"question": "孟获", "history": [{"role": "system", "content": "x"}]}, "history.0.role"),
@@ -174,7 +202,9 @@ def test_query_stream_sends_nodes_then_tokens_then_final(url: str) -> None:
     ],
 )
 @pytest.mark.parametrize("path", ["/query", "/query/stream"])
-def test_query_bad_input_is_422_naming_the_field(idle_url: str, idle: FakeChatServer, path: str, body: dict[str, Any], field: str) -> None:
+def test_query_bad_input_is_422_naming_the_field(
+    idle_url: str, idle: FakeChatServer, path: str, body: dict[str, Any], field: str
+) -> None:
     response = httpx.post(f"{idle_url}{path}", json=body)
     assert response.status_code == 422
     assert response.json()["message"].startswith(f"{field}:")
@@ -183,7 +213,9 @@ def test_query_bad_input_is_422_naming_the_field(idle_url: str, idle: FakeChatSe
 
 def test_query_malformed_json_is_422(idle_url: str) -> None:
     for path in ("/query", "/query/stream"):
-        response = httpx.post(f"{idle_url}{path}", content=b'{"question": ', headers={"Content-Type": "application/json"})
+        response = httpx.post(
+            f"{idle_url}{path}", content=b'{"question": ', headers={"Content-Type": "application/json"}
+        )
         assert response.status_code == 422
         assert response.json()["message"].startswith("body: malformed JSON")
 
@@ -194,7 +226,9 @@ def test_gaps_bad_top_is_422(idle_url: str) -> None:
     assert response.json()["message"].startswith("query.top:")
 
 
-def test_without_llm_answers_are_503_naming_the_settings(es_url: str, alias: str, judgements: str, embedder: Embedder) -> None:
+def test_without_llm_answers_are_503_naming_the_settings(
+    es_url: str, alias: str, judgements: str, embedder: Embedder
+) -> None:
     with serve(create_app(settings_for(es_url, alias, judgements, None, None), embedder=embedder)) as base:
         for path in ("/query", "/query/stream"):
             response = httpx.post(f"{base}{path}", json={"question": QUESTION})
@@ -205,8 +239,13 @@ def test_without_llm_answers_are_503_naming_the_settings(es_url: str, alias: str
         assert httpx.get(f"{base}/readyz").json()["llm_configured"] is False
 
 
-def test_web_failure_degrades_to_a_local_answer(es_url: str, alias: str, judgements: str, llm: FakeChatServer, embedder: Embedder) -> None:
-    with FakeBochaServer(500) as broken, serve(create_app(settings_for(es_url, alias, judgements, llm, broken), embedder=embedder)) as base:  # type: ignore[arg-type]
+def test_web_failure_degrades_to_a_local_answer(
+    es_url: str, alias: str, judgements: str, llm: FakeChatServer, embedder: Embedder
+) -> None:
+    with (
+        FakeBochaServer(500) as broken,
+        serve(create_app(settings_for(es_url, alias, judgements, llm, broken), embedder=embedder)) as base,
+    ):  # type: ignore[arg-type]
         response = httpx.post(f"{base}/query", json={"question": QUESTION}, timeout=120)
         assert response.status_code == 200
         result = response.json()

@@ -10,10 +10,10 @@ import pytest
 from elasticsearch import Elasticsearch
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
+from core.config import Settings
+from core.embeddings import Embedder
 from indexing.loaders import split_chapters
 from service.api import create_app
-from service.config import Settings
-from service.embeddings import Embedder
 from tests.conftest import REPO_ROOT, SANGUO_PATH, knowledge_base
 from tests.fakes.bocha_server import API_KEY, FakeBochaServer, page
 from tests.fakes.openai_server import ANSWER, FakeChatServer
@@ -22,8 +22,15 @@ from tests.serving import serve
 pytestmark = pytest.mark.browser
 
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 OUTPUT = REPO_ROOT / "test-output"
 CHAPTERS, CHARS_PER_CHAPTER = 4, 1000  # about nine chunks: enough for two different top-6 lists
 # The contexts are the 8 local passages ([1]..[8]) and then the one web result ([9]).
@@ -32,7 +39,9 @@ ANSWER_TEXT = "刘备、关羽、张飞在桃园结为兄弟[1]，网上资料�
 
 @pytest.fixture(scope="module")
 def alias(es: Elasticsearch, embedder: Embedder) -> Iterator[str]:
-    chapters = split_chapters(SANGUO_PATH.read_text(encoding="utf-8"), source="sanguo_yanyi.txt", title="三国演义")[:CHAPTERS]
+    chapters = split_chapters(SANGUO_PATH.read_text(encoding="utf-8"), source="sanguo_yanyi.txt", title="三国演义")[
+        :CHAPTERS
+    ]
     for chapter in chapters:
         chapter.text = chapter.text[:CHARS_PER_CHAPTER]
     with knowledge_base(es, embedder, chapters, "test-browser") as name:
@@ -46,13 +55,21 @@ def base_url(es: Elasticsearch, es_url: str, alias: str, embedder: Embedder) -> 
     with FakeChatServer() as llm, FakeBochaServer(pages) as bocha:
         llm.on("RouteDecision", {"strategy": "complex", "reason": "需要查原著"})
         llm.on("Decomposition", {"sub_questions": ["桃园结义的是哪三个人？"], "reason": "一个问题"})
-        llm.on("Evaluation", {"enough": False, "missing": ["结义的年份"], "reason": "原文未写年份", "web_query": "桃园结义 年份"},
-               {"enough": True, "missing": [], "reason": "足够"})
+        llm.on(
+            "Evaluation",
+            {"enough": False, "missing": ["结义的年份"], "reason": "原文未写年份", "web_query": "桃园结义 年份"},
+            {"enough": True, "missing": [], "reason": "足够"},
+        )
         llm.on(ANSWER, ANSWER_TEXT)
         settings = Settings(
-            _env_file=None, es_url=es_url, es_index=alias, judgements_index=judgements,
-            openai_base_url=llm.base_url, model_name="fake-model",  # type: ignore[attr-defined]
-            bocha_api_key=API_KEY, bocha_api_url=bocha.api_url,  # type: ignore[attr-defined]
+            _env_file=None,
+            es_url=es_url,
+            es_index=alias,
+            judgements_index=judgements,
+            openai_base_url=llm.base_url,
+            model_name="fake-model",  # type: ignore[attr-defined]
+            bocha_api_key=API_KEY,
+            bocha_api_url=bocha.api_url,  # type: ignore[attr-defined]
         )
         with serve(create_app(settings, embedder=embedder)) as url:
             yield url
@@ -99,7 +116,9 @@ def test_comparison_shows_both_columns(tab: Page) -> None:
     expect(tab.locator("#hybrid-hits li.hit .rank.vector")).to_have_count(6)
     shared = tab.locator("#vector-hits li.overlap").evaluate_all("items => items.map(li => li.dataset.id)")
     assert shared, "the two top-6 lists share no passage"
-    assert sorted(shared) == sorted(tab.locator("#hybrid-hits li.overlap").evaluate_all("items => items.map(li => li.dataset.id)"))
+    assert sorted(shared) == sorted(
+        tab.locator("#hybrid-hits li.overlap").evaluate_all("items => items.map(li => li.dataset.id)")
+    )
     expect(tab.locator("#compare-summary")).to_contain_text(f"重合 {len(shared)} 条")
     expect(tab.locator("#hybrid-hits li.hit").first).to_contain_text("第1章")
     screenshot(tab, "compare.png")
@@ -115,7 +134,16 @@ def test_answer_streams_with_citations_and_timeline(tab: Page) -> None:
     expect(tab.locator("#cite-1")).to_contain_text("第1章")
     expect(tab.locator("#cite-9 a")).to_have_attribute("href", "https://example.org/taoyuan")
     steps = tab.locator("#timeline li[data-node]").evaluate_all("items => items.map(li => li.dataset.node)")
-    assert steps == ["route_question", "decompose_question", "retrieve", "plan_next_step", "evaluate", "web_search", "evaluate", "generate"]
+    assert steps == [
+        "route_question",
+        "decompose_question",
+        "retrieve",
+        "plan_next_step",
+        "evaluate",
+        "web_search",
+        "evaluate",
+        "generate",
+    ]
     expect(tab.locator("#timeline li.missing")).to_contain_text("缺少：结义的年份")
     expect(tab.locator("#timeline li.enough")).to_contain_text("证据充分")
     expect(tab.locator("#timeline li[data-node=route_question]")).to_contain_text("复杂问题")

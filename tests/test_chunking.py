@@ -2,7 +2,7 @@
 
 import pytest
 
-from indexing.chunking import split_sentences, split_text
+from core.chunking import split_sentences, split_text
 
 TEXT = (
     "话说天下大势，分久必合，合久必分。周末七国分争，并入于秦！及秦灭之后，楚、汉分争，又并入于汉？"

@@ -7,11 +7,11 @@ from collections.abc import Iterator
 import pytest
 from elasticsearch import Elasticsearch
 
-from indexing.loaders import Document
+from core.documents import Document
+from core.embeddings import Embedder
+from core.text import ChineseTokenizer
 from service import search as cli
-from service.embeddings import Embedder
 from service.retrieval import Comparison, Retriever
-from service.text import ChineseTokenizer
 from tests.conftest import knowledge_base
 
 TEXTS = {

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from elasticsearch import Elasticsearch, helpers
 
-from service.embeddings import Embedder
+from core.embeddings import Embedder
 from service.store import (
     EmbedderMismatchError,
     IndexNotFoundError,

@@ -11,17 +11,12 @@ import numpy as np
 import pytest
 from elasticsearch import Elasticsearch
 
-from indexing.loaders import Document
+from core.documents import Document
+from core.embeddings import Embedder
+from core.schema import chunk_id, content_hash
+from core.text import get_tokenizer
 from indexing.pipeline import index_documents
-from service.embeddings import Embedder
-from service.store import (
-    EmbedderMismatchError,
-    chunk_id,
-    concrete_indices,
-    content_hash,
-    create_index,
-)
-from service.text import get_tokenizer
+from service.store import EmbedderMismatchError, concrete_indices, create_index
 
 SIZE, OVERLAP = 60, 10
 
@@ -119,7 +114,7 @@ def test_index_then_rerun_embeds_and_writes_nothing(
     chunks = indexed(es, alias)  # searchable at once: the job refreshed
     assert first.failed == 0 and first.documents == 3
     assert first.indexed == first.chunks == len(chunks) == counting.texts > 3
-    # Metadata on every chunk; the analysed fields come from service/text.py.
+    # Metadata on every chunk; the analysed fields come from core/text.py.
     some = next(c for c in chunks.values() if c["doc_id"] == "book.txt#ch2" and c["chunk_index"] == 0)
     assert (some["chapter"], some["chapter_title"], some["source"], some["title"]) == (2, "标题2", "book.txt", "第2回")
     assert "张飞" in some["tokens"].split() and "翼德" in some["bigrams"].split()

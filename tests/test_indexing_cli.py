@@ -11,9 +11,10 @@ from pathlib import Path
 
 from elasticsearch import Elasticsearch
 
-from indexing.chunking import split_text
+from core.chunking import split_text
+from core.schema import chunk_id, content_hash
 from indexing.loaders import load_paths
-from service.store import chunk_id, content_hash, create_index
+from service.store import create_index
 from tests.test_indexing import OtherEmbedder
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -7,7 +7,7 @@ import pytest
 from langchain_core.messages import HumanMessage
 from pydantic import SecretStr
 
-from service.config import Settings
+from core.config import Settings
 from service.graph.nodes import stream_answer
 from service.graph.schemas import Decomposition, Evaluation
 from service.llm import LLMNotConfiguredError, ask_structured, build_llms
@@ -15,14 +15,22 @@ from tests.fakes.openai_server import ANSWER, FakeChatServer, Text
 
 
 def settings_for(server: FakeChatServer, **overrides: Any) -> Settings:
-    values: dict[str, Any] = dict(openai_base_url=server.base_url, openai_api_key=SecretStr("sk-test-secret"),
-                                  model_name="big", evaluator_model_name="small", generation_temperature=0.7)
+    values: dict[str, Any] = dict(
+        openai_base_url=server.base_url,
+        openai_api_key=SecretStr("sk-test-secret"),
+        model_name="big",
+        evaluator_model_name="small",
+        generation_temperature=0.7,
+    )
     return Settings(_env_file=None, **{**values, **overrides})
 
 
 def test_no_configuration_means_no_models_and_a_clear_error() -> None:
     assert build_llms(Settings(_env_file=None)) == (None, None)
-    assert build_llms(Settings(_env_file=None, openai_base_url="http://127.0.0.1:1/v1")) == (None, None)  # no MODEL_NAME
+    assert build_llms(Settings(_env_file=None, openai_base_url="http://127.0.0.1:1/v1")) == (
+        None,
+        None,
+    )  # no MODEL_NAME
     message = str(LLMNotConfiguredError())
     assert all(name in message for name in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "MODEL_NAME"))
 
@@ -38,7 +46,9 @@ def test_judge_and_answer_models_from_settings() -> None:
 
 def test_structured_output_is_a_forced_tool_call() -> None:
     with FakeChatServer() as server:
-        server.on("Evaluation", {"enough": False, "missing": ["a", "b", "a", " ", *"cdefgh"], "reason": "r", "web_query": "q"})
+        server.on(
+            "Evaluation", {"enough": False, "missing": ["a", "b", "a", " ", *"cdefgh"], "reason": "r", "web_query": "q"}
+        )
         judge, _ = build_llms(settings_for(server))
         parsed, error = asyncio.run(ask_structured(judge, Evaluation, [HumanMessage("问题")]))
     assert error is None

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 from elasticsearch import Elasticsearch
 
-from indexing.loaders import Document
-from service.config import Settings
-from service.embeddings import Embedder
+from core.config import Settings
+from core.documents import Document
+from core.embeddings import Embedder
+from core.text import ChineseTokenizer, bigram_terms
 from service.retrieval import Filters, RetrievalParams, Retriever, build_retriever, rrf
 from service.store import EmbedderMismatchError, IndexNotFoundError
-from service.text import ChineseTokenizer, bigram_terms
 from tests.conftest import knowledge_base
 
 CORPUS = [
@@ -104,7 +104,9 @@ def _doc_ids(result) -> list[str]:
         ("hybrid", "刘备三顾茅庐请诸葛亮", "longzhong"),
     ],
 )
-def test_each_mode_returns_the_expected_top_hit(retriever: Retriever, corpus: str, mode: str, query: str, expected: str) -> None:
+def test_each_mode_returns_the_expected_top_hit(
+    retriever: Retriever, corpus: str, mode: str, query: str, expected: str
+) -> None:
     result = retriever.search(corpus, query, mode=mode, k=3)
     assert result.mode == mode
     assert _doc_ids(result)[0] == expected, f"{mode} returned {_doc_ids(result)}"
@@ -119,8 +121,12 @@ def test_hybrid_hits_carry_their_rank_in_each_list(retriever: Retriever, corpus:
     assert retriever.params.hybrid_lists == ("vector", "bm25", "bigram", "standard")
     for name in retriever.params.hybrid_lists:
         field = f"{name}_rank"
-        ranks = {hit.id: rank for rank, hit in enumerate(retriever.search(corpus, "曹操烧袁绍的粮草", name, depth).hits, 1)}
-        assert {hit.id: getattr(hit, field) for hit in hybrid.hits} == {hit.id: ranks.get(hit.id) for hit in hybrid.hits}
+        ranks = {
+            hit.id: rank for rank, hit in enumerate(retriever.search(corpus, "曹操烧袁绍的粮草", name, depth).hits, 1)
+        }
+        assert {hit.id: getattr(hit, field) for hit in hybrid.hits} == {
+            hit.id: ranks.get(hit.id) for hit in hybrid.hits
+        }
     params = retriever.params
     for hit in hybrid.hits:  # the fused score is RRF over the ranks the hit reports
         ranks = {name: getattr(hit, f"{name}_rank") for name in params.hybrid_lists}
@@ -140,7 +146,9 @@ def test_hybrid_lists_and_weights_are_selectable(es: Elasticsearch, embedder: Em
 
 def test_filters_by_source_and_chapter(retriever: Retriever, corpus: str) -> None:
     for mode in ("bm25", "vector", "hybrid"):
-        result = retriever.search(corpus, "曹操", mode, 10, Filters(sources=["novel.txt"], chapter_from=30, chapter_to=40))
+        result = retriever.search(
+            corpus, "曹操", mode, 10, Filters(sources=["novel.txt"], chapter_from=30, chapter_to=40)
+        )
         assert set(_doc_ids(result)) <= {"wuchao", "longzhong"} and "wuchao" in _doc_ids(result), mode
 
 

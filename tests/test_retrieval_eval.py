@@ -32,7 +32,9 @@ def test_offline_fusion_is_the_services_rrf() -> None:
 
 def test_sanguo_questions_have_evidence_in_the_book_and_in_chunks() -> None:
     book = (SHARED_DATA / "sanguo" / "sanguo_yanyi.txt").read_text(encoding="utf-8")
-    questions = [json.loads(line) for line in (BENCH_DATA / "sanguo_questions.jsonl").read_text(encoding="utf-8").splitlines()]
+    questions = [
+        json.loads(line) for line in (BENCH_DATA / "sanguo_questions.jsonl").read_text(encoding="utf-8").splitlines()
+    ]
     assert len(questions) >= 30 and len({q["id"] for q in questions}) == len(questions)
     for q in questions:
         assert q["evidence"] in book, q

@@ -10,9 +10,9 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from bench.datasets import load_medical
-from service.embeddings import Embedder
+from core.embeddings import Embedder
+from core.text import ChineseTokenizer
 from service.retrieval import Retriever
-from service.text import ChineseTokenizer
 from tests.conftest import knowledge_base
 
 DATASET = load_medical()

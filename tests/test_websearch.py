@@ -6,7 +6,7 @@ import logging
 import pytest
 from pydantic import SecretStr
 
-from service.config import Settings
+from core.config import Settings
 from service.websearch import (
     BochaWebSearch,
     WebResult,
@@ -20,7 +20,13 @@ from service.websearch import (
 )
 from tests.fakes.bocha_server import API_KEY, BAD_JSON, TIMEOUT, FakeBochaServer, page
 
-A = page("赤壁之战", "https://example.org/chibi", "赤壁之战发生于208年。", summary="赤壁之战发生于建安十三年（208年）。", site="示例百科")
+A = page(
+    "赤壁之战",
+    "https://example.org/chibi",
+    "赤壁之战发生于208年。",
+    summary="赤壁之战发生于建安十三年（208年）。",
+    site="示例百科",
+)
 B = page("曹操", "https://example.org/caocao", "曹操，字孟德。")
 
 
@@ -35,8 +41,14 @@ def test_request_shape_and_parsed_results() -> None:
     [request] = server.requests
     assert request.headers["authorization"] == f"Bearer {API_KEY}"
     assert request.body == {"query": "赤壁之战 年份", "freshness": "noLimit", "summary": True, "count": 5}
-    assert results[0] == WebResult(title="赤壁之战", url="https://example.org/chibi", snippet="赤壁之战发生于208年。",
-                                   summary="赤壁之战发生于建安十三年（208年）。", site_name="示例百科", date="2024-05-01T08:00:00+08:00")
+    assert results[0] == WebResult(
+        title="赤壁之战",
+        url="https://example.org/chibi",
+        snippet="赤壁之战发生于208年。",
+        summary="赤壁之战发生于建安十三年（208年）。",
+        site_name="示例百科",
+        date="2024-05-01T08:00:00+08:00",
+    )
     assert results[0].text == "赤壁之战发生于建安十三年（208年）。"  # the summary beats the snippet
     assert [r.url for r in results] == ["https://example.org/chibi", "https://example.org/caocao"]
 
@@ -45,7 +57,10 @@ def test_results_are_deduplicated_by_url() -> None:
     again = page("赤壁之战（重复）", "https://example.org/chibi/#history", "重复")
     with FakeBochaServer([A, B, again]) as server:
         assert [r.title for r in search(server)] == ["赤壁之战", "曹操"]
-    assert dedupe_by_url([WebResult(title="x", url="https://example.org/caocao")], seen={"https://example.org/caocao"}) == []
+    assert (
+        dedupe_by_url([WebResult(title="x", url="https://example.org/caocao")], seen={"https://example.org/caocao"})
+        == []
+    )
 
 
 @pytest.mark.parametrize(
@@ -94,7 +109,11 @@ def test_unreachable_server_is_a_web_search_error() -> None:
 
 def test_build_web_search_needs_a_key() -> None:
     assert build_web_search(Settings(_env_file=None)) is None
-    client = build_web_search(Settings(_env_file=None, bocha_api_key=SecretStr("secret-bocha-key"), web_search_timeout=2.5, web_search_count=4))
+    client = build_web_search(
+        Settings(
+            _env_file=None, bocha_api_key=SecretStr("secret-bocha-key"), web_search_timeout=2.5, web_search_count=4
+        )
+    )
     assert isinstance(client, BochaWebSearch)
     assert (client.url, client.timeout, client.count) == ("https://api.bochaai.com/v1/web-search", 2.5, 4)
     assert "secret-bocha-key" not in repr(vars(client))  # SecretStr hides the key

@@ -39,7 +39,9 @@ def ranked_passages(passages: dict[str, Passage]) -> list[Passage]:
     return sorted(passages.values(), key=lambda p: (p.rank, -p.score, p.id))
 
 
-def select_contexts(passages: dict[str, Passage], web: list[WebResult], budget: int) -> tuple[list[NumberedContext], int]:
+def select_contexts(
+    passages: dict[str, Passage], web: list[WebResult], budget: int
+) -> tuple[list[NumberedContext], int]:
     """The contexts that fit `budget` tokens, numbered from 1, and how many were trimmed."""
     local = ranked_passages(passages)
     remote = list(web)
@@ -82,10 +84,18 @@ def citations(answer: str, contexts: list[NumberedContext]) -> list[Citation]:
         if context.passage:
             p = context.passage
             result.append(
-                Citation(number=number, kind="local", title=p.title or p.chapter_title or p.source, chapter=p.chapter,
-                         source=p.source, snippet=p.text[:160])
+                Citation(
+                    number=number,
+                    kind="local",
+                    title=p.title or p.chapter_title or p.source,
+                    chapter=p.chapter,
+                    source=p.source,
+                    snippet=p.text[:160],
+                )
             )
         elif context.web:
             w = context.web
-            result.append(Citation(number=number, kind="web", title=w.title, source=w.site_name, url=w.url, snippet=w.text[:160]))
+            result.append(
+                Citation(number=number, kind="web", title=w.title, source=w.site_name, url=w.url, snippet=w.text[:160])
+            )
     return result

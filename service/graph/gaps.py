@@ -8,7 +8,7 @@ that needed the web (settings from the environment / `.env`; `--index` overrides
 import argparse
 import sys
 
-from service.config import Settings
+from core.config import Settings
 from service.graph.memory import knowledge_gap_report
 from service.store import create_client
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from elasticsearch import ApiError, Elasticsearch, NotFoundError
 
-from service.config import Settings
+from core.config import Settings
 from service.graph.schemas import Evaluation, EvaluationStep, GapAspect, GapReport
 
 logger = logging.getLogger(__name__)
@@ -119,7 +119,10 @@ def knowledge_gap_report(es: Elasticsearch, settings: Settings, top: int = 20) -
             size=0,
             aggs={
                 "questions": {"cardinality": {"field": "query_id"}},
-                "needing_web": {"filter": {"term": {"needed_web": True}}, "aggs": {"questions": {"cardinality": {"field": "query_id"}}}},
+                "needing_web": {
+                    "filter": {"term": {"needed_web": True}},
+                    "aggs": {"questions": {"cardinality": {"field": "query_id"}}},
+                },
                 "gaps": {
                     "filter": {"bool": {"filter": [{"term": {"enough": False}}, {"term": {"with_web": False}}]}},
                     "aggs": {"missing": {"terms": {"field": "missing", "size": top}}},
@@ -127,7 +130,9 @@ def knowledge_gap_report(es: Elasticsearch, settings: Settings, top: int = 20) -
             },
         ).body
     except NotFoundError:
-        return GapReport(index=index, total_questions=0, questions_needing_web=0, web_share=0.0, evaluations=0, top_missing=[])
+        return GapReport(
+            index=index, total_questions=0, questions_needing_web=0, web_share=0.0, evaluations=0, top_missing=[]
+        )
     total = int(body["aggregations"]["questions"]["value"])
     needing = int(body["aggregations"]["needing_web"]["questions"]["value"])
     return GapReport(
@@ -136,5 +141,7 @@ def knowledge_gap_report(es: Elasticsearch, settings: Settings, top: int = 20) -
         questions_needing_web=needing,
         web_share=round(needing / total, 4) if total else 0.0,
         evaluations=int(body["hits"]["total"]["value"]),
-        top_missing=[GapAspect(aspect=b["key"], count=b["doc_count"]) for b in body["aggregations"]["gaps"]["missing"]["buckets"]],
+        top_missing=[
+            GapAspect(aspect=b["key"], count=b["doc_count"]) for b in body["aggregations"]["gaps"]["missing"]["buckets"]
+        ],
     )

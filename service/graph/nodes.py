@@ -75,7 +75,9 @@ async def rewrite_question(state: WorkflowState, runtime: Runtime[RunContext]) -
     ctx = runtime.context
     if blocked := budget_exhausted(ctx, state.get("llm_calls", 0)):
         return {"warnings": [blocked]}, "预算已用完，沿用原问题"
-    parsed, error = await ask_structured(ctx.deps.judge_llm, StandaloneQuestion, prompts.rewrite_messages(state["history"], state["question"]))
+    parsed, error = await ask_structured(
+        ctx.deps.judge_llm, StandaloneQuestion, prompts.rewrite_messages(state["history"], state["question"])
+    )
     calls = state.get("llm_calls", 0) + 1
     if parsed is None:
         return {"llm_calls": calls, "warnings": [f"多轮改写失败（{error}），按原问题处理"]}, f"改写失败：{error}"
@@ -91,15 +93,28 @@ async def route_question(state: WorkflowState, runtime: Runtime[RunContext]) -> 
     calls = state.get("llm_calls", 0) + 1
     if parsed is None:
         reason = f"路由结果无效（{error}），按 complex 处理以查证据"
-        return {"route": "complex", "route_reason": reason, "llm_calls": calls, "warnings": [reason]}, "complex（路由结果无效）"
-    return {"route": parsed.strategy, "route_reason": parsed.reason, "llm_calls": calls}, f"{parsed.strategy}：{parsed.reason}"
+        return {
+            "route": "complex",
+            "route_reason": reason,
+            "llm_calls": calls,
+            "warnings": [reason],
+        }, "complex（路由结果无效）"
+    return {
+        "route": parsed.strategy,
+        "route_reason": parsed.reason,
+        "llm_calls": calls,
+    }, f"{parsed.strategy}：{parsed.reason}"
 
 
 @traced("direct_answer")
 async def direct_answer(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeResult:
     ctx = runtime.context
     answer = await stream_answer(ctx.deps.answer_llm, prompts.direct_messages(state["question"]), runtime.stream_writer)
-    return {"answer": answer, "citations": [], "llm_calls": state.get("llm_calls", 0) + 1}, f"直接回答，{len(answer)} 字"
+    return {
+        "answer": answer,
+        "citations": [],
+        "llm_calls": state.get("llm_calls", 0) + 1,
+    }, f"直接回答，{len(answer)} 字"
 
 
 @traced("decompose_question")
@@ -131,7 +146,9 @@ async def retrieve(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeRe
             new += 1
             passages[hit.id] = Passage(**hit.model_dump(), rank=rank, found_by=sub_question)
         else:
-            passages[hit.id] = known.model_copy(update={"score": max(known.score, hit.score), "rank": min(known.rank, rank)})
+            passages[hit.id] = known.model_copy(
+                update={"score": max(known.score, hit.score), "rank": min(known.rank, rank)}
+            )
     top = (result.hits[0].title or result.hits[0].source) if result.hits else "无"
     update = {"passages": passages, "cursor": cursor + 1, "retrievals": state.get("retrievals", 0) + 1}
     return update, f"子问题 {cursor + 1}「{sub_question}」：{len(result.hits)} 条（新增 {new}），首条：{top}"
@@ -152,7 +169,10 @@ async def plan_next_step(state: WorkflowState, runtime: Runtime[RunContext]) -> 
     parsed, error = await ask_structured(ctx.deps.judge_llm, PlanDecision, messages)
     calls = state.get("llm_calls", 0) + 1
     if parsed is None:
-        return {"next_step": "retrieve", "llm_calls": calls}, f"规划结果无效（{error}），继续检索下一个子问题 → retrieve"
+        return {
+            "next_step": "retrieve",
+            "llm_calls": calls,
+        }, f"规划结果无效（{error}），继续检索下一个子问题 → retrieve"
     return {"next_step": parsed.next_action, "llm_calls": calls}, f"{parsed.next_action}：{parsed.reason}"
 
 
@@ -168,17 +188,23 @@ async def evaluate(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeRe
     calls = state.get("llm_calls", 0)
     warnings: list[str] = []
     if not contexts:
-        step = EvaluationStep(enough=False, missing=subs or [question], reason="没有检索到任何资料", source="no_context")
+        step = EvaluationStep(
+            enough=False, missing=subs or [question], reason="没有检索到任何资料", source="no_context"
+        )
     elif memory is not None and (cached := memory.cached(question, digest)) is not None:
         step = EvaluationStep(**cached.model_dump(), with_web=with_web, source="cache")
     elif blocked := budget_exhausted(ctx, calls):
         step = EvaluationStep(enough=False, reason=blocked, with_web=with_web, source="budget")
         warnings.append(blocked)
     else:
-        parsed, error = await ask_structured(ctx.deps.judge_llm, Evaluation, prompts.evaluate_messages(question, subs, contexts))
+        parsed, error = await ask_structured(
+            ctx.deps.judge_llm, Evaluation, prompts.evaluate_messages(question, subs, contexts)
+        )
         calls += 1
         if parsed is None:
-            step = EvaluationStep(enough=False, reason=f"评估结果无效（{error}），按资料不足处理", with_web=with_web, source="parse_error")
+            step = EvaluationStep(
+                enough=False, reason=f"评估结果无效（{error}），按资料不足处理", with_web=with_web, source="parse_error"
+            )
             warnings.append(step.reason)
         else:
             step = EvaluationStep(**parsed.model_dump(), with_web=with_web, source="model")
@@ -194,11 +220,19 @@ async def evaluate(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeRe
     if unavailable:
         warnings.append(unavailable)
     verdict = "足够" if step.enough else f"不足（缺少 {len(step.missing)} 项）"
-    update = {"evaluations": [step], "llm_calls": calls, "next_step": next_step, "web_unavailable": unavailable, "warnings": warnings}
+    update = {
+        "evaluations": [step],
+        "llm_calls": calls,
+        "next_step": next_step,
+        "web_unavailable": unavailable,
+        "warnings": warnings,
+    }
     return update, f"{verdict}[{step.source}]，{why} → {next_step}"
 
 
-def _after_evaluation(state: WorkflowState, ctx: RunContext, step: EvaluationStep, llm_calls: int) -> tuple[str, str, str | None]:
+def _after_evaluation(
+    state: WorkflowState, ctx: RunContext, step: EvaluationStep, llm_calls: int
+) -> tuple[str, str, str | None]:
     """(next node, why, why the web could not help or None): the web-fallback limits in one place."""
     if step.enough:
         return "generate", "资料足够", None
@@ -241,7 +275,9 @@ async def web_search(state: WorkflowState, runtime: Runtime[RunContext]) -> Node
 @traced("generate")
 async def generate(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeResult:
     ctx = runtime.context
-    contexts, trimmed = select_contexts(state.get("passages", {}), state.get("web_results", []), ctx.deps.settings.context_token_budget)
+    contexts, trimmed = select_contexts(
+        state.get("passages", {}), state.get("web_results", []), ctx.deps.settings.context_token_budget
+    )
     evaluations = state.get("evaluations", [])
     last = evaluations[-1] if evaluations else None
     unavailable = state.get("web_unavailable")
@@ -270,4 +306,3 @@ async def stream_answer(llm: BaseChatModel, messages: list[BaseMessage], writer:
             parts.append(piece)
             writer({"event": "token", "data": {"text": piece}})
     return "".join(parts)
-

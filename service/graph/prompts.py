@@ -125,7 +125,9 @@ def decompose_messages(question: str) -> list[BaseMessage]:
     return [SystemMessage(DECOMPOSE_SYSTEM), HumanMessage(f"问题：{question}")]
 
 
-def plan_messages(question: str, sub_questions: list[str], cursor: int, contexts: list[NumberedContext]) -> list[BaseMessage]:
+def plan_messages(
+    question: str, sub_questions: list[str], cursor: int, contexts: list[NumberedContext]
+) -> list[BaseMessage]:
     done, pending = sub_questions[:cursor], sub_questions[cursor:]
     return [
         SystemMessage(PLAN_SYSTEM),
@@ -139,7 +141,9 @@ def plan_messages(question: str, sub_questions: list[str], cursor: int, contexts
 def evaluate_messages(question: str, sub_questions: list[str], contexts: list[NumberedContext]) -> list[BaseMessage]:
     return [
         SystemMessage(EVALUATE_SYSTEM),
-        HumanMessage(f"问题：{question}\n\n子问题：\n{_numbered(sub_questions)}\n\n资料：\n{render_contexts(contexts)}"),
+        HumanMessage(
+            f"问题：{question}\n\n子问题：\n{_numbered(sub_questions)}\n\n资料：\n{render_contexts(contexts)}"
+        ),
     ]
 
 
@@ -170,4 +174,3 @@ def unconfirmed_note(last: Evaluation) -> str:
 
 def web_unavailable_note(reason: str) -> str:
     return f"\n\n说明：{reason}，未能通过网络补充核实。"
-

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from service.retrieval import MODES
+from core.schema import Mode
 
 MAX_SUB_QUESTIONS = 8
 MAX_MISSING = 6
@@ -101,19 +101,12 @@ class ChatTurn(BaseModel):
 
 
 class QueryOptions(BaseModel):
-    mode: str = "hybrid"
+    mode: Mode = Mode.HYBRID
     k: int = Field(8, ge=1, le=50)
     web: bool = True
     max_retrievals: int | None = Field(None, ge=1, le=20)
     max_web_searches: int | None = Field(None, ge=0, le=5)
     history: list[ChatTurn] = Field(default_factory=list)
-
-    @field_validator("mode")
-    @classmethod
-    def _known_mode(cls, value: str) -> str:
-        if value not in MODES:
-            raise ValueError(f"unknown retrieval mode {value!r}: use one of {', '.join(MODES)}")
-        return value
 
 
 class Citation(BaseModel):

@@ -17,7 +17,7 @@ from elasticsearch import Elasticsearch
 from langchain_core.language_models import BaseChatModel
 from langgraph.graph import END, START, StateGraph
 
-from service.config import Settings
+from core.config import Settings
 from service.graph import nodes
 from service.graph.memory import JudgementMemory
 from service.graph.schemas import QueryOptions, QueryResult, WorkflowEvent
@@ -68,11 +68,17 @@ def build_graph() -> Any:
     graph.add_node("web_search", nodes.web_search)
     graph.add_node("generate", nodes.generate)
 
-    graph.add_conditional_edges(START, lambda s: "rewrite_question" if s.get("history") else "route_question",
-                                ["rewrite_question", "route_question"])
+    graph.add_conditional_edges(
+        START,
+        lambda s: "rewrite_question" if s.get("history") else "route_question",
+        ["rewrite_question", "route_question"],
+    )
     graph.add_edge("rewrite_question", "route_question")
-    graph.add_conditional_edges("route_question", lambda s: "direct_answer" if s["route"] == "simple" else "decompose_question",
-                                ["direct_answer", "decompose_question"])
+    graph.add_conditional_edges(
+        "route_question",
+        lambda s: "direct_answer" if s["route"] == "simple" else "decompose_question",
+        ["direct_answer", "decompose_question"],
+    )
     graph.add_edge("direct_answer", END)
     graph.add_edge("decompose_question", "retrieve")
     graph.add_edge("retrieve", "plan_next_step")
@@ -87,7 +93,7 @@ GRAPH = build_graph()
 
 
 async def stream_query(deps: WorkflowDeps, question: str, options: QueryOptions) -> AsyncIterator[WorkflowEvent]:
-    """"node" events as nodes complete, "token" events as the answer streams, then "final" (or "error")."""
+    """ "node" events as nodes complete, "token" events as the answer streams, then "final" (or "error")."""
     try:
         async for event in _run(deps, question, options):
             yield event
@@ -119,8 +125,15 @@ async def _run(deps: WorkflowDeps, question: str, options: QueryOptions) -> Asyn
         max_llm_calls=settings.max_llm_calls,
         time_budget_s=settings.query_time_budget_s,
     )
-    initial: WorkflowState = {"question": question, "history": options.history, "llm_calls": 0, "web_searches": 0,
-                              "retrievals": 0, "passages": {}, "web_results": []}
+    initial: WorkflowState = {
+        "question": question,
+        "history": options.history,
+        "llm_calls": 0,
+        "web_searches": 0,
+        "retrievals": 0,
+        "passages": {},
+        "web_results": [],
+    }
     # Each retrieval and each web search costs two super-steps; the code limits bound the total.
     config = {"recursion_limit": 8 + 2 * ctx.max_retrievals + 2 * ctx.max_web_searches + 4}
     final: dict[str, Any] = {}

@@ -14,11 +14,23 @@ BAD_JSON = "bad-json"
 API_KEY = "test-bocha-key"
 
 
-def page(name: str, url: str, snippet: str, summary: str = "", site: str = "example", date: str = "2024-05-01T08:00:00+08:00") -> dict[str, Any]:
+def page(
+    name: str, url: str, snippet: str, summary: str = "", site: str = "example", date: str = "2024-05-01T08:00:00+08:00"
+) -> dict[str, Any]:
     return {
-        "id": None, "name": name, "url": url, "displayUrl": url, "snippet": snippet, "summary": summary or snippet,
-        "siteName": site, "siteIcon": "https://example.org/icon.png", "datePublished": date,
-        "dateLastCrawled": "2024-05-02T00:00:00Z", "cachedPageUrl": None, "language": None, "isFamilyFriendly": None,
+        "id": None,
+        "name": name,
+        "url": url,
+        "displayUrl": url,
+        "snippet": snippet,
+        "summary": summary or snippet,
+        "siteName": site,
+        "siteIcon": "https://example.org/icon.png",
+        "datePublished": date,
+        "dateLastCrawled": "2024-05-02T00:00:00Z",
+        "cachedPageUrl": None,
+        "language": None,
+        "isFamilyFriendly": None,
         "isNavigational": None,
     }
 
@@ -54,7 +66,17 @@ class FakeBochaServer(FakeServer):
 
 def _ok(pages: list[dict[str, Any]]) -> dict[str, Any]:
     return {
-        "code": 200, "log_id": "fake", "msg": None,
-        "data": {"_type": "SearchResponse", "queryContext": {"originalQuery": ""},
-                 "webPages": {"webSearchUrl": "", "totalEstimatedMatches": len(pages), "value": pages, "someResultsRemoved": False}},
+        "code": 200,
+        "log_id": "fake",
+        "msg": None,
+        "data": {
+            "_type": "SearchResponse",
+            "queryContext": {"originalQuery": ""},
+            "webPages": {
+                "webSearchUrl": "",
+                "totalEstimatedMatches": len(pages),
+                "value": pages,
+                "someResultsRemoved": False,
+            },
+        },
     }

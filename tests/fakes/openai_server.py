@@ -66,7 +66,9 @@ class FakeChatServer(FakeServer):
         script = self.scripts.get(name)
         if script is None or not script.replies:
             self.unscripted.append(name)
-            return Response(400, {"error": {"message": f"fake server has no script for {name!r}", "type": "invalid_request_error"}})
+            return Response(
+                400, {"error": {"message": f"fake server has no script for {name!r}", "type": "invalid_request_error"}}
+            )
         reply = script.next()
         if callable(reply):
             reply = reply(body)
@@ -75,28 +77,47 @@ class FakeChatServer(FakeServer):
         model = body.get("model", "fake")
         if name == ANSWER:
             text = reply.content if isinstance(reply, Text) else str(reply)
-            return self._stream(model, text) if body.get("stream") else self._message(model, {"role": "assistant", "content": text}, "stop")
+            return (
+                self._stream(model, text)
+                if body.get("stream")
+                else self._message(model, {"role": "assistant", "content": text}, "stop")
+            )
         if isinstance(reply, Text):
             return self._message(model, {"role": "assistant", "content": reply.content}, "stop")
         arguments = reply if isinstance(reply, str) else json.dumps(reply, ensure_ascii=False)
         if not body.get("tools"):
             return self._message(model, {"role": "assistant", "content": arguments}, "stop")
-        call = {"id": f"call_{len(self.requests)}", "type": "function", "function": {"name": name, "arguments": arguments}}
+        call = {
+            "id": f"call_{len(self.requests)}",
+            "type": "function",
+            "function": {"name": name, "arguments": arguments},
+        }
         return self._message(model, {"role": "assistant", "content": None, "tool_calls": [call]}, "tool_calls")
 
     @staticmethod
     def _message(model: str, message: dict[str, Any], finish: str) -> Response:
-        return Response(200, {
-            "id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()), "model": model,
-            "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
-        })
+        return Response(
+            200,
+            {
+                "id": "chatcmpl-fake",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": model,
+                "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+            },
+        )
 
     @staticmethod
     def _stream(model: str, text: str) -> Response:
         def chunk(delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
-            return {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": int(time.time()), "model": model,
-                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}
+            return {
+                "id": "chatcmpl-fake",
+                "object": "chat.completion.chunk",
+                "created": int(time.time()),
+                "model": model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+            }
 
         events: list[Any] = [chunk({"role": "assistant", "content": ""}, None)]
         events += [chunk({"content": piece}, None) for piece in chunks(text)]

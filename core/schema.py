@@ -1,0 +1,115 @@
+"""The knowledge-base index: its mapping, the fields queries read, chunk ids, the search modes.
+
+Indexing writes exactly what `chunk_source` returns and the service reads the fields named
+here, so both sides agree on one schema.
+"""
+
+import hashlib
+from datetime import datetime, timezone
+from enum import StrEnum
+from typing import Any
+
+from core.embeddings import Embedder
+from core.text import ChineseTokenizer, bigram_terms, join_terms
+
+SCHEMA_VERSION = 1
+
+# The `_source` fields a search hit carries back (never the embedding or the analysed terms).
+HIT_SOURCE_FIELDS = ["text", "title", "source", "doc_id", "chunk_index", "chapter", "chapter_title"]
+
+
+class Mode(StrEnum):
+    """A retrieval mode: one ranked list, or `hybrid`, the fusion of several."""
+
+    VECTOR = "vector"
+    BM25 = "bm25"
+    BIGRAM = "bigram"
+    STANDARD = "standard"
+    HYBRID = "hybrid"
+
+    @classmethod
+    def from_str(cls, value: str) -> "Mode":
+        """The mode named `value`; the error lists every valid name."""
+        try:
+            return cls(value)
+        except ValueError:
+            raise ValueError(f"unknown mode {value!r}: use one of {', '.join(m.value for m in cls)}") from None
+
+
+LIST_MODES: tuple[Mode, ...] = (Mode.VECTOR, Mode.BM25, Mode.BIGRAM, Mode.STANDARD)
+
+
+def index_body(embedder: Embedder) -> dict[str, Any]:
+    """Settings and mapping of one knowledge-base index (server features only)."""
+    whitespace_text = {"type": "text", "analyzer": "whitespace"}
+    return {
+        "settings": {"number_of_shards": 1, "number_of_replicas": 0},
+        "mappings": {
+            "_meta": {"embedder": embedder.name, "dim": embedder.dim, "schema_version": SCHEMA_VERSION},
+            "dynamic": "strict",
+            "properties": {
+                # Original text; `standard` analysis only serves the single-character baseline.
+                "text": {"type": "text", "analyzer": "standard"},
+                "tokens": whitespace_text,
+                "bigrams": whitespace_text,
+                "title": {"type": "text", "analyzer": "standard"},
+                "title_tokens": whitespace_text,
+                "embedding": {
+                    "type": "dense_vector",
+                    "dims": embedder.dim,
+                    "index": True,
+                    "similarity": "cosine",
+                    "index_options": {"type": "hnsw", "m": 16, "ef_construction": 100},
+                },
+                "doc_id": {"type": "keyword"},
+                "source": {"type": "keyword"},
+                "chunk_index": {"type": "integer"},
+                "chapter": {"type": "integer"},
+                "chapter_title": {"type": "keyword"},
+                "content_hash": {"type": "keyword"},
+                "indexed_at": {"type": "date"},
+                "metadata": {"type": "object", "enabled": False},
+            },
+        },
+    }
+
+
+def content_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def chunk_id(doc_id: str, chunk_index: int, text_hash: str) -> str:
+    """Deterministic: the same document, position and content always give the same id."""
+    return hashlib.sha1(f"{doc_id}\x1f{chunk_index}\x1f{text_hash}".encode("utf-8")).hexdigest()
+
+
+def chunk_source(
+    *,
+    tokenizer: ChineseTokenizer,
+    text: str,
+    embedding: list[float],
+    doc_id: str,
+    chunk_index: int,
+    source: str,
+    title: str = "",
+    chapter: int | None = None,
+    chapter_title: str | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The `_source` of one chunk: analysis done here so every node indexes the same terms."""
+    return {
+        "text": text,
+        "tokens": join_terms(tokenizer.index_terms(text)),
+        "bigrams": join_terms(bigram_terms(text)),
+        "title": title,
+        "title_tokens": join_terms(tokenizer.index_terms(title)) if title else "",
+        "embedding": embedding,
+        "doc_id": doc_id,
+        "source": source,
+        "chunk_index": chunk_index,
+        "chapter": chapter,
+        "chapter_title": chapter_title,
+        "content_hash": content_hash(text),
+        "indexed_at": datetime.now(timezone.utc).isoformat(),
+        "metadata": metadata or {},
+    }
