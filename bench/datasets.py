@@ -33,6 +33,8 @@ class Query:
     id: str
     text: str
     relevant: set[str]  # chunk ids
+    split: str = ""  # "dev" (tune on it) or "test" (report on it); "" where a set has no split (CMRC)
+    style: str = ""  # how the question was written: literal/paraphrase (三国), plain/colloquial (medical)
 
 
 @dataclass
@@ -99,7 +101,7 @@ def load_sanguo(
             raise ValueError(
                 f"{questions}: evidence of {item['id']} is in no {chunk_size}-character chunk: {item['evidence']!r}"
             )
-        queries.append(Query(item["id"], item["question"], relevant))
+        queries.append(Query(item["id"], item["question"], relevant, item["split"], item["style"]))
     return Dataset(f"sanguo-{chunk_size}", documents, queries, chunk_size, chunk_overlap, chunks)
 
 

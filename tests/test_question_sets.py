@@ -1,0 +1,72 @@
+"""The hand-written evaluation sets are well formed: evidence really is in the book, ids are unique,
+the dev/test split is stored and frozen, and each set is as large as the evaluation needs."""
+
+import hashlib
+import json
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.datasets import BENCH_DATA
+from tests.conftest import SHARED_DATA
+
+BOOK = SHARED_DATA / "sanguo" / "sanguo_yanyi.txt"
+SANGUO_FROZEN = 207  # sg01..sg207 were split when the set was written; their split never changes
+SANGUO_SPLIT_DIGEST = "6925092083f8cc3ac3dd06eca4e4cc5be103eb8c4f7d79568cfe5362eda26141"
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def chapters(book: str) -> dict[int, str]:
+    """Chapter number -> its text; the book heads each chapter `第N章 …` on its own line."""
+    heads = [(m.start(), int(m.group(1))) for m in re.finditer(r"^第(\d+)章", book, re.MULTILINE)]
+    ends = [start for start, _ in heads[1:]] + [len(book)]
+    return {number: book[start:end] for (start, number), end in zip(heads, ends, strict=True)}
+
+
+def split_digest(rows: list[dict[str, Any]], prefix: str, frozen: int) -> str:
+    pairs = sorted(f"{r['id']}:{r['split']}" for r in rows if int(r["id"].removeprefix(prefix)) <= frozen)
+    return hashlib.sha256("\n".join(pairs).encode()).hexdigest()
+
+
+SANGUO = read_jsonl(BENCH_DATA / "sanguo_questions.jsonl")
+
+
+def test_sanguo_evidence_is_verbatim_once_in_its_chapter() -> None:
+    book = BOOK.read_text(encoding="utf-8")
+    by_chapter = chapters(book)
+    assert sorted(by_chapter) == list(range(1, 121))
+    for q in SANGUO:
+        evidence = q["evidence"]
+        assert 6 <= len(evidence) <= 40, q
+        assert book.count(evidence) == 1, f"{q['id']}: evidence occurs {book.count(evidence)} times"
+        assert evidence in by_chapter[q["chapter"]], f"{q['id']}: evidence is not in chapter {q['chapter']}"
+        assert evidence not in q["question"], f"{q['id']} gives its evidence away"
+        assert q["question"].strip() and q["answer"].strip(), q
+
+
+def test_sanguo_ids_styles_splits_and_counts() -> None:
+    assert len({q["id"] for q in SANGUO}) == len(SANGUO) >= 150
+    assert {q["style"] for q in SANGUO} == {"literal", "paraphrase"}
+    assert {q["split"] for q in SANGUO} == {"dev", "test"}
+    counts = Counter((q["split"], q["style"]) for q in SANGUO)
+    assert sum(n for (_, style), n in counts.items() if style == "paraphrase") >= 0.4 * len(SANGUO)
+    assert counts["test", "literal"] + counts["test", "paraphrase"] >= 60
+    assert all(counts[split, style] >= 30 for split in ("dev", "test") for style in ("literal", "paraphrase"))
+    assert {q["chapter"] for q in SANGUO} == set(range(1, 121))  # the whole book, not only its start
+
+
+def test_sanguo_split_is_frozen() -> None:
+    assert split_digest(SANGUO, "sg", SANGUO_FROZEN) == SANGUO_SPLIT_DIGEST
+
+
+@pytest.mark.parametrize("split", ["dev", "test"])
+def test_sanguo_each_split_spans_the_book(split: str) -> None:
+    chapters_of_split = {q["chapter"] for q in SANGUO if q["split"] == split}
+    for start in range(1, 121, 20):  # every sixth of the book has questions in both parts
+        assert chapters_of_split & set(range(start, start + 20)), (split, start)
