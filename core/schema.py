@@ -39,11 +39,11 @@ class Mode(StrEnum):
 LIST_MODES: tuple[Mode, ...] = (Mode.VECTOR, Mode.BM25, Mode.BIGRAM, Mode.STANDARD)
 
 
-def index_body(embedder: Embedder) -> dict[str, Any]:
+def index_body(embedder: Embedder, shards: int = 1, replicas: int = 0) -> dict[str, Any]:
     """Settings and mapping of one knowledge-base index (server features only)."""
     whitespace_text = {"type": "text", "analyzer": "whitespace"}
     return {
-        "settings": {"number_of_shards": 1, "number_of_replicas": 0},
+        "settings": {"number_of_shards": shards, "number_of_replicas": replicas},
         "mappings": {
             "_meta": {"embedder": embedder.name, "dim": embedder.dim, "schema_version": SCHEMA_VERSION},
             "dynamic": "strict",

@@ -18,7 +18,7 @@ from core.embeddings import load_embedder
 from core.redact import redact_url
 from core.text import get_tokenizer
 from indexing.loaders import LoadError, load_paths
-from indexing.pipeline import index_documents
+from indexing.pipeline import Partition, index_documents
 from service.store import EmbedderMismatchError, create_client
 
 logger = logging.getLogger("indexing")
@@ -43,6 +43,24 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
     parser.add_argument(
         "--chunk-overlap", type=int, default=DEFAULT_CHUNK_OVERLAP, help="characters shared by neighbours"
     )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=settings.embed_concurrency,
+        help="embedding batches in flight, for remote embedders (default: EMBED_CONCURRENCY=%(default)s)",
+    )
+    parser.add_argument(
+        "--partition",
+        type=_partition,
+        metavar="I/N",
+        help="index only part I of N (1-based, by a stable hash of the document id); N workers give one full run",
+    )
+    parser.add_argument(
+        "--shards", type=int, default=settings.es_shards, help="primary shards of a new index (default: ES_SHARDS)"
+    )
+    parser.add_argument(
+        "--replicas", type=int, default=settings.es_replicas, help="replicas of a new index (default: ES_REPLICAS)"
+    )
     parser.add_argument("--limit", type=int, metavar="N", help="only the first N documents (chapters), for demos")
     parser.add_argument(
         "--error-file",
@@ -51,6 +69,27 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     return parser
+
+
+def _partition(text: str) -> Partition:
+    try:
+        return Partition.parse(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse contradictory or out-of-range flags (exit status 2)."""
+    if args.limit is not None and args.limit < 1:
+        parser.error("--limit must be at least 1")
+    if args.limit is not None and args.prune:
+        parser.error("--prune with --limit would delete every document past the limit")
+    if args.batch_size < 1 or args.concurrency < 1 or args.shards < 1 or args.replicas < 0:
+        parser.error("need --batch-size, --concurrency, --shards >= 1 and --replicas >= 0")
+    if not 0 <= args.chunk_overlap < args.chunk_size:
+        parser.error("need 0 <= --chunk-overlap < --chunk-size")
+    if args.partition and args.recreate:
+        parser.error("--recreate with --partition: workers share one index; rebuild without --partition")
 
 
 def _write_load_errors(path: Path, errors: list[LoadError]) -> None:
@@ -66,16 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("elastic_transport").setLevel(logging.WARNING)
     parser = build_parser(settings)
     args = parser.parse_args(argv)
-    if args.limit is not None and args.limit < 1:
-        parser.error("--limit must be at least 1")
-    if args.limit is not None and args.prune:
-        parser.error("--prune with --limit would delete every document past the limit")
-    if args.batch_size < 1:
-        parser.error("--batch-size must be at least 1")
-    if not 0 <= args.chunk_overlap < args.chunk_size:
-        parser.error("need 0 <= --chunk-overlap < --chunk-size")
+    _check_args(parser, args)
 
-    error_file: Path = args.error_file or Path(".cache", "indexing", f"{args.index}-errors.jsonl")
+    part = f"-part{args.partition.number}of{args.partition.count}" if args.partition else ""
+    error_file: Path = args.error_file or Path(".cache", "indexing", f"{args.index}{part}-errors.jsonl")
     error_file.parent.mkdir(parents=True, exist_ok=True)
     error_file.unlink(missing_ok=True)
     loaded = load_paths(args.paths)
@@ -103,9 +136,13 @@ def main(argv: list[str] | None = None) -> int:
             chunk_size=args.chunk_size,
             chunk_overlap=args.chunk_overlap,
             batch_size=args.batch_size,
+            concurrency=args.concurrency,
             recreate=args.recreate,
             prune=args.prune and complete,
             replace_sources=complete,
+            partition=args.partition,
+            shards=args.shards,
+            replicas=args.replicas,
             error_file=error_file,
             progress=not args.no_progress,
         )

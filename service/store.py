@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from elasticsearch import Elasticsearch, NotFoundError
+from elasticsearch import BadRequestError, Elasticsearch, NotFoundError
 
 from core.config import Settings
 from core.embeddings import Embedder
@@ -36,9 +36,15 @@ class IndexMeta:
 
 
 def create_client(settings: Settings) -> Elasticsearch:
-    """The one client a process uses; retries on timeouts so a restarting node is survivable."""
+    """The one client a process uses, over every node of `ES_URL`.
+
+    The transport is the retry layer for reads: a connection error or time-out marks the node
+    dead for a while and the request goes to the next node (2 retries), so one lost node of a
+    cluster costs no failed request. Bulk writes turn this off and retry themselves
+    (`indexing.pipeline.bulk_write`).
+    """
     return Elasticsearch(
-        settings.es_url,
+        settings.es_urls,
         request_timeout=settings.es_request_timeout,
         retry_on_timeout=True,
         max_retries=2,
@@ -49,8 +55,8 @@ def versioned_name(alias: str) -> str:
     return f"{alias}-v{datetime.now(timezone.utc):%Y%m%d%H%M%S%f}"
 
 
-def create_index(es: Elasticsearch, name: str, embedder: Embedder) -> None:
-    es.indices.create(index=name, **index_body(embedder))
+def create_index(es: Elasticsearch, name: str, embedder: Embedder, *, shards: int = 1, replicas: int = 0) -> None:
+    es.indices.create(index=name, **index_body(embedder, shards, replicas))
 
 
 def concrete_indices(es: Elasticsearch, alias: str) -> list[str]:
@@ -61,16 +67,24 @@ def concrete_indices(es: Elasticsearch, alias: str) -> list[str]:
         return [alias] if es.indices.exists(index=alias) else []
 
 
-def ensure_index(es: Elasticsearch, alias: str, embedder: Embedder) -> str:
-    """The concrete index behind `alias`, created (versioned, aliased) when missing."""
-    indices = concrete_indices(es, alias)
-    if indices:
-        check_embedder(es, alias, embedder)
-        return indices[0]
-    name = versioned_name(alias)
-    create_index(es, name, embedder)
-    es.indices.put_alias(index=name, name=alias)
-    return name
+def ensure_index(
+    es: Elasticsearch, alias: str, embedder: Embedder, *, shards: int = 1, replicas: int = 0, name: str | None = None
+) -> str:
+    """The concrete index behind `alias`; when missing, created (`name`, default versioned) and aliased.
+
+    Workers started together (partitions) pass the same `name`: whoever creates it first wins
+    and the others use it, so they never end up with one index each behind the alias.
+    """
+    if not concrete_indices(es, alias):
+        name = name or versioned_name(alias)
+        try:
+            create_index(es, name, embedder, shards=shards, replicas=replicas)
+        except BadRequestError as err:
+            if err.error != "resource_already_exists_exception":
+                raise
+        es.indices.put_alias(index=name, name=alias)
+    check_embedder(es, alias, embedder)
+    return concrete_indices(es, alias)[0]
 
 
 def swap_alias(es: Elasticsearch, alias: str, new_index: str) -> list[str]:

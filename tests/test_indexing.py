@@ -15,7 +15,7 @@ from core.documents import Document
 from core.embeddings import Embedder
 from core.schema import chunk_id, content_hash
 from core.text import get_tokenizer
-from indexing.pipeline import index_documents
+from indexing.pipeline import Partition, index_documents
 from service.store import EmbedderMismatchError, concrete_indices, create_index
 
 SIZE, OVERLAP = 60, 10
@@ -240,15 +240,42 @@ def test_rejected_chunks_are_counted_and_written_to_the_error_file(
     assert summary.error_file == str(error_file)
 
 
-def test_a_lost_connection_is_retried_then_reported(monkeypatch: pytest.MonkeyPatch, caplog) -> None:
+def test_a_lost_connection_is_retried_then_reported(caplog: pytest.LogCaptureFixture) -> None:
     """Nothing listens on port 9 (discard): each attempt fails to connect, the batch is re-sent."""
     import elasticsearch
 
     from indexing import pipeline
 
-    monkeypatch.setattr(pipeline, "_WRITE_ATTEMPTS", 2)
-    client = Elasticsearch("http://127.0.0.1:9", max_retries=0, request_timeout=2)
+    client = Elasticsearch("http://127.0.0.1:9", request_timeout=2)
     action = {"_op_type": "index", "_index": "never", "_id": "a", "_source": {"text": "x"}}
     with pytest.raises(elasticsearch.ConnectionError):
-        pipeline.bulk_with_retries(client, [action])
-    assert [r.message for r in caplog.records if "retrying the batch in 1 s" in r.message]
+        pipeline.bulk_write(client, [action], attempts=2)
+    retries = [r.message for r in caplog.records if "retrying the batch in 1 s" in r.message]
+    # One retry layer: two attempts are two connection attempts, not two times the client's retries.
+    assert len(retries) == 1
+
+
+def test_three_partitions_together_equal_one_full_run(
+    es: Elasticsearch, index_name: Callable[[str], str], embedder: Embedder
+) -> None:
+    documents = chapters(*BODIES, *(body[::-1] for body in BODIES), *(body[::2] for body in BODIES))
+    reference = index_name("full")
+    full = run(es, reference, documents, embedder)
+
+    alias = index_name("parts")
+    parts = [run(es, alias, documents, embedder, partition=Partition(i, 3), concurrency=2) for i in (1, 2, 3)]
+    assert sorted(p.documents for p in parts) != [0, 0, len(documents)]  # the hash really splits them
+    assert sum(p.documents for p in parts) == len(documents)
+    assert sum(p.indexed for p in parts) == full.indexed and {p.index for p in parts} == {f"{alias}-v0"}
+    assert indexed(es, alias).keys() == indexed(es, reference).keys()
+
+    # A re-run of one part with replace_sources deletes nothing of the other parts.
+    again = run(es, alias, documents, embedder, partition=Partition(2, 3), replace_sources=True)
+    assert (again.indexed, again.deleted) == (0, 0)
+    assert es.count(index=alias)["count"] == full.chunks
+
+
+@pytest.mark.parametrize("text", ["0/3", "4/3", "1-3", "a/b", "1/"])
+def test_a_bad_partition_is_refused_with_the_expected_form(text: str) -> None:
+    with pytest.raises(ValueError, match=r"partition .*(I/N|1 <= I <= N)"):
+        Partition.parse(text)
