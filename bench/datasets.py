@@ -10,8 +10,8 @@ is relevant when its id is in the query's set.
   and their questions, because embedding all 1,104 paragraphs takes long on a busy machine.
 - `sanguo`: 《三国演义》 by chapter, with bench/data/sanguo_questions.jsonl; a chunk is relevant
   when it contains the question's evidence string, whatever the chunk boundaries.
-- `medical`: bench/data/medical_passages.jsonl and medical_queries.jsonl, passages that differ
-  mainly by 高血糖/低血糖, 高血压/低血压, 甲亢/甲减, 1型/2型.
+- `medical`: bench/data/medical_passages.jsonl and medical_queries.jsonl, look-alike passage
+  pairs over 20 term pairs (高/低血糖, 甲亢/甲减, 左/右心衰, …), split dev/test by term pair.
 """
 
 import json
@@ -114,5 +114,6 @@ def load_medical(
     found = []
     for line in queries.read_text(encoding="utf-8").splitlines():
         item = json.loads(line)
-        found.append(Query(item["id"], item["question"], set().union(*(of_doc[doc] for doc in item["relevant"]))))
+        relevant = set().union(*(of_doc[doc] for doc in item["relevant"]))
+        found.append(Query(item["id"], item["question"], relevant, item.get("split", ""), item.get("style", "")))
     return Dataset("medical", documents, found, DEFAULT_CHUNK_SIZE, DEFAULT_CHUNK_OVERLAP, chunks)

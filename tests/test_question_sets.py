@@ -15,6 +15,18 @@ from tests.conftest import SHARED_DATA
 
 BOOK = SHARED_DATA / "sanguo" / "sanguo_yanyi.txt"
 SANGUO_FROZEN = 207  # sg01..sg207 were split when the set was written; their split never changes
+MEDICAL_TEST_PAIRS = {  # whole term pairs are test; the split of these pairs never changes
+    "blood_pressure",
+    "diabetes_type",
+    "heart_rate",
+    "tumor",
+    "heart_failure",
+    "anemia",
+    "thyroid_nodule",
+    "peptic_ulcer",
+    "stroke",
+    "hemorrhoids",
+}
 SANGUO_SPLIT_DIGEST = "6925092083f8cc3ac3dd06eca4e4cc5be103eb8c4f7d79568cfe5362eda26141"
 
 
@@ -70,3 +82,51 @@ def test_sanguo_each_split_spans_the_book(split: str) -> None:
     chapters_of_split = {q["chapter"] for q in SANGUO if q["split"] == split}
     for start in range(1, 121, 20):  # every sixth of the book has questions in both parts
         assert chapters_of_split & set(range(start, start + 20)), (split, start)
+
+
+PASSAGES = read_jsonl(BENCH_DATA / "medical_passages.jsonl")
+MEDICAL = read_jsonl(BENCH_DATA / "medical_queries.jsonl")
+
+
+def bigrams(text: str) -> set[str]:
+    return {text[i : i + 2] for i in range(len(text) - 1)}
+
+
+def test_medical_passages_come_in_look_alike_pairs() -> None:
+    by_pair: dict[str, list[dict[str, Any]]] = {}
+    for passage in PASSAGES:
+        assert 80 <= len(passage["text"]) <= 250, passage["id"]
+        assert passage["term"] in passage["title"] and passage["term"] in passage["text"], passage["id"]
+        by_pair.setdefault(passage["pair"], []).append(passage)
+    assert len({p["id"] for p in PASSAGES}) == len(PASSAGES)
+    assert len(by_pair) >= 15 and len(PASSAGES) >= 80  # >= 40 passage pairs
+    for pair, passages in by_pair.items():
+        terms = sorted({p["term"] for p in passages})
+        assert len(terms) == 2, pair
+        first, second = ([p for p in passages if p["term"] == term] for term in terms)
+        assert len(first) == len(second) >= 2, pair
+        titles = {p["title"].replace(terms[0], "·") for p in first}
+        # Each passage has its twin: the same title with the other term, and a shared wording.
+        for twin in second:
+            title = twin["title"].replace(terms[1], "·")
+            assert title in titles, (pair, twin["title"])
+            mate = next(p for p in first if p["title"].replace(terms[0], "·") == title)
+            a, b = bigrams(mate["text"]), bigrams(twin["text"])
+            assert len(a & b) / len(a | b) >= 0.07, (mate["id"], twin["id"])
+
+
+def test_medical_queries_ids_relevance_and_split_by_term_pair() -> None:
+    passages = {p["id"]: p for p in PASSAGES}
+    assert len({q["id"] for q in MEDICAL}) == len(MEDICAL) >= 120
+    split_of_pair: dict[str, set[str]] = {}
+    for q in MEDICAL:
+        assert q["style"] in {"plain", "colloquial"} and q["split"] in {"dev", "test"}, q
+        assert len(q["relevant"]) == 1 and all(passages[r]["pair"] == q["pair"] for r in q["relevant"]), q
+        split_of_pair.setdefault(q["pair"], set()).add(q["split"])
+    assert all(len(splits) == 1 for splits in split_of_pair.values())  # a term pair is wholly dev or wholly test
+    assert set(split_of_pair) == {p["pair"] for p in PASSAGES}
+    assert MEDICAL_TEST_PAIRS <= set(split_of_pair)
+    assert all(split_of_pair[pair] == {"test" if pair in MEDICAL_TEST_PAIRS else "dev"} for pair in split_of_pair)
+    counts = Counter((q["split"], q["style"]) for q in MEDICAL)
+    assert counts["test", "plain"] + counts["test", "colloquial"] >= 60
+    assert all(counts[split, "colloquial"] > counts[split, "plain"] > 0 for split in ("dev", "test"))

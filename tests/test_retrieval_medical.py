@@ -1,10 +1,11 @@
-"""Medical fixture: passages that differ mainly by 高/低血糖, 高/低血压, 甲亢/甲减, 1型/2型.
+"""Medical fixture (tests/data): passages that differ mainly by 高/低血糖, 高/低血压, 甲亢/甲减, 1型/2型.
 
 Hybrid must put the right passage first for every query; vector-only is printed (and named
 in the failure message) so a reader sees what keyword matching adds.
 """
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from elasticsearch import Elasticsearch
@@ -15,7 +16,9 @@ from core.text import ChineseTokenizer
 from service.retrieval import Retriever
 from tests.conftest import knowledge_base
 
-DATASET = load_medical()
+FIXTURE = Path(__file__).resolve().parent / "data"
+# The small fixture, not bench/data's evaluation set: that one is measured (dev/test) by bench.retrieval_eval.
+DATASET = load_medical(FIXTURE / "medical_fixture_passages.jsonl", FIXTURE / "medical_fixture_queries.jsonl")
 
 
 @pytest.fixture(scope="module")
