@@ -130,3 +130,28 @@ def test_medical_queries_ids_relevance_and_split_by_term_pair() -> None:
     counts = Counter((q["split"], q["style"]) for q in MEDICAL)
     assert counts["test", "plain"] + counts["test", "colloquial"] >= 60
     assert all(counts[split, "colloquial"] > counts[split, "plain"] > 0 for split in ("dev", "test"))
+
+
+UNANSWERABLE = read_jsonl(BENCH_DATA / "sanguo_unanswerable.jsonl")
+
+
+def test_unanswerable_questions_ask_for_what_the_book_lacks() -> None:
+    book = BOOK.read_text(encoding="utf-8")
+    assert len({q["id"] for q in UNANSWERABLE}) == len(UNANSWERABLE)
+    for q in UNANSWERABLE:
+        assert q["kind"] in {"unanswerable", "compound"}, q
+        assert q["split"] == ("test" if int(q["id"][2:]) % 2 == 0 else "dev"), q  # fixed: even numbers are test
+        # The word the question hinges on (血型, 手机, 孙悟空, 文学奖, …) occurs nowhere in the book.
+        assert q["absent"] in q["question"] and q["absent"] not in book, q
+    counts = Counter((q["kind"], q["split"]) for q in UNANSWERABLE)
+    assert counts["unanswerable", "dev"] >= 20 and counts["unanswerable", "test"] >= 20
+    assert counts["compound", "dev"] >= 5 and counts["compound", "test"] >= 5
+
+
+def test_compound_questions_have_an_answerable_first_part() -> None:
+    book = BOOK.read_text(encoding="utf-8")
+    by_chapter = chapters(book)
+    for q in (q for q in UNANSWERABLE if q["kind"] == "compound"):
+        assert q["question"].startswith(q["answerable"]) and q["question"].endswith(q["missing"]), q
+        assert q["absent"] in q["missing"], q
+        assert book.count(q["evidence"]) == 1 and q["evidence"] in by_chapter[q["chapter"]], q
