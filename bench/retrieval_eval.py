@@ -29,7 +29,7 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from itertools import product
 from pathlib import Path
 from typing import Any
@@ -121,7 +121,9 @@ def run_queries(retriever: Retriever, alias: str, dataset: Dataset) -> dict[str,
 
 def evaluate(dataset: Dataset, ranked: dict[str, list[list[str]]]) -> dict[str, dict[str, float]]:
     return {
-        mode: mean_metrics([query_metrics(ids, query.relevant) for ids, query in zip(ranked[mode], dataset.queries)])
+        mode: mean_metrics(
+            [query_metrics(ids, query.relevant) for ids, query in zip(ranked[mode], dataset.queries, strict=True)]
+        )
         for mode in list(Mode)
     }
 
@@ -187,7 +189,7 @@ def machine(es: Elasticsearch, embedder: Embedder) -> dict[str, Any]:
         "python": platform.python_version(),
         "elasticsearch": next(iter(es.nodes.info(node_id="_local")["nodes"].values()))["version"],
         "embedder": embedder.name,
-        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
     }
 
 
@@ -263,7 +265,7 @@ def chart(report: dict[str, Any], path: Path) -> None:
     names = list(report["datasets"])
     fig, axes = plt.subplots(1, len(names), figsize=(5.5 * len(names), 4.4), squeeze=False)
     width = 0.8 / len(list(Mode))
-    for ax, name in zip(axes[0], names):
+    for ax, name in zip(axes[0], names, strict=True):
         metrics = report["datasets"][name]["metrics"]
         for i, mode in enumerate(list(Mode)):
             ax.bar([x + i * width for x in range(len(METRICS))], [metrics[mode][m] for m in METRICS], width, label=mode)

@@ -85,8 +85,8 @@ class OpenAIEmbedder:
         self.name = f"openai:{model}"
         self._client = OpenAIEmbeddings(
             model=model,
-            base_url=settings.openai_base_url,
-            api_key=settings.openai_api_key,
+            openai_api_base=settings.openai_base_url,
+            openai_api_key=settings.openai_api_key,
             check_embedding_ctx_length=False,
         )
         self._dim: int | None = None

@@ -5,7 +5,7 @@ here, so both sides agree on one schema.
 """
 
 import hashlib
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
@@ -80,7 +80,7 @@ def content_hash(text: str) -> str:
 
 def chunk_id(doc_id: str, chunk_index: int, text_hash: str) -> str:
     """Deterministic: the same document, position and content always give the same id."""
-    return hashlib.sha1(f"{doc_id}\x1f{chunk_index}\x1f{text_hash}".encode("utf-8")).hexdigest()
+    return hashlib.sha1(f"{doc_id}\x1f{chunk_index}\x1f{text_hash}".encode()).hexdigest()
 
 
 def chunk_source(
@@ -110,6 +110,6 @@ def chunk_source(
         "chapter": chapter,
         "chapter_title": chapter_title,
         "content_hash": content_hash(text),
-        "indexed_at": datetime.now(timezone.utc).isoformat(),
+        "indexed_at": datetime.now(UTC).isoformat(),
         "metadata": metadata or {},
     }

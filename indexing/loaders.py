@@ -95,7 +95,7 @@ def split_chapters(text: str, *, source: str, title: str = "") -> list[Document]
     if front.strip():
         documents.append(Document(doc_id=f"{source}#front", text=front, source=source, title=title))
     seen: set[int] = set()
-    for match, following in zip(headings, [*headings[1:], None]):
+    for match, following in zip(headings, [*headings[1:], None], strict=True):
         number = chinese_number(match.group(1))
         chapter_title = (match.group("title") or "").strip() or None
         body = text[match.start() : following.start() if following else len(text)]

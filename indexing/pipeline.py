@@ -35,6 +35,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -229,7 +230,7 @@ def bulk_write(
     def send() -> None:
         nonlocal pending
         answers = _bulk_once(es, [actions[i] for i in pending])
-        results.update(zip(pending, answers))
+        results.update(zip(pending, answers, strict=True))
         pending = [i for i in pending if not results[i][0] and results[i][1].get("status") in _RETRY_STATUSES]
         if pending:
             statuses = sorted({int(results[i][1]["status"]) for i in pending})
@@ -242,10 +243,8 @@ def bulk_write(
         before_sleep=_log_retry,
         reraise=True,
     )
-    try:
+    with suppress(TransientBulkItems):  # the last answers stand, reported as failures by the caller
         retrying(send)
-    except TransientBulkItems:
-        pass  # the last answers stand, reported as failures by the caller
     return [results[i] for i in range(len(actions))]
 
 
@@ -281,12 +280,14 @@ class _Writer:
         started = time.perf_counter()
         indexed = 0
         try:
-            results = bulk_write(self._es, [self._action(chunk, vector) for chunk, vector in zip(batch, vectors)])
+            results = bulk_write(
+                self._es, [self._action(chunk, vector) for chunk, vector in zip(batch, vectors, strict=True)]
+            )
         except Exception as err:
             for chunk in batch:
                 self._errors.chunk_failed(chunk, "write", err)
         else:
-            for chunk, (ok, item) in zip(batch, results):
+            for chunk, (ok, item) in zip(batch, results, strict=True):
                 if ok:
                     indexed += 1
                 else:

@@ -57,9 +57,11 @@ def build_llms(settings: Settings) -> tuple[ChatOpenAI | None, ChatOpenAI | None
 
 
 async def ask_structured(
-    llm: BaseChatModel, schema: type[SchemaT], messages: list[BaseMessage]
+    llm: BaseChatModel | None, schema: type[SchemaT], messages: list[BaseMessage]
 ) -> tuple[SchemaT | None, str | None]:
     """(parsed, None) or (None, why): a bad or missing tool call is a result, never a crash."""
+    if llm is None:
+        raise LLMNotConfiguredError()
     runnable = llm.with_structured_output(schema, method="function_calling", include_raw=True)
     try:
         output: dict[str, Any] = await runnable.ainvoke(messages)  # type: ignore[assignment]

@@ -162,7 +162,7 @@ class Retriever:
         if "vector" in lists:
             self._check_embedder(index)
         responses = self._msearch(index, [self._body(name, query, size, filters) for name in lists])
-        ranked = {name: response["hits"]["hits"] for name, response in zip(lists, responses)}
+        ranked = {name: response["hits"]["hits"] for name, response in zip(lists, responses, strict=True)}
         if mode == Mode.HYBRID:
             hits = self._fuse(ranked, k)
         else:
@@ -263,7 +263,7 @@ class Retriever:
         body["query"] = {"bool": {"should": should, "minimum_should_match": 1, "filter": clauses}}
         return body
 
-    def _fuse(self, ranked: dict[str, list[dict[str, Any]]], k: int) -> list[Hit]:
+    def _fuse(self, ranked: dict[Mode, list[dict[str, Any]]], k: int) -> list[Hit]:
         by_id = {raw["_id"]: raw for raws in ranked.values() for raw in raws}
         ranks = {name: {raw["_id"]: rank for rank, raw in enumerate(raws, start=1)} for name, raws in ranked.items()}
         fused = rrf(
@@ -274,10 +274,10 @@ class Retriever:
         hits = []
         for chunk_id, score in fused[:k]:
             hit = _hit(by_id[chunk_id], score)
-            hit.bm25_rank = ranks.get("bm25", {}).get(chunk_id)
-            hit.vector_rank = ranks.get("vector", {}).get(chunk_id)
-            hit.bigram_rank = ranks.get("bigram", {}).get(chunk_id)
-            hit.standard_rank = ranks.get("standard", {}).get(chunk_id)
+            hit.bm25_rank = ranks.get(Mode.BM25, {}).get(chunk_id)
+            hit.vector_rank = ranks.get(Mode.VECTOR, {}).get(chunk_id)
+            hit.bigram_rank = ranks.get(Mode.BIGRAM, {}).get(chunk_id)
+            hit.standard_rank = ranks.get(Mode.STANDARD, {}).get(chunk_id)
             hits.append(hit)
         return hits
 

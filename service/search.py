@@ -71,12 +71,12 @@ def format_comparison(comparison: Comparison) -> str:
         lines.append(f"overlap@{comparison.k} {a}/{b}: {overlap.overlap_at_k:.2f} ({len(overlap.shared)} shared)")
     for mode, ids in comparison.only.items():
         lines.append(f"only {mode}: {', '.join(i[:6] for i in ids) or '-'}")
-    moved = [row for row in comparison.ranks if row.spread > 0]
+    moved = [difference for difference in comparison.ranks if difference.spread > 0]
     if moved:
         lines.append("rank differences:")
-        for row in moved:
-            ranks = ", ".join(f"{m}#{r if r is not None else '-'}" for m, r in row.ranks.items())
-            lines.append(f"  [{row.id[:6]}] {ranks} (spread {row.spread})")
+        for difference in moved:
+            ranks = ", ".join(f"{m}#{r if r is not None else '-'}" for m, r in difference.ranks.items())
+            lines.append(f"  [{difference.id[:6]}] {ranks} (spread {difference.spread})")
     return "\n".join(lines)
 
 

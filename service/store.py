@@ -6,7 +6,7 @@ index `_meta` records which embedder built it, so queries with another one fail 
 """
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from elasticsearch import BadRequestError, Elasticsearch, NotFoundError
@@ -52,7 +52,7 @@ def create_client(settings: Settings) -> Elasticsearch:
 
 
 def versioned_name(alias: str) -> str:
-    return f"{alias}-v{datetime.now(timezone.utc):%Y%m%d%H%M%S%f}"
+    return f"{alias}-v{datetime.now(UTC):%Y%m%d%H%M%S%f}"
 
 
 def create_index(es: Elasticsearch, name: str, embedder: Embedder, *, shards: int = 1, replicas: int = 0) -> None:

@@ -63,7 +63,7 @@ def es_url() -> Iterator[str]:
 
         image = f"docker.elastic.co/elasticsearch/elasticsearch:{ES_VERSION}"
         with ElasticSearchContainer(image, mem_limit="2g") as container:
-            yield container.get_url()
+            yield f"http://{container.get_container_host_ip()}:{container.get_exposed_port(container.port)}"
         return
     started = subprocess.run(
         [str(REPO_ROOT / "scripts" / "es-local"), "start"], capture_output=True, text=True, check=False

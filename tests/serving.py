@@ -6,7 +6,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 import uvicorn
 from fastapi import FastAPI
@@ -59,17 +59,13 @@ class TcpProxy:
     def close(self) -> None:
         with self._lock:
             if self._listener is not None:
-                try:
+                with suppress(OSError):
                     self._listener.shutdown(socket.SHUT_RDWR)  # wakes the thread blocked in accept()
-                except OSError:
-                    pass
                 self._listener.close()
                 self._listener = None
             for conn in self._connections:
-                try:
+                with suppress(OSError):
                     conn.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
                 conn.close()
             self._connections.clear()
 
@@ -94,7 +90,5 @@ class TcpProxy:
             pass
         finally:
             for sock in (source, sink):
-                try:
+                with suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass

@@ -4,6 +4,7 @@ success paths, every bad-input case, access control, CORS, size limit, metrics, 
 import threading
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import numpy as np
@@ -67,7 +68,7 @@ def alias(es: Elasticsearch, embedder: Embedder) -> Iterator[str]:
         yield name
 
 
-def make_settings(es_url: str, index: str, **overrides: object) -> Settings:
+def make_settings(es_url: str, index: str, **overrides: Any) -> Settings:
     return Settings(_env_file=None, es_url=es_url, es_index=index, **overrides)
 
 

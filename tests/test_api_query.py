@@ -64,14 +64,14 @@ def llm() -> Iterator[FakeChatServer]:
             {"enough": True, "missing": [], "reason": "网络资料补足了官职"},
         )
         server.on(ANSWER, ANSWER_TEXT)
-        yield server  # type: ignore[misc]
+        yield server
 
 
 @pytest.fixture
 def bocha() -> Iterator[FakeBochaServer]:
     pages = [page("孟获 - 百科", "https://example.org/menghuo", "孟获归顺蜀汉后官至御史中丞。")]
     with FakeBochaServer(pages) as server:
-        yield server  # type: ignore[misc]
+        yield server
 
 
 def settings_for(
@@ -99,7 +99,7 @@ def url(
 def idle() -> Iterator[FakeChatServer]:
     """A model server without scripts: requests refused before the workflow must never reach it."""
     with FakeChatServer() as server:
-        yield server  # type: ignore[misc]
+        yield server
 
 
 @pytest.fixture(scope="module")
@@ -245,7 +245,7 @@ def test_web_failure_degrades_to_a_local_answer(
     with (
         FakeBochaServer(500) as broken,
         serve(create_app(settings_for(es_url, alias, judgements, llm, broken), embedder=embedder)) as base,
-    ):  # type: ignore[arg-type]
+    ):
         response = httpx.post(f"{base}/query", json={"question": QUESTION}, timeout=120)
         assert response.status_code == 200
         result = response.json()

@@ -67,9 +67,9 @@ def base_url(es: Elasticsearch, es_url: str, alias: str, embedder: Embedder) -> 
             es_index=alias,
             judgements_index=judgements,
             openai_base_url=llm.base_url,
-            model_name="fake-model",  # type: ignore[attr-defined]
+            model_name="fake-model",
             bocha_api_key=API_KEY,
-            bocha_api_url=bocha.api_url,  # type: ignore[attr-defined]
+            bocha_api_url=bocha.api_url,
         )
         with serve(create_app(settings, embedder=embedder)) as url:
             yield url

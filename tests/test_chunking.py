@@ -1,5 +1,7 @@
 """Chinese-aware chunking: sentence boundaries first, size bound, overlap, determinism."""
 
+import itertools
+
 import pytest
 
 from core.chunking import split_sentences, split_text
@@ -31,7 +33,7 @@ def test_chunks_end_at_sentence_marks_and_respect_the_size() -> None:
 def test_overlap_repeats_the_previous_chunks_last_whole_sentences() -> None:
     chunks = split_text(TEXT, chunk_size=40, chunk_overlap=20)
     assert len(chunks) > 2
-    for previous, following in zip(chunks, chunks[1:]):
+    for previous, following in itertools.pairwise(chunks):
         overlap = max(k for k in range(21) if previous.endswith(following[:k]))
         assert overlap > 0, (previous, following)
         # The shared part is whole sentences: it ends at a sentence mark.
@@ -42,7 +44,7 @@ def test_a_sentence_longer_than_the_chunk_is_cut_into_overlapping_windows() -> N
     text = "甲乙丙丁戊己庚辛壬癸" * 30  # 300 characters, no punctuation
     chunks = split_text(text, chunk_size=100, chunk_overlap=10)
     assert [len(c) for c in chunks] == [90, 100, 100, 40]
-    for previous, following in zip(chunks, chunks[1:]):
+    for previous, following in itertools.pairwise(chunks):
         assert following[:10] == previous[-10:]
     assert chunks[0] + "".join(c[10:] for c in chunks[1:]) == text
 

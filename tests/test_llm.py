@@ -39,6 +39,7 @@ def test_judge_and_answer_models_from_settings() -> None:
     with FakeChatServer() as server:
         judge, answer = build_llms(settings_for(server))
         same_judge, _ = build_llms(settings_for(server, evaluator_model_name=None))
+    assert judge is not None and answer is not None and same_judge is not None
     assert (judge.model_name, judge.temperature, answer.model_name, answer.temperature) == ("small", 0.0, "big", 0.7)
     assert same_judge.model_name == "big"  # EVALUATOR_MODEL_NAME defaults to MODEL_NAME
     assert "sk-test-secret" not in repr(judge)
@@ -76,7 +77,7 @@ def test_bad_structured_output_is_a_result_not_a_crash(reply, requests, error) -
         server.on("Decomposition", reply)
         judge, _ = build_llms(settings_for(server))
         parsed, why = asyncio.run(ask_structured(judge, Decomposition, [HumanMessage("问题")]))
-    assert parsed is None and error in why
+    assert parsed is None and why is not None and error in why
     assert len(server.requests) == requests
 
 
@@ -96,6 +97,7 @@ def test_langchain_default_is_json_schema_and_the_fake_speaks_it_too() -> None:
     with FakeChatServer() as server:
         server.on("Evaluation", {"enough": True, "missing": [], "reason": "够"})
         judge, _ = build_llms(settings_for(server))
+        assert judge is not None
         parsed = asyncio.run(judge.with_structured_output(Evaluation).ainvoke([HumanMessage("问题")]))
     assert parsed == Evaluation(enough=True, reason="够")
     body = server.requests[0].body

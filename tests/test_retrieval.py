@@ -10,6 +10,7 @@ from elasticsearch import Elasticsearch
 from core.config import Settings
 from core.documents import Document
 from core.embeddings import Embedder
+from core.schema import Mode
 from core.text import ChineseTokenizer, bigram_terms
 from service.retrieval import Filters, RetrievalParams, Retriever, build_retriever, rrf
 from service.store import EmbedderMismatchError, IndexNotFoundError
@@ -137,7 +138,7 @@ def test_hybrid_hits_carry_their_rank_in_each_list(retriever: Retriever, corpus:
 
 
 def test_hybrid_lists_and_weights_are_selectable(es: Elasticsearch, embedder: Embedder, corpus: str) -> None:
-    bm25_only = Retriever(es, embedder, ChineseTokenizer(), RetrievalParams(hybrid_lists=("bm25",)))
+    bm25_only = Retriever(es, embedder, ChineseTokenizer(), RetrievalParams(hybrid_lists=(Mode.BM25,)))
     hits = bm25_only.search(corpus, "乌巢", "hybrid", 5).hits
     assert [hit.doc_id for hit in hits] == ["wuchao"]  # one list: only what BM25 matched
     assert hits[0].vector_rank is None and hits[0].bm25_rank == 1
@@ -154,7 +155,7 @@ def test_filters_by_source_and_chapter(retriever: Retriever, corpus: str) -> Non
 
 def test_bad_input_and_missing_index_are_clear_errors(retriever: Retriever, corpus: str) -> None:
     with pytest.raises(ValueError, match="unknown mode"):
-        retriever.search(corpus, "曹操", mode="fuzzy")  # type: ignore[arg-type]
+        retriever.search(corpus, "曹操", mode="fuzzy")
     with pytest.raises(ValueError, match="k must be"):
         retriever.search(corpus, "曹操", k=0)
     with pytest.raises(ValueError, match="empty"):

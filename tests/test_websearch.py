@@ -76,9 +76,8 @@ def test_results_are_deduplicated_by_url() -> None:
     ids=["timeout-twice", "5xx-twice", "403", "429", "bad-json", "api-code"],
 )
 def test_failures_are_distinct_errors_with_one_retry_on_timeouts_and_5xx(replies, error, requests) -> None:
-    with FakeBochaServer(*replies) as server:
-        with pytest.raises(error) as raised:
-            search(server)
+    with FakeBochaServer(*replies) as server, pytest.raises(error) as raised:
+        search(server)
     assert len(server.requests) == requests
     assert raised.value.reason.startswith("网络搜索")
 
@@ -92,9 +91,8 @@ def test_one_transient_failure_is_retried(first) -> None:
 
 def test_a_wrong_key_is_a_4xx_not_retried_and_never_logged(caplog) -> None:
     caplog.set_level(logging.DEBUG)
-    with FakeBochaServer([A]) as server:
-        with pytest.raises(WebSearchHTTPError) as raised:
-            search(server, key="wrong-secret-key")
+    with FakeBochaServer([A]) as server, pytest.raises(WebSearchHTTPError) as raised:
+        search(server, key="wrong-secret-key")
     assert raised.value.status == 401 and len(server.requests) == 1
     assert "wrong-secret-key" not in caplog.text and "wrong-secret-key" not in str(raised.value)
 

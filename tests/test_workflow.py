@@ -66,7 +66,7 @@ def chat() -> Iterator[FakeChatServer]:
 
 
 @pytest.fixture
-def bocha() -> Callable[..., FakeBochaServer]:
+def bocha() -> Iterator[Callable[..., FakeBochaServer]]:
     servers: list[FakeBochaServer] = []
 
     def start(*replies: Any) -> FakeBochaServer:
@@ -380,7 +380,7 @@ def test_multi_hop_sub_questions_retrieve_different_chapters(make_deps, chat) ->
     assert result.llm_calls == 5 and result.web_calls == 0
     first, second = (s.outcome for s in result.trace if s.node == "retrieve")
     assert "首条：第1章" in first and "首条：第37章" in second
-    assert sorted(c.chapter for c in result.citations) == [1, 37]
+    assert sorted(c.chapter or 0 for c in result.citations) == [1, 37]
     evaluation_prompt = prompt_of(chat.calls("Evaluation")[0].body)
     assert "第1章" in evaluation_prompt and "第37章" in evaluation_prompt
 
@@ -515,7 +515,7 @@ def test_nothing_retrieved_is_judged_without_the_model(make_deps, chat, bocha) -
     chat.on("Evaluation", ENOUGH).on(ANSWER, lambda body: f"见网络资料[{number_of(body, 'baike')}]。")
     result = ask(make_deps(web), "xyzzy plugh", mode="bm25")
 
-    assert nodes(result) == LOCAL_PATH[:-1] + ["web_search", "evaluate", "generate"]
+    assert nodes(result) == [*LOCAL_PATH[:-1], "web_search", "evaluate", "generate"]
     first, second = result.evaluations
     assert (first.enough, first.missing, first.source) == (False, ["xyzzy plugh"], "no_context")
     assert (second.source, second.with_web) == ("model", True)
@@ -527,7 +527,7 @@ def test_nothing_retrieved_is_judged_without_the_model(make_deps, chat, bocha) -
 def test_without_llm_configuration_run_query_names_the_settings(es, embedder, corpus) -> None:
     deps = build_deps(Settings(_env_file=None, es_index=corpus), es, Retriever(es, embedder, get_tokenizer()))
     assert deps.judge_llm is None and deps.web_search is None
-    with pytest.raises(LLMNotConfiguredError, match="OPENAI_BASE_URL.*MODEL_NAME"):
+    with pytest.raises(LLMNotConfiguredError, match=r"OPENAI_BASE_URL.*MODEL_NAME"):
         ask(deps, "刘备在哪里结义？")
 
 

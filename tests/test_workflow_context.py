@@ -40,7 +40,12 @@ def test_estimate_tokens_counts_cjk_characters_and_words() -> None:
 def test_passages_interleave_hops_by_rank_then_web_last() -> None:
     passages = {p.id: p for p in [passage("a2", 2, 0.9), passage("b1", 1, 0.1), passage("a1", 1, 0.5)]}
     numbered, trimmed = select_contexts(passages, [WEB], budget=10_000)
-    assert [c.passage.id if c.passage else c.web.url for c in numbered] == ["a1", "b1", "a2", WEB.url]
+    assert [c.passage.id if c.passage else c.web.url if c.web else None for c in numbered] == [
+        "a1",
+        "b1",
+        "a2",
+        WEB.url,
+    ]
     assert [c.number for c in numbered] == [1, 2, 3, 4] and trimmed == 0
 
 

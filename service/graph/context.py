@@ -45,7 +45,8 @@ def select_contexts(
     """The contexts that fit `budget` tokens, numbered from 1, and how many were trimmed."""
     local = ranked_passages(passages)
     remote = list(web)
-    sizes = {id(item): estimate_tokens(item.text) + 30 for item in [*local, *remote]}
+    items: list[Passage | WebResult] = [*local, *remote]
+    sizes = {id(item): estimate_tokens(item.text) + 30 for item in items}
     total = sum(sizes.values())
     trimmed = 0
     while total > budget and len(local) + len(remote) > 1:

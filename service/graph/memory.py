@@ -10,7 +10,7 @@ import hashlib
 import logging
 import threading
 from collections import OrderedDict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from elasticsearch import ApiError, Elasticsearch, NotFoundError
@@ -88,7 +88,7 @@ class JudgementMemory:
                 "with_web": step.with_web,
                 "needed_web": not step.enough and bool(step.missing),
                 "source": step.source,
-                "created_at": datetime.now(timezone.utc).isoformat(),
+                "created_at": datetime.now(UTC).isoformat(),
             },
         )
 

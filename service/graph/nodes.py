@@ -12,7 +12,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from functools import wraps
-from typing import Any
+from typing import Any, Protocol
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
@@ -31,14 +31,20 @@ from service.graph.schemas import (
     TraceStep,
 )
 from service.graph.state import Passage, RunContext, WorkflowState
-from service.llm import ask_structured
+from service.llm import LLMNotConfiguredError, ask_structured
 from service.websearch import WebSearchError, dedupe_by_url, url_key
 
 logger = logging.getLogger(__name__)
 
 NodeResult = tuple[dict[str, Any], str]  # (state update, one-line outcome for the trace)
 Step = Callable[[WorkflowState, Runtime[RunContext]], Awaitable[NodeResult]]
-Node = Callable[[WorkflowState, Runtime[RunContext]], Awaitable[dict[str, Any]]]
+
+
+class Node(Protocol):
+    """What LangGraph calls: the state, and the runtime as a keyword."""
+
+    def __call__(self, state: WorkflowState, *, runtime: Runtime[RunContext]) -> Awaitable[dict[str, Any]]: ...
+
 
 WEB_NOT_CONFIGURED = "网络搜索不可用：未配置 BOCHA_API_KEY"
 WEB_DISABLED = "网络搜索已按请求关闭"
@@ -49,7 +55,7 @@ _EMOJI = re.compile("[\U0001f000-\U0001faff\u2600-\u27bf\u2b00-\u2bff\ufe0f\u200
 def traced(name: str) -> Callable[[Step], Node]:
     def decorate(func: Step) -> Node:
         @wraps(func)
-        async def node(state: WorkflowState, runtime: Runtime[RunContext]) -> dict[str, Any]:
+        async def node(state: WorkflowState, *, runtime: Runtime[RunContext]) -> dict[str, Any]:
             started = time.perf_counter()
             update, outcome = await func(state, runtime)
             step = TraceStep(node=name, ms=round((time.perf_counter() - started) * 1000, 2), outcome=outcome)
@@ -257,6 +263,8 @@ async def web_search(state: WorkflowState, runtime: Runtime[RunContext]) -> Node
     searches = state.get("web_searches", 0) + 1
     known = list(state.get("web_results", []))
     try:
+        if ctx.deps.web_search is None:  # `_after_evaluation` never routes here without a client
+            raise WebSearchError("no web search client configured")
         results = await ctx.deps.web_search.search(query)
     except WebSearchError as err:
         logger.warning("web search failed: %s", err)
@@ -297,8 +305,10 @@ async def generate(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeRe
     return update, f"{len(answer)} 字，引用 {len(cited)} 条（资料 {len(contexts)} 条）"
 
 
-async def stream_answer(llm: BaseChatModel, messages: list[BaseMessage], writer: StreamWriter) -> str:
+async def stream_answer(llm: BaseChatModel | None, messages: list[BaseMessage], writer: StreamWriter) -> str:
     """Stream the answer as "token" events, emoji removed on the way."""
+    if llm is None:
+        raise LLMNotConfiguredError()
     parts: list[str] = []
     async for chunk in llm.astream(messages):
         piece = _EMOJI.sub("", chunk.text)

@@ -5,7 +5,7 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 
 
 @dataclass
@@ -66,8 +66,8 @@ class FakeServer:
                     self.send_header("Connection", "close")
                     self.end_headers()
                     for payload in response.body:
-                        data = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
-                        self.wfile.write(f"data: {data}\n\n".encode())
+                        line = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
+                        self.wfile.write(f"data: {line}\n\n".encode())
                         self.wfile.flush()
                     self.close_connection = True
                     return
@@ -88,13 +88,12 @@ class FakeServer:
 
     @property
     def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://127.0.0.1:{self._server.server_port}"
 
     def respond(self, request: Recorded) -> Response:
         raise NotImplementedError
 
-    def __enter__(self) -> "FakeServer":
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
