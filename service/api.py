@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 from elastic_transport import ConnectionError as ESConnectionError
 from elastic_transport import ConnectionTimeout as ESConnectionTimeout
-from elasticsearch import Elasticsearch
+from elasticsearch import ApiError, Elasticsearch
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, Response
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
@@ -170,27 +170,41 @@ def healthz() -> HealthResponse:
     return HealthResponse()
 
 
+def _cluster_status(es: Elasticsearch, status: ElasticsearchStatus) -> None:
+    health = es.cluster.health(timeout="2s")
+    status.reachable = True
+    status.status = str(health["status"])
+    status.nodes = int(health["number_of_nodes"])
+    status.data_nodes = int(health["number_of_data_nodes"])
+
+
+def _index_status(es: Elasticsearch, embedder: Embedder, index: IndexStatus) -> None:
+    meta = read_index_meta(es, index.name)
+    index.present = True
+    index.health = str(es.cluster.health(index=index.name, timeout="2s")["status"])
+    index.embedder = meta.embedder
+    index.embedder_matches = meta.embedder == embedder.name and meta.dim == embedder.dim
+    index.docs = int(es.count(index=index.name)["count"])
+
+
 @health.get("/readyz", response_model=ReadyResponse, responses={503: {"model": ReadyResponse}})
 def readyz(request: Request, settings: SettingsDep, es: ESDep) -> JSONResponse:
-    """Ready when search works: Elasticsearch answers, the index exists and matches the embedder."""
+    """Ready when search works: the cluster answers, the index exists, is not red and matches the embedder."""
     embedder: Embedder = request.app.state.embedder
     es = es.options(request_timeout=5, max_retries=0)  # a probe answers quickly, even when ES hangs
     es_status = ElasticsearchStatus(url=redact_url(settings.es_url), reachable=False)
     index = IndexStatus(name=settings.es_index, present=False)
     try:
-        es_status.status = str(es.cluster.health(timeout="2s")["status"])
-        es_status.reachable = True
-        meta = read_index_meta(es, settings.es_index)
-        index.present = True
-        index.docs = int(es.count(index=settings.es_index)["count"])
-        index.embedder = meta.embedder
-        index.embedder_matches = meta.embedder == embedder.name and meta.dim == embedder.dim
+        _cluster_status(es, es_status)
+        _index_status(es, embedder, index)
     except (ESConnectionError, ESConnectionTimeout) as err:
         es_status.error = f"unreachable at {redact_url(settings.es_url)}: {type(err).__name__}"
     except IndexNotFoundError as err:
         index.error = str(err)
+    except ApiError as err:  # e.g. a red index cannot be counted
+        index.error = f"Elasticsearch answered {err.meta.status}: {err.message}"
     body = ReadyResponse(
-        ready=es_status.reachable and index.present and bool(index.embedder_matches),
+        ready=es_status.reachable and index.present and index.health != "red" and bool(index.embedder_matches),
         elasticsearch=es_status,
         index=index,
         embedder={"name": embedder.name, "dim": embedder.dim, "loaded": True},

@@ -1,10 +1,19 @@
 """How every failure becomes a JSON answer that says what to fix (never a bare 500).
 
 Validation → 422 naming the field; missing index → 404 with the build command; embedder
-mismatch → 409; Elasticsearch or the LLM unreachable → 503 naming it; their HTTP errors → 502.
+mismatch → 409; the LLM unreachable → 503 naming it; its HTTP errors → 502.
+
+Elasticsearch: unreachable, a time-out, or an answer that means "not now" (no shard
+available, all shards failed, a red index, a cluster block, 429/503/504) → 503 with
+`Retry-After` and a one-line reason; any other error answer → 502. An outage is expected:
+it is logged as one warning line per failure kind every `OUTAGE_LOG_INTERVAL_S` (the next
+line counts the ones held back), without traceback, and the client's own per-request
+warnings are held back the same way. Only unexpected errors log a traceback.
 """
 
 import logging
+import threading
+import time
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -20,9 +29,62 @@ from fastapi.responses import JSONResponse
 from core.redact import redact_url
 from service.llm import LLMNotConfiguredError
 from service.metrics import endpoint_label
-from service.store import EmbedderMismatchError, IndexNotFoundError
+from service.store import TRANSIENT_STATUSES, TRANSIENT_TYPES, EmbedderMismatchError, IndexNotFoundError, SearchError
 
 logger = logging.getLogger(__name__)
+outage_logger = logging.getLogger("service.outage")
+
+RETRY_AFTER_S = 5
+OUTAGE_LOG_INTERVAL_S = 30.0
+# The Elasticsearch client logs a warning (with a traceback) for every failed attempt on a node.
+_TRANSPORT_LOGGERS = ("elastic_transport.transport", "elastic_transport.node_pool")
+
+
+class OncePerKind(logging.Filter):
+    """One record per kind per `interval` seconds, without traceback; the next one counts those held back.
+
+    The kind is the record's `kind` extra, else its message template.
+    """
+
+    def __init__(self, interval: float = OUTAGE_LOG_INTERVAL_S) -> None:
+        super().__init__()
+        self.interval = interval
+        self._lock = threading.Lock()
+        self._seen: dict[tuple[str, str], tuple[float, int]] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = (record.name, str(getattr(record, "kind", record.msg)))
+        now = time.monotonic()
+        with self._lock:
+            last, held = self._seen.get(key, (float("-inf"), 0))
+            if now - last < self.interval:
+                self._seen[key] = (last, held + 1)
+                return False
+            self._seen[key] = (now, 0)
+        message = record.getMessage().splitlines()[0] if record.getMessage() else ""
+        if held:
+            message += f" ({held} more like it in the last {self.interval:.0f} s)"
+        record.msg, record.args, record.exc_info, record.exc_text = message, None, None, None
+        return True
+
+
+def quiet_outage_logs() -> None:
+    """Rate-limit outage warnings: ours and the Elasticsearch client's (idempotent)."""
+    for name in (outage_logger.name, *_TRANSPORT_LOGGERS):
+        target = logging.getLogger(name)
+        if not any(isinstance(f, OncePerKind) for f in target.filters):
+            target.addFilter(OncePerKind())
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _transient(err: ApiError) -> bool:
+    error = err.body.get("error") if isinstance(err.body, dict) else None
+    kind = error.get("type") if isinstance(error, dict) else None
+    return err.meta.status in TRANSIENT_STATUSES or kind in TRANSIENT_TYPES
 
 
 def _error(
@@ -40,6 +102,8 @@ def _describe(error: dict[str, Any]) -> str:
 
 
 def add_error_handlers(app: FastAPI) -> None:
+    quiet_outage_logs()
+
     @app.exception_handler(RequestValidationError)
     async def validation(request: Request, err: RequestValidationError) -> JSONResponse:
         errors = [
@@ -62,22 +126,40 @@ def add_error_handlers(app: FastAPI) -> None:
     async def embedder_mismatch(request: Request, err: EmbedderMismatchError) -> JSONResponse:
         return _error(request, 409, "embedder_mismatch", str(err))
 
+    def es_unavailable(request: Request, kind: str, reason: str, cause: str = "") -> JSONResponse:
+        outage_logger.warning("%s", reason, extra={"kind": f"{kind}:{cause}"})
+        detail = f"{reason}; retry in {RETRY_AFTER_S} s"
+        return _error(request, 503, kind, detail, headers={"Retry-After": str(RETRY_AFTER_S)})
+
     @app.exception_handler(ESConnectionError)
-    @app.exception_handler(ESConnectionTimeout)
-    async def es_unreachable(request: Request, err: Exception) -> JSONResponse:
+    async def es_unreachable(request: Request, err: ESConnectionError) -> JSONResponse:
         url = redact_url(request.app.state.settings.es_url)
-        logger.warning("Elasticsearch unreachable at %s: %s", url, err)
-        return _error(
-            request,
-            503,
-            "elasticsearch_unreachable",
-            f"Elasticsearch unreachable at {url} ({type(err).__name__}); retry when it is back",
+        reason = f"Elasticsearch unreachable at {url} ({type(err).__name__})"
+        return es_unavailable(request, "elasticsearch_unreachable", reason)
+
+    @app.exception_handler(ESConnectionTimeout)
+    async def es_timeout(request: Request, err: ESConnectionTimeout) -> JSONResponse:
+        settings = request.app.state.settings
+        reason = (
+            f"Elasticsearch at {redact_url(settings.es_url)} did not answer within {settings.es_request_timeout:g} s"
         )
+        return es_unavailable(request, "elasticsearch_timeout", reason)
+
+    @app.exception_handler(SearchError)
+    async def es_search_failed(request: Request, err: SearchError) -> JSONResponse:
+        reason = f"Elasticsearch could not search {err.index!r}: {err.type}: {_one_line(err.reason)}"
+        if err.transient:
+            return es_unavailable(request, "elasticsearch_unavailable", reason, err.type)
+        logger.error("%s", reason)
+        return _error(request, 502, "elasticsearch_error", reason)
 
     @app.exception_handler(ApiError)
     async def es_api_error(request: Request, err: ApiError) -> JSONResponse:
-        logger.error("Elasticsearch error: %s", err)
-        return _error(request, 502, "elasticsearch_error", f"Elasticsearch answered {err.meta.status}: {err.message}")
+        reason = f"Elasticsearch answered {err.meta.status}: {_one_line(str(err.message))}"
+        if _transient(err):
+            return es_unavailable(request, "elasticsearch_unavailable", reason, str(err.meta.status))
+        logger.error("%s", reason)
+        return _error(request, 502, "elasticsearch_error", reason)
 
     @app.exception_handler(LLMNotConfiguredError)
     async def llm_not_configured(request: Request, err: LLMNotConfiguredError) -> JSONResponse:

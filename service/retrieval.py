@@ -19,7 +19,7 @@ from core.config import Settings
 from core.embeddings import Embedder
 from core.schema import HIT_SOURCE_FIELDS, LIST_MODES, Mode
 from core.text import ChineseTokenizer, bigram_terms, get_tokenizer, join_terms
-from service.store import IndexNotFoundError, check_embedder
+from service.store import IndexNotFoundError, SearchError, check_embedder
 
 
 class Filters(BaseModel):
@@ -224,7 +224,8 @@ class Retriever:
     def _msearch(self, index: str, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
         searches: list[dict[str, Any]] = []
         for body in bodies:
-            searches += [{"index": index}, body]
+            # A search missing shards fails (503) instead of silently returning part of the index.
+            searches += [{"index": index, "allow_partial_search_results": False}, body]
         try:
             responses = self.es.msearch(searches=searches)["responses"]
         except NotFoundError as err:
@@ -233,7 +234,7 @@ class Retriever:
             if "error" in response:
                 if response["error"].get("type") == "index_not_found_exception":
                     raise IndexNotFoundError(index)
-                raise RuntimeError(f"Elasticsearch search failed: {response['error'].get('reason', response['error'])}")
+                raise SearchError(index, response["error"], response.get("status"))
         return responses
 
     def _body(self, name: Mode, query: str, size: int, filters: Filters | None) -> dict[str, Any]:

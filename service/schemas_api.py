@@ -73,13 +73,16 @@ class ValidationErrorResponse(BaseModel):
 class ElasticsearchStatus(BaseModel):
     url: str
     reachable: bool
-    status: str | None = None
+    status: str | None = Field(None, description="cluster health: green, yellow or red")
+    nodes: int | None = Field(None, description="nodes in the cluster")
+    data_nodes: int | None = None
     error: str | None = None
 
 
 class IndexStatus(BaseModel):
     name: str
     present: bool
+    health: str | None = Field(None, description="the index's health; red means some of it cannot be searched")
     docs: int | None = None
     embedder: str | None = None
     embedder_matches: bool | None = None

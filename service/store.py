@@ -28,6 +28,38 @@ class EmbedderMismatchError(ValueError):
     """The index was built with another embedder (vectors from two spaces never compare)."""
 
 
+# Elasticsearch answers that mean "not now" (a node or shard is away, the cluster is busy):
+# the service answers 503 with Retry-After, the indexing job retries.
+TRANSIENT_STATUSES = frozenset({429, 502, 503, 504})
+TRANSIENT_TYPES = frozenset(
+    {
+        "no_shard_available_action_exception",
+        "unavailable_shards_exception",
+        "search_phase_execution_exception",  # "all shards failed" while shards recover
+        "cluster_block_exception",
+        "master_not_discovered_exception",
+        "node_not_connected_exception",
+        "node_disconnected_exception",
+        "es_rejected_execution_exception",
+    }
+)
+
+
+class SearchError(Exception):
+    """One search of an `_msearch` failed; `transient` when retrying later can succeed."""
+
+    def __init__(self, index: str, error: dict[str, Any], status: int | None) -> None:
+        self.index = index
+        self.type = str(error.get("type", "unknown"))
+        self.reason = str(error.get("reason") or error)
+        self.status = status
+        super().__init__(f"search of {index!r} failed ({self.type}, status {status}): {self.reason}")
+
+    @property
+    def transient(self) -> bool:
+        return self.status in TRANSIENT_STATUSES or self.type in TRANSIENT_TYPES
+
+
 @dataclass(frozen=True)
 class IndexMeta:
     index: str

