@@ -48,8 +48,7 @@ class EmbeddingStub:
 
     @property
     def base_url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        return f"http://127.0.0.1:{self._server.server_port}/v1"
 
     def embeddings(self, body: dict[str, Any]) -> dict[str, Any]:
         """The answer to one request, after `delay` seconds (whatever the batch size)."""
