@@ -11,6 +11,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from core.config import Settings
+from core.retry import openai_retrying
 
 
 @runtime_checkable
@@ -77,7 +78,10 @@ class SentenceTransformerEmbedder:
 
 
 class OpenAIEmbedder:
-    """Any OpenAI-compatible embeddings endpoint (OpenAI, DashScope, vLLM, Ollama)."""
+    """Any OpenAI-compatible embeddings endpoint (OpenAI, DashScope, vLLM, Ollama).
+
+    The client's own retries are off; each request follows `core.retry`'s policy.
+    """
 
     def __init__(self, model: str, settings: Settings) -> None:
         from langchain_openai import OpenAIEmbeddings
@@ -88,22 +92,24 @@ class OpenAIEmbedder:
             openai_api_base=settings.openai_base_url,
             openai_api_key=settings.openai_api_key,
             check_embedding_ctx_length=False,
+            max_retries=0,
         )
         self._dim: int | None = None
 
     @property
     def dim(self) -> int:
         if self._dim is None:
-            self._dim = len(self._client.embed_query("dim"))
+            self._dim = len(self.embed_query("dim"))
         return self._dim
 
     def embed_documents(self, texts: list[str]) -> np.ndarray:
-        vectors = np.asarray(self._client.embed_documents(list(texts)), dtype=np.float32)
+        embedded = openai_retrying("embedding request")(self._client.embed_documents, list(texts))
+        vectors = np.asarray(embedded, dtype=np.float32)
         self._dim = vectors.shape[1] if len(vectors) else self._dim
         return vectors
 
     def embed_query(self, text: str) -> np.ndarray:
-        return np.asarray(self._client.embed_query(text), dtype=np.float32)
+        return np.asarray(openai_retrying("embedding request")(self._client.embed_query, text), dtype=np.float32)
 
 
 def load_embedder(spec: str, settings: Settings | None = None) -> Embedder:

@@ -3,6 +3,10 @@
 Judgements (rewrite, route, decompose, plan, evaluate) use `temperature=0` and may use a
 smaller model (`EVALUATOR_MODEL_NAME`); the answer uses `GENERATION_TEMPERATURE` and streams.
 
+Retries: the OpenAI client's own are off (`max_retries=0`); `core.retry`'s policy for
+OpenAI-compatible endpoints is the one layer (docs/reliability.md). A streamed answer is retried
+only until its first piece arrives: after that the user has seen text, and a failure propagates.
+
 Structured outputs use tool calling (`method="function_calling"`). langchain-openai 1.7's
 `ChatOpenAI.with_structured_output` defaults to `json_schema` (OpenAI Structured Outputs via
 `response_format`), which several OpenAI-compatible servers (older vLLM, DashScope, DeepSeek)
@@ -10,19 +14,22 @@ reject or ignore; forced tool calls are the protocol they all speak.
 """
 
 import logging
+from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
 import openai
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import BaseMessage, BaseMessageChunk
 from langchain_openai import ChatOpenAI
 from pydantic import BaseModel, SecretStr
 
 from core.config import Settings
+from core.retry import openai_async_retrying
 
 logger = logging.getLogger(__name__)
 
 SchemaT = TypeVar("SchemaT", bound=BaseModel)
+Opened = tuple[AsyncIterator[BaseMessageChunk], BaseMessageChunk | None]  # a stream and its first chunk
 
 
 class LLMNotConfiguredError(RuntimeError):
@@ -43,7 +50,7 @@ def chat_model(settings: Settings, model: str, temperature: float) -> ChatOpenAI
         base_url=settings.openai_base_url,
         api_key=settings.openai_api_key or SecretStr("not-needed"),
         timeout=settings.llm_timeout,
-        max_retries=1,
+        max_retries=0,  # the retry layer is `core.retry`'s policy, around each call
     )
 
 
@@ -64,7 +71,7 @@ async def ask_structured(
         raise LLMNotConfiguredError()
     runnable = llm.with_structured_output(schema, method="function_calling", include_raw=True)
     try:
-        output: dict[str, Any] = await runnable.ainvoke(messages)  # type: ignore[assignment]
+        output: dict[str, Any] = await openai_async_retrying(f"{schema.__name__} call")(runnable.ainvoke, messages)
     except openai.APIError as err:
         logger.warning("%s call failed: %s", schema.__name__, err)
         return None, f"模型调用失败：{type(err).__name__}"
@@ -79,3 +86,25 @@ async def ask_structured(
     if error or getattr(raw, "invalid_tool_calls", None):
         return None, "结构化输出无法解析"
     return None, "模型未按要求返回结构化结果"
+
+
+async def stream_text(llm: BaseChatModel | None, messages: list[BaseMessage]) -> AsyncIterator[str]:
+    """The answer's text as the model streams it; opening the stream is retried, the rest is not."""
+    if llm is None:
+        raise LLMNotConfiguredError()
+    opened: Opened = await openai_async_retrying("answer stream")(_open_stream, llm, messages)
+    stream, first = opened
+    if first is None:
+        return
+    yield first.text
+    async for chunk in stream:
+        yield chunk.text
+
+
+async def _open_stream(llm: BaseChatModel, messages: list[BaseMessage]) -> Opened:
+    """The stream and its first chunk (None: an empty answer); the request fails here if it fails."""
+    stream = llm.astream(messages)
+    try:
+        return stream, await anext(stream)
+    except StopAsyncIteration:
+        return stream, None

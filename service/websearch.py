@@ -1,18 +1,22 @@
 """Web search behind a small provider protocol; the one provider is Bocha Web Search.
 
 Failures are distinct exceptions (time-out, HTTP status, API `code`, bad JSON) so the
-workflow can say precisely why it could not search; it never crashes on them. One retry on
-time-outs and 5xx (a transient failure), none on 4xx (retrying a bad key or request is futile).
+workflow can say precisely why it could not search; it never crashes on them.
+
+Retry policy (tenacity, the only layer; docs/reliability.md): one retry, 0.2 s later, on a
+time-out or a 5xx; none on 4xx (a bad key or request fails the same way again, and 429 means
+slow down) nor on a refused connection (the service is not there).
 """
 
-import asyncio
 import logging
 from typing import Any, Protocol
 
 import httpx
 from pydantic import BaseModel, SecretStr
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_fixed
 
 from core.config import Settings
+from core.retry import log_retry
 
 logger = logging.getLogger(__name__)
 
@@ -74,23 +78,30 @@ class BochaWebSearch:
     async def search(self, query: str, count: int | None = None) -> list[WebResult]:
         body = {"query": query, "freshness": "noLimit", "summary": True, "count": count or self.count}
         headers = {"Authorization": f"Bearer {self._api_key.get_secret_value()}"}
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(2),
+            wait=wait_fixed(0.2),
+            retry=retry_if_exception(_transient),
+            before_sleep=log_retry(logger, "web search"),
+            reraise=True,
+        )
         async with httpx.AsyncClient(timeout=self.timeout) as client:
-            for attempt in (1, 2):
-                try:
-                    response = await client.post(self.url, json=body, headers=headers)
-                except httpx.TimeoutException as err:
-                    logger.warning("web search timed out after %.1fs (attempt %d)", self.timeout, attempt)
-                    if attempt == 2:
-                        raise WebSearchTimeout(f"web search timed out twice after {self.timeout}s") from err
-                    continue
-                except httpx.TransportError as err:
-                    raise WebSearchError(f"web search unreachable at {self.url}: {err}") from err
-                if response.status_code >= 500 and attempt == 1:
-                    logger.warning("web search HTTP %d, retrying once", response.status_code)
-                    await asyncio.sleep(0.2)
-                    continue
-                return _parse(response)
-        raise AssertionError("unreachable")
+            results: list[WebResult] = await retrying(self._post, client, body, headers)
+            return results
+
+    async def _post(self, client: httpx.AsyncClient, body: dict[str, Any], headers: dict[str, str]) -> list[WebResult]:
+        try:
+            response = await client.post(self.url, json=body, headers=headers)
+        except httpx.TimeoutException as err:
+            raise WebSearchTimeout(f"web search timed out after {self.timeout}s") from err
+        except httpx.TransportError as err:
+            raise WebSearchError(f"web search unreachable at {self.url}: {err}") from err
+        return _parse(response)
+
+
+def _transient(error: BaseException) -> bool:
+    """A time-out or a 5xx: worth one more attempt."""
+    return isinstance(error, WebSearchTimeout) or (isinstance(error, WebSearchHTTPError) and error.status >= 500)
 
 
 def _parse(response: httpx.Response) -> list[WebResult]:

@@ -2,6 +2,7 @@
 browser download): comparison columns and a streamed answer against the real service, with the
 model and web search played by the fake servers. Screenshots go to test-output/."""
 
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +22,7 @@ from tests.serving import serve
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = "/usr/bin/chromium"
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")  # ./run exports it (system-deps)
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",

@@ -68,9 +68,10 @@ def test_structured_output_is_a_forced_tool_call() -> None:
         ('{"sub_questions": ["a"', 1, "无法解析"),  # truncated JSON
         ({"sub_questions": [], "reason": "x"}, 1, "无法解析"),  # fails validation (1..8)
         (Text("抱歉"), 1, "未按要求"),  # no tool call at all
-        (500, 2, "模型调用失败"),  # HTTP error after the client's one retry
+        (500, 3, "模型调用失败"),  # a 5xx after the retry policy's three attempts
+        (400, 1, "模型调用失败"),  # a 4xx is not retried
     ],
-    ids=["truncated", "invalid", "no-tool-call", "http-500"],
+    ids=["truncated", "invalid", "no-tool-call", "http-500", "http-400"],
 )
 def test_bad_structured_output_is_a_result_not_a_crash(reply, requests, error) -> None:
     with FakeChatServer() as server:

@@ -30,8 +30,11 @@ A = page(
 B = page("曹操", "https://example.org/caocao", "曹操，字孟德。")
 
 
-def search(server: FakeBochaServer, query: str = "赤壁之战 年份", key: str = API_KEY) -> list[WebResult]:
-    client = BochaWebSearch(SecretStr(key), server.api_url, timeout=0.3, count=5)
+def search(
+    server: FakeBochaServer, query: str = "赤壁之战 年份", key: str = API_KEY, timeout: float = 10.0
+) -> list[WebResult]:
+    """One search; only the time-out tests pass a short `timeout` (the fake answers after 1 s)."""
+    client = BochaWebSearch(SecretStr(key), server.api_url, timeout=timeout, count=5)
     return asyncio.run(client.search(query))
 
 
@@ -77,7 +80,7 @@ def test_results_are_deduplicated_by_url() -> None:
 )
 def test_failures_are_distinct_errors_with_one_retry_on_timeouts_and_5xx(replies, error, requests) -> None:
     with FakeBochaServer(*replies) as server, pytest.raises(error) as raised:
-        search(server)
+        search(server, timeout=0.3 if error is WebSearchTimeout else 10.0)
     assert len(server.requests) == requests
     assert raised.value.reason.startswith("网络搜索")
 
@@ -85,7 +88,9 @@ def test_failures_are_distinct_errors_with_one_retry_on_timeouts_and_5xx(replies
 @pytest.mark.parametrize("first", [TIMEOUT, 502])
 def test_one_transient_failure_is_retried(first) -> None:
     with FakeBochaServer(first, [A]) as server:
-        assert [r.url for r in search(server)] == ["https://example.org/chibi"]
+        assert [r.url for r in search(server, timeout=0.3 if first == TIMEOUT else 10.0)] == [
+            "https://example.org/chibi"
+        ]
     assert len(server.requests) == 2
 
 
@@ -100,7 +105,7 @@ def test_a_wrong_key_is_a_4xx_not_retried_and_never_logged(caplog) -> None:
 def test_unreachable_server_is_a_web_search_error() -> None:
     with FakeBochaServer([A]) as server:
         url = server.api_url
-    client = BochaWebSearch(SecretStr(API_KEY), url, timeout=0.3)
+    client = BochaWebSearch(SecretStr(API_KEY), url)
     with pytest.raises(WebSearchError, match="unreachable"):
         asyncio.run(client.search("x"))
 

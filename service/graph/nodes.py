@@ -31,7 +31,7 @@ from service.graph.schemas import (
     TraceStep,
 )
 from service.graph.state import Passage, RunContext, WorkflowState
-from service.llm import LLMNotConfiguredError, ask_structured
+from service.llm import ask_structured, stream_text
 from service.websearch import WebSearchError, dedupe_by_url, url_key
 
 logger = logging.getLogger(__name__)
@@ -307,11 +307,9 @@ async def generate(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeRe
 
 async def stream_answer(llm: BaseChatModel | None, messages: list[BaseMessage], writer: StreamWriter) -> str:
     """Stream the answer as "token" events, emoji removed on the way."""
-    if llm is None:
-        raise LLMNotConfiguredError()
     parts: list[str] = []
-    async for chunk in llm.astream(messages):
-        piece = _EMOJI.sub("", chunk.text)
+    async for text in stream_text(llm, messages):
+        piece = _EMOJI.sub("", text)
         if piece:
             parts.append(piece)
             writer({"event": "token", "data": {"text": piece}})

@@ -1,4 +1,4 @@
-"""A fake OpenAI-compatible chat server: `POST /v1/chat/completions`, scripted per test.
+"""A fake OpenAI-compatible server: `POST /v1/chat/completions` and `/v1/embeddings`, scripted per test.
 
 Requests are classified by what the client asked for: a forced tool call (structured output
 with `method="function_calling"`, the name being the pydantic class), a `json_schema`
@@ -7,9 +7,12 @@ chunks when `stream=true`). Replies for a name are given in order, the last one 
 a dict becomes the tool-call arguments, a str is sent verbatim as the arguments (to test
 malformed output), `Text(...)` answers with plain content instead of a tool call, an int is
 an HTTP error status, and a callable receives the request body and returns any of these.
+Embedding requests are scripted under EMBEDDINGS: a list of vectors, or an int status.
 """
 
+import base64
 import json
+import struct
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +20,7 @@ from typing import Any
 from tests.fakes.server import FakeServer, Recorded, Response, Script, chunks
 
 ANSWER = "answer"
+EMBEDDINGS = "embeddings"
 
 
 @dataclass(frozen=True)
@@ -59,10 +63,13 @@ class FakeChatServer(FakeServer):
         return ANSWER
 
     def respond(self, request: Recorded) -> Response:
-        if request.path != "/v1/chat/completions":
-            return Response(404, {"error": {"message": f"no route {request.path}"}})
         body = request.body
-        name = self.kind(body)
+        if request.path == "/v1/embeddings":
+            name = EMBEDDINGS
+        elif request.path == "/v1/chat/completions":
+            name = self.kind(body)
+        else:
+            return Response(404, {"error": {"message": f"no route {request.path}"}})
         script = self.scripts.get(name)
         if script is None or not script.replies:
             self.unscripted.append(name)
@@ -75,6 +82,8 @@ class FakeChatServer(FakeServer):
         if isinstance(reply, int):
             return Response(reply, {"error": {"message": f"scripted HTTP {reply}", "type": "server_error"}})
         model = body.get("model", "fake")
+        if name == EMBEDDINGS:
+            return self._embeddings(model, reply, body.get("encoding_format") == "base64")
         if name == ANSWER:
             text = reply.content if isinstance(reply, Text) else str(reply)
             return (
@@ -106,6 +115,16 @@ class FakeChatServer(FakeServer):
                 "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
                 "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
             },
+        )
+
+    @staticmethod
+    def _embeddings(model: str, vectors: list[list[float]], as_base64: bool) -> Response:
+        def encode(vector: list[float]) -> Any:
+            return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode() if as_base64 else vector
+
+        data = [{"object": "embedding", "index": i, "embedding": encode(v)} for i, v in enumerate(vectors)]
+        return Response(
+            200, {"object": "list", "data": data, "model": model, "usage": {"prompt_tokens": 1, "total_tokens": 1}}
         )
 
     @staticmethod
