@@ -2,6 +2,11 @@
 
 Elasticsearch comes from, in order: `ES_URL`; testcontainers when a Docker engine answers;
 otherwise the local node that `scripts/es-local start` fetches and runs.
+
+Isolation: the developer's shell and `.env` never reach a test. `ES_URL` and `SHARED_DATA` are
+read once, here, at import; then every project variable (each `Settings` field, upper-case)
+is removed for every test, tests build `Settings(_env_file=None, ...)`, and subprocesses get
+`subprocess_env(...)` and a temporary working directory.
 """
 
 import os
@@ -24,6 +29,21 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = Path(os.environ.get("SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
 SANGUO_PATH = SHARED_DATA / "sanguo" / "sanguo_yanyi.txt"
 ES_VERSION = "8.19.21"
+_ES_URL = os.environ.get("ES_URL")
+PROJECT_VARIABLES = sorted(name.upper() for name in Settings.model_fields)
+
+
+@pytest.fixture(autouse=True)
+def isolated_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No project variable from the developer's shell leaks into a test; the data folder stays known."""
+    for name in PROJECT_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SHARED_DATA", str(SHARED_DATA))
+
+
+def subprocess_env(**variables: str) -> dict[str, str]:
+    """An explicit environment for a child process: PATH, a UTF-8 locale and `variables`."""
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", **variables}
 
 
 def delete_indices(es: Elasticsearch, alias: str) -> None:
@@ -55,8 +75,8 @@ def _docker_engine_reachable() -> bool:
 
 @pytest.fixture(scope="session")
 def es_url() -> Iterator[str]:
-    if url := os.environ.get("ES_URL"):
-        yield url
+    if _ES_URL:
+        yield _ES_URL
         return
     if _docker_engine_reachable():
         from testcontainers.elasticsearch import ElasticSearchContainer

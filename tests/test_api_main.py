@@ -1,22 +1,22 @@
 """`python -m service` (the console script's entry point) serves and prints its URL."""
 
-import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import subprocess_env
 from tests.serving import TcpProxy
 
 
-def test_python_m_service_prints_the_url_and_serves(es_url: str) -> None:
+def test_python_m_service_prints_the_url_and_serves(es_url: str, tmp_path: Path) -> None:
     port = TcpProxy("127.0.0.1", 9).port  # a free port (the proxy is never opened)
-    env = {**os.environ, "ES_URL": es_url, "ES_INDEX": "test-main-missing", "API_KEYS": "", "LOG_LEVEL": "WARNING"}
+    env = subprocess_env(ES_URL=es_url, ES_INDEX="test-main-missing", LOG_LEVEL="WARNING")
     process = subprocess.Popen(
         [sys.executable, "-m", "service", "--port", str(port)],
-        cwd=REPO_ROOT,
+        cwd=tmp_path,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from elasticsearch import Elasticsearch
 from playwright.sync_api import Browser, Page, expect, sync_playwright
@@ -105,16 +106,21 @@ def screenshot(tab: Page, name: str) -> Path:
     return path
 
 
-def test_comparison_shows_both_columns(tab: Page) -> None:
-    tab.fill("#question", "桃园结义的三个人是谁")
+def test_comparison_shows_both_columns(tab: Page, base_url: str) -> None:
+    query = "桃园结义的三个人是谁"
+    tab.fill("#question", query)
     tab.fill("#k", "6")
     tab.click("#compare-button")
     vector, hybrid = tab.locator("#vector-hits li.hit"), tab.locator("#hybrid-hits li.hit")
     expect(vector).to_have_count(6)
     expect(hybrid).to_have_count(6)
-    # Every hybrid hit says where BM25 and kNN ranked it; shared hits are highlighted in both columns.
-    expect(tab.locator("#hybrid-hits li.hit .rank.bm25")).to_have_count(6)
-    expect(tab.locator("#hybrid-hits li.hit .rank.vector")).to_have_count(6)
+    # Every hybrid hit says where BM25 and kNN ranked it, as the server did; shared hits are highlighted in both columns.
+    served = httpx.post(f"{base_url}/compare", json={"query": query, "k": 6, "modes": ["vector", "hybrid"]}).json()
+    for kind in ("bm25", "vector"):
+        ranks = [hit[f"{kind}_rank"] for hit in served["results"]["hybrid"]["hits"]]
+        shown = tab.locator(f"#hybrid-hits li.hit .rank.{kind}").all_inner_texts()
+        expected = [f"第{rank}名" if rank else "未召回" for rank in ranks]
+        assert all(want in text for text, want in zip(shown, expected, strict=True)), (kind, shown, expected)
     shared = tab.locator("#vector-hits li.overlap").evaluate_all("items => items.map(li => li.dataset.id)")
     assert shared, "the two top-6 lists share no passage"
     assert sorted(shared) == sorted(

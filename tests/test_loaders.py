@@ -7,8 +7,7 @@ import pytest
 from ebooklib import epub
 
 from indexing.loaders import chinese_number, load_paths
-
-SANGUO = Path(__file__).resolve().parents[2] / "shared" / "data" / "sanguo" / "sanguo_yanyi.txt"
+from tests.conftest import SANGUO_PATH
 
 NOVEL = """序言：本书据旧本整理。
 
@@ -22,7 +21,7 @@ NOVEL = """序言：本书据旧本整理。
 
 
 def test_the_sanguo_file_has_120_chapters_with_numbers_and_titles() -> None:
-    result = load_paths([SANGUO])
+    result = load_paths([SANGUO_PATH])
     assert result.errors == []
     documents = result.documents
     assert [d.chapter for d in documents] == list(range(1, 121))
@@ -31,7 +30,7 @@ def test_the_sanguo_file_has_120_chapters_with_numbers_and_titles() -> None:
     assert twelfth.chapter_title == "陶恭祖三让徐州 曹孟穗大战吕布"
     assert twelfth.title == "第12章 陶恭祖三让徐州 曹孟穗大战吕布"
     assert twelfth.text.startswith("第12章") and "曹操正慌走间" in twelfth.text
-    assert sum(len(d.text) for d in documents) == len(SANGUO.read_text(encoding="utf-8"))
+    assert sum(len(d.text) for d in documents) == len(SANGUO_PATH.read_text(encoding="utf-8"))
 
 
 def test_chinese_numeral_headings_a_front_matter_document_and_no_false_headings(tmp_path: Path) -> None:

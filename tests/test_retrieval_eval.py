@@ -5,9 +5,10 @@ import math
 
 import pytest
 
-from bench.datasets import BENCH_DATA, SHARED_DATA, load_cmrc, load_medical, load_sanguo
+from bench.datasets import BENCH_DATA, load_cmrc, load_medical, load_sanguo
 from bench.retrieval_eval import fuse, mean_metrics, query_metrics
 from service.retrieval import rrf
+from tests.conftest import SANGUO_PATH
 
 
 def test_metrics_on_hand_computed_rankings() -> None:
@@ -31,7 +32,7 @@ def test_offline_fusion_is_the_services_rrf() -> None:
 
 
 def test_sanguo_questions_have_evidence_in_the_book_and_in_chunks() -> None:
-    book = (SHARED_DATA / "sanguo" / "sanguo_yanyi.txt").read_text(encoding="utf-8")
+    book = SANGUO_PATH.read_text(encoding="utf-8")
     questions = [
         json.loads(line) for line in (BENCH_DATA / "sanguo_questions.jsonl").read_text(encoding="utf-8").splitlines()
     ]

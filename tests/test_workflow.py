@@ -531,7 +531,9 @@ def test_without_llm_configuration_run_query_names_the_settings(es, embedder, co
         ask(deps, "刘备在哪里结义？")
 
 
-def test_knowledge_gap_report_from_the_judgement_log(make_deps, chat, bocha, es, capsys) -> None:
+def test_knowledge_gap_report_from_the_judgement_log(
+    make_deps, chat, bocha, es, es_url, capsys, monkeypatch, tmp_path
+) -> None:
     deps = make_deps(bocha([LUO_PAGE]))
     seed_script(chat)
     ask(deps, SEED_QUESTION)
@@ -549,5 +551,8 @@ def test_knowledge_gap_report_from_the_judgement_log(make_deps, chat, bocha, es,
     )
     assert [(g.aspect, g.count) for g in report.top_missing] == [("来源链接", 1), ("罗贯中所处的朝代", 1)]
 
+    # The command reads its settings from the environment, as users run it: the test's ES_URL, no .env.
+    monkeypatch.setenv("ES_URL", es_url)
+    monkeypatch.chdir(tmp_path)
     assert gaps_main(["--index", deps.settings.judgements_index, "--json"]) == 0
     assert '"web_share":0.5' in capsys.readouterr().out

