@@ -8,6 +8,7 @@ in one chunk. A sentence longer than `chunk_size` is cut into character windows
 """
 
 import re
+from dataclasses import dataclass
 
 # Chosen with the retrieval evaluation (bench/, issue 4); change them there, with figures.
 DEFAULT_CHUNK_SIZE = 800  # 三国: hybrid MRR@10 .621 vs .539 at 500 (docs/retrieval.md)
@@ -23,56 +24,94 @@ def split_sentences(text: str) -> list[str]:
     return [match.group() for match in _SENTENCE.finditer(text) if match.group()]
 
 
-def _windows(sentence: str, size: int) -> list[str]:
-    return [sentence[start : start + size] for start in range(0, len(sentence), size)]
+@dataclass(frozen=True)
+class Span:
+    """A chunk and where it lies in the text it came from (`end` exclusive): pages and
+    sections of a chunk are looked up by these offsets."""
+
+    start: int
+    end: int
+    text: str
 
 
-def _tail(pieces: list[str], budget: int) -> list[str]:
+def _windows(piece: Span, size: int) -> list[Span]:
+    return [
+        Span(piece.start + at, piece.start + min(at + size, len(piece.text)), piece.text[at : at + size])
+        for at in range(0, len(piece.text), size)
+    ]
+
+
+def _tail(pieces: list[Span], budget: int) -> list[Span]:
     """The last whole pieces whose total length fits in `budget` (the next chunk's overlap)."""
-    tail: list[str] = []
+    tail: list[Span] = []
     used = 0
     for piece in reversed(pieces):
-        if used + len(piece) > budget:
+        if used + len(piece.text) > budget:
             break
         tail.insert(0, piece)
-        used += len(piece)
+        used += len(piece.text)
     if not tail and budget and pieces:
-        tail = [pieces[-1][-budget:]]
+        last = pieces[-1]
+        tail = [Span(last.end - len(last.text[-budget:]), last.end, last.text[-budget:])]
     return tail
+
+
+def _pieces(text: str, chunk_size: int, chunk_overlap: int) -> list[Span]:
+    """Sentences without indentation (it would only waste room), over-long ones cut into windows."""
+    pieces: list[Span] = []
+    offset = 0
+    for sentence in split_sentences(text):
+        stripped = sentence.lstrip(" \t\u3000")
+        piece = Span(offset + len(sentence) - len(stripped), offset + len(sentence), stripped)
+        offset += len(sentence)
+        if len(stripped) > chunk_size:
+            # Windows leave room for the overlap the packing in split_spans prepends.
+            pieces.extend(_windows(piece, chunk_size - chunk_overlap))
+        elif stripped:
+            pieces.append(piece)
+    return pieces
+
+
+def _joined(pieces: list[Span]) -> Span | None:
+    """One chunk from its pieces, whitespace-trimmed (offsets too); None when it is blank."""
+    text = "".join(piece.text for piece in pieces)
+    stripped = text.strip()
+    if not stripped:
+        return None
+    leading = len(text) - len(text.lstrip())
+    trailing = len(text) - len(text.rstrip())
+    return Span(pieces[0].start + leading, pieces[-1].end - trailing, stripped)
+
+
+def split_spans(
+    text: str, chunk_size: int = DEFAULT_CHUNK_SIZE, chunk_overlap: int = DEFAULT_CHUNK_OVERLAP
+) -> list[Span]:
+    """Cut `text` into chunks of at most `chunk_size` characters, each with its offsets in `text`."""
+    if chunk_size <= 0:
+        raise ValueError(f"chunk_size must be positive, got {chunk_size}")
+    if not 0 <= chunk_overlap < chunk_size:
+        raise ValueError(f"chunk_overlap must be in [0, chunk_size), got {chunk_overlap} with chunk_size {chunk_size}")
+    groups: list[list[Span]] = []
+    current: list[Span] = []
+    length = 0
+    fresh = 0  # pieces in `current` that the previous chunk did not already hold
+    for piece in _pieces(text, chunk_size, chunk_overlap):
+        if current and length + len(piece.text) > chunk_size:
+            if fresh:
+                groups.append(current)
+            current = _tail(current, max(0, min(chunk_overlap, chunk_size - len(piece.text))))
+            length = sum(len(kept.text) for kept in current)
+            fresh = 0
+        current.append(piece)
+        length += len(piece.text)
+        fresh += 1
+    if fresh:
+        groups.append(current)
+    return [span for span in map(_joined, groups) if span is not None]
 
 
 def split_text(
     text: str, chunk_size: int = DEFAULT_CHUNK_SIZE, chunk_overlap: int = DEFAULT_CHUNK_OVERLAP
 ) -> list[str]:
     """Cut `text` into chunks of at most `chunk_size` characters (whitespace-trimmed, non-empty)."""
-    if chunk_size <= 0:
-        raise ValueError(f"chunk_size must be positive, got {chunk_size}")
-    if not 0 <= chunk_overlap < chunk_size:
-        raise ValueError(f"chunk_overlap must be in [0, chunk_size), got {chunk_overlap} with chunk_size {chunk_size}")
-    pieces: list[str] = []
-    for sentence in split_sentences(text):
-        # Indentation (full-width spaces in novels) would only waste room.
-        sentence = sentence.lstrip(" \t\u3000")
-        if len(sentence) > chunk_size:
-            # Windows leave room for the overlap the packing below prepends.
-            pieces.extend(_windows(sentence, chunk_size - chunk_overlap))
-        elif sentence:
-            pieces.append(sentence)
-
-    chunks: list[str] = []
-    current: list[str] = []
-    length = 0
-    fresh = 0  # pieces in `current` that the previous chunk did not already hold
-    for piece in pieces:
-        if current and length + len(piece) > chunk_size:
-            if fresh:
-                chunks.append("".join(current))
-            current = _tail(current, max(0, min(chunk_overlap, chunk_size - len(piece))))
-            length = sum(map(len, current))
-            fresh = 0
-        current.append(piece)
-        length += len(piece)
-        fresh += 1
-    if fresh:
-        chunks.append("".join(current))
-    return [chunk.strip() for chunk in chunks if chunk.strip()]
+    return [span.text for span in split_spans(text, chunk_size, chunk_overlap)]

@@ -26,6 +26,7 @@ class Settings(BaseSettings):
     embed_batch_size: int = 16
     embed_concurrency: int = Field(1, ge=1, description="embedding batches in flight (remote embedders)")
     jieba_user_dict: str | None = None
+    max_file_mb: float = Field(200, gt=0, description="largest file the indexing job reads")
 
     # Retrieval
     rrf_k: int = 10  # chosen by bench/retrieval_eval.py, see docs/retrieval.md

@@ -12,10 +12,29 @@ from typing import Any
 from core.embeddings import Embedder
 from core.text import ChineseTokenizer, bigram_terms, join_terms
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: page, section and file-hash fields (added to older indices in place)
 
 # The `_source` fields a search hit carries back (never the embedding or the analysed terms).
-HIT_SOURCE_FIELDS = ["text", "title", "source", "doc_id", "chunk_index", "chapter", "chapter_title"]
+HIT_SOURCE_FIELDS = [
+    "text",
+    "title",
+    "source",
+    "doc_id",
+    "chunk_index",
+    "chapter",
+    "chapter_title",
+    "page_start",
+    "page_end",
+    "section",
+]
+
+# Provenance of a chunk (pages of a PDF, heading path) and the hash of the file it came from.
+PROVENANCE_PROPERTIES: dict[str, Any] = {
+    "page_start": {"type": "integer"},
+    "page_end": {"type": "integer"},
+    "section": {"type": "keyword"},
+    "file_hash": {"type": "keyword"},
+}
 
 
 class Mode(StrEnum):
@@ -69,6 +88,7 @@ def index_body(embedder: Embedder, shards: int = 1, replicas: int = 0) -> dict[s
                 "content_hash": {"type": "keyword"},
                 "indexed_at": {"type": "date"},
                 "metadata": {"type": "object", "enabled": False},
+                **PROVENANCE_PROPERTIES,
             },
         },
     }
@@ -95,6 +115,10 @@ def chunk_source(
     chapter: int | None = None,
     chapter_title: str | None = None,
     metadata: dict[str, Any] | None = None,
+    page_start: int | None = None,
+    page_end: int | None = None,
+    section: str | None = None,
+    file_hash: str | None = None,
 ) -> dict[str, Any]:
     """The `_source` of one chunk: analysis done here so every node indexes the same terms."""
     return {
@@ -112,4 +136,8 @@ def chunk_source(
         "content_hash": content_hash(text),
         "indexed_at": datetime.now(UTC).isoformat(),
         "metadata": metadata or {},
+        "page_start": page_start,
+        "page_end": page_end,
+        "section": section,
+        "file_hash": file_hash,
     }

@@ -13,9 +13,10 @@ from itertools import combinations
 from typing import Any
 
 from elasticsearch import Elasticsearch, NotFoundError
-from pydantic import BaseModel, model_validator
+from pydantic import BaseModel, computed_field, model_validator
 
 from core.config import Settings
+from core.documents import page_label, source_label
 from core.embeddings import Embedder
 from core.schema import HIT_SOURCE_FIELDS, LIST_MODES, Mode
 from core.text import ChineseTokenizer, bigram_terms, get_tokenizer, join_terms
@@ -53,11 +54,34 @@ class Hit(BaseModel):
     chapter_title: str | None = None
     doc_id: str = ""
     chunk_index: int = 0
+    page_start: int | None = None
+    page_end: int | None = None
+    section: str | None = None  # heading path, e.g. "第三章 药物治疗 / 3.2 用药"
     # 1-based rank of this chunk in each fused list (hybrid only): why it was returned.
     bm25_rank: int | None = None
     vector_rank: int | None = None
     bigram_rank: int | None = None
     standard_rank: int | None = None
+
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def page(self) -> int | str | None:
+        """The page (3) or page range ("3-4") of a paged format such as PDF."""
+        return page_label(self.page_start, self.page_end)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def label(self) -> str:
+        """How this chunk is cited everywhere: 《指南》第 3 页 · 3.2 用药."""
+        return source_label(
+            title=self.title,
+            source=self.source,
+            chapter=self.chapter,
+            chapter_title=self.chapter_title,
+            page=self.page,
+            section=self.section,
+        )
 
 
 class SearchResult(BaseModel):
@@ -295,6 +319,9 @@ def _hit(raw: dict[str, Any], score: float) -> Hit:
         chapter_title=source.get("chapter_title"),
         doc_id=source.get("doc_id") or "",
         chunk_index=source.get("chunk_index") or 0,
+        page_start=source.get("page_start"),
+        page_end=source.get("page_end"),
+        section=source.get("section"),
     )
 
 

@@ -13,7 +13,7 @@ from elasticsearch import BadRequestError, Elasticsearch, NotFoundError
 
 from core.config import Settings
 from core.embeddings import Embedder
-from core.schema import index_body
+from core.schema import PROVENANCE_PROPERTIES, index_body
 
 
 class IndexNotFoundError(LookupError):
@@ -116,7 +116,10 @@ def ensure_index(
                 raise
         es.indices.put_alias(index=name, name=alias)
     check_embedder(es, alias, embedder)
-    return concrete_indices(es, alias)[0]
+    index = concrete_indices(es, alias)[0]
+    # Indices built before schema 2 lack the provenance fields; adding fields is allowed in place.
+    es.indices.put_mapping(index=index, properties=PROVENANCE_PROPERTIES)
+    return index
 
 
 def swap_alias(es: Elasticsearch, alias: str, new_index: str) -> list[str]:

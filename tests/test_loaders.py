@@ -139,7 +139,7 @@ def test_folders_unreadable_and_missing_files_are_reported_and_the_rest_loaded(t
     assert sorted(d.doc_id for d in result.documents) == ["b.md", "sub/a.txt"]
     assert result.skipped == [str(folder / "image.png")]
     messages = {Path(e.path).name: e.message for e in result.errors}
-    assert "unreadable .epub" in messages["broken.epub"]
+    assert messages["broken.epub"] == "not EPUB as its extension says: the content is plain text"
     assert messages["missing.txt"] == "no such file or folder"
 
 

@@ -92,11 +92,22 @@ def citations(answer: str, contexts: list[NumberedContext]) -> list[Citation]:
                     chapter=p.chapter,
                     source=p.source,
                     snippet=p.text[:160],
+                    page=p.page,
+                    section=p.section,
+                    label=p.label,
                 )
             )
         elif context.web:
             w = context.web
             result.append(
-                Citation(number=number, kind="web", title=w.title, source=w.site_name, url=w.url, snippet=w.text[:160])
+                Citation(
+                    number=number,
+                    kind="web",
+                    title=w.title,
+                    source=w.site_name,
+                    url=w.url,
+                    snippet=w.text[:160],
+                    label=w.title or w.url,
+                )
             )
     return result

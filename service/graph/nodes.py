@@ -155,7 +155,7 @@ async def retrieve(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeRe
             passages[hit.id] = known.model_copy(
                 update={"score": max(known.score, hit.score), "rank": min(known.rank, rank)}
             )
-    top = (result.hits[0].title or result.hits[0].source) if result.hits else "无"
+    top = result.hits[0].label if result.hits else "无"
     update = {"passages": passages, "cursor": cursor + 1, "retrievals": state.get("retrievals", 0) + 1}
     return update, f"子问题 {cursor + 1}「{sub_question}」：{len(result.hits)} 条（新增 {new}），首条：{top}"
 

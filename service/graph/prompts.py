@@ -95,9 +95,7 @@ def render_contexts(contexts: list[NumberedContext]) -> str:
     for context in contexts:
         if context.passage:
             p = context.passage
-            label = p.title or (f"第{p.chapter}章 {p.chapter_title or ''}".strip() if p.chapter else "")
-            where = "，".join(part for part in (p.source, label) if part) or p.id
-            blocks.append(f"[{context.number}] 本地资料（{where}）\n{p.text}")
+            blocks.append(f"[{context.number}] 本地资料（{p.label or p.id}）\n{p.text}")
         elif context.web:
             w = context.web
             blocks.append(

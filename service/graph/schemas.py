@@ -117,6 +117,10 @@ class Citation(BaseModel):
     source: str = ""
     url: str | None = None
     snippet: str = ""
+    # Local passages: page (3 or "3-4") and heading path, and the label the prompt numbered it with.
+    page: int | str | None = None
+    section: str | None = None
+    label: str = ""
 
 
 class TraceStep(BaseModel):

@@ -85,8 +85,8 @@ function renderCitations(citations) {
       item.append(linkable ? el("a", { href: c.url, target: "_blank", rel: "noopener noreferrer" }, c.title || c.url) : `${c.title || ""} ${c.url || ""}`);
     } else {
       item.append(el("span", { class: "kind" }, "本地"));
-      const where = [c.source, c.title || (c.chapter ? `第${c.chapter}章` : "")].filter(Boolean).join(" · ");
-      item.append(where);
+      // The service's label: 《title》第 3 页 · 3.2 用药, or 第12章 title · source.
+      item.append(el("span", { class: "where", title: c.section || "" }, c.label || c.title || c.source || ""));
     }
     if (c.snippet) item.append(el("span", { class: "snippet" }, c.snippet));
     list.append(item);
@@ -192,7 +192,7 @@ function renderHits(list, hits, mode, other, shared, ranks) {
   list.replaceChildren();
   for (const hit of hits) {
     const meta = el("span", { class: "meta" },
-      hit.chapter ? `第${hit.chapter}章${hit.chapter_title ? ` ${hit.chapter_title}` : ""}` : (hit.title || hit.source || ""),
+      el("span", { class: "where", title: hit.section || "" }, hit.label || hit.title || hit.source || ""),
       el("span", {}, `分数 ${Number(hit.score).toFixed(4)}`),
     );
     if (mode === "hybrid") {

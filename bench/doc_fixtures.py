@@ -1,0 +1,265 @@
+"""Generated Chinese PDF, DOCX and HTML documents with a known answer key (tests and bench).
+
+One small guide, 《糖尿病防治指南》, laid out on four pages with headings, paragraphs long
+enough to wrap over several lines, a table, and a header and footer repeated on every page.
+`GUIDE` is the ground truth: every loader's output is compared with it, so the fixtures are
+generated here (reportlab, python-docx, plain HTML), never downloaded.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+CJK_FONT = Path("/usr/share/fonts/truetype/wqy/wqy-microhei.ttc")  # Debian fonts-wqy-microhei
+TITLE = "糖尿病防治指南"
+HEADER = "糖尿病防治指南（2026 年版） 内部资料"
+FOOTER = "第 {page} 页 共 {pages} 页"
+
+
+@dataclass(frozen=True)
+class Block:
+    """A heading (`level` 1-3), a paragraph (`level` 0) or a table (`rows`)."""
+
+    text: str = ""
+    level: int = 0
+    rows: tuple[tuple[str, ...], ...] = ()
+
+
+def _p(text: str) -> Block:
+    return Block(text)
+
+
+# Pages of the guide; each page's blocks in reading order.
+GUIDE: list[list[Block]] = [
+    [
+        Block("第一章 总论", 1),
+        Block("1.1 定义", 2),
+        _p(
+            "糖尿病是一组以慢性血糖水平升高为特征的代谢性疾病，由胰岛素分泌缺陷或胰岛素作用障碍引起。"
+            "长期高血糖会损害眼、肾、神经、心脏和血管，因此早期发现和长期管理同样重要。"
+            "本指南面向基层医生和患者家属，用通俗的语言说明诊断、饮食、运动和用药的要点。"
+        ),
+        Block("1.2 流行情况", 2),
+        _p(
+            "我国成人糖尿病患病率已超过百分之十，其中约一半患者并不知道自己患病。"
+            "肥胖、缺乏运动、高盐高糖饮食和家族史是最主要的危险因素，四十岁以上人群应每年检查一次空腹血糖。"
+        ),
+    ],
+    [
+        Block("第二章 诊断", 1),
+        Block("2.1 诊断标准", 2),
+        _p(
+            "典型症状为多饮、多尿、多食和不明原因的体重下降，即常说的“三多一少”。"
+            "有典型症状且随机血糖不低于 11.1 毫摩尔每升，或空腹血糖不低于 7.0 毫摩尔每升，即可诊断为糖尿病。"
+        ),
+        Block(
+            rows=(
+                ("指标", "正常值", "糖尿病"),
+                ("空腹血糖", "3.9 至 6.1", "不低于 7.0"),
+                ("餐后两小时血糖", "低于 7.8", "不低于 11.1"),
+                ("糖化血红蛋白", "低于 5.7%", "不低于 6.5%"),
+            )
+        ),
+        _p("表中单位均为毫摩尔每升，糖化血红蛋白除外；一次结果异常时应在另一天复查确认。"),
+    ],
+    [
+        Block("第三章 药物治疗", 1),
+        Block("3.1 治疗原则", 2),
+        _p(
+            "药物治疗建立在饮食控制和规律运动的基础上，不能代替生活方式干预。"
+            "用药方案应根据血糖水平、体重、肝肾功能和低血糖风险个体化制定，并定期复诊调整。"
+        ),
+        Block("3.2 用药", 2),
+        _p(
+            "二甲双胍（metformin）是 2 型糖尿病的首选用药，每日剂量一般不超过 2000 毫克，应随餐服用以减轻胃肠道反应。"
+            "肾小球滤过率低于每分钟 30 毫升的患者禁用二甲双胍，造影检查前后应暂停服用。"
+            "磺脲类药物促进胰岛素分泌，降糖作用强，但容易引起低血糖，老年患者应从小剂量开始。"
+        ),
+        Block("3.2.1 胰岛素", 3),
+        _p(
+            "口服药物联合治疗三个月后糖化血红蛋白仍高于 7% 时，应考虑起始基础胰岛素治疗。"
+            "注射部位应轮换，常用腹部、大腿外侧和上臂，每次注射点之间至少间隔一厘米。"
+        ),
+    ],
+    [
+        Block("第四章 随访", 1),
+        _p(
+            "患者每三个月检查一次糖化血红蛋白，每年检查一次眼底、尿微量白蛋白和足部感觉。"
+            "出现心慌、出汗、手抖等低血糖症状时，应立即进食含糖食物，十五分钟后复测血糖。"
+        ),
+    ],
+]
+
+# Sentences that locate themselves: (sentence, page, section path) for assertions.
+KNOWN = [
+    ("长期高血糖会损害眼、肾、神经、心脏和血管", 1, "第一章 总论 / 1.1 定义"),
+    ("即可诊断为糖尿病", 2, "第二章 诊断 / 2.1 诊断标准"),
+    ("二甲双胍（metformin）是 2 型糖尿病的首选用药", 3, "第三章 药物治疗 / 3.2 用药"),
+    ("应考虑起始基础胰岛素治疗", 3, "第三章 药物治疗 / 3.2 用药 / 3.2.1 胰岛素"),
+    ("十五分钟后复测血糖", 4, "第四章 随访"),
+]
+
+
+def paragraphs() -> list[str]:
+    return [block.text for page in GUIDE for block in page if block.text and not block.level]
+
+
+def table_rows() -> list[tuple[str, ...]]:
+    return [row for page in GUIDE for block in page for row in block.rows]
+
+
+# --- PDF -------------------------------------------------------------------------------
+
+
+def write_pdf(path: Path, *, outline: bool = False, encrypt_password: str | None = None) -> Path:
+    """The guide as a four-page PDF (reportlab, embedded CJK font), header and footer on every page."""
+    from reportlab.lib import colors
+    from reportlab.lib.pagesizes import A4
+    from reportlab.lib.styles import ParagraphStyle
+    from reportlab.pdfbase import pdfmetrics
+    from reportlab.pdfbase.ttfonts import TTFont
+    from reportlab.platypus import PageBreak, Paragraph, SimpleDocTemplate, Spacer, Table, TableStyle
+
+    if "WQY" not in pdfmetrics.getRegisteredFontNames():
+        pdfmetrics.registerFont(TTFont("WQY", str(CJK_FONT), subfontIndex=0))
+    body = ParagraphStyle("body", fontName="WQY", fontSize=10.5, leading=16, wordWrap="CJK", firstLineIndent=21)
+    headings = {
+        level: ParagraphStyle(f"h{level}", fontName="WQY", fontSize=size, leading=size * 1.5, spaceBefore=6)
+        for level, size in ((1, 18), (2, 14), (3, 12))
+    }
+
+    def decorate(canvas: "object", doc: "object") -> None:
+        canvas.saveState()  # type: ignore[attr-defined]
+        canvas.setFont("WQY", 9)  # type: ignore[attr-defined]
+        canvas.drawCentredString(A4[0] / 2, A4[1] - 40, HEADER)  # type: ignore[attr-defined]
+        page = canvas.getPageNumber()  # type: ignore[attr-defined]
+        canvas.drawCentredString(A4[0] / 2, 30, FOOTER.format(page=page, pages=len(GUIDE)))  # type: ignore[attr-defined]
+        canvas.restoreState()  # type: ignore[attr-defined]
+
+    class Guide(SimpleDocTemplate):  # type: ignore[misc]
+        def afterFlowable(self, flowable: object) -> None:
+            level = getattr(flowable, "outline_level", 0)
+            if outline and level:
+                text = flowable.getPlainText()  # type: ignore[attr-defined]
+                key = f"h{id(flowable)}"
+                self.canv.bookmarkPage(key)
+                self.canv.addOutlineEntry(text, key, level=level - 1)
+
+    story: list[object] = []
+    for number, page in enumerate(GUIDE):
+        if number:
+            story.append(PageBreak())
+        for block in page:
+            if block.rows:
+                table = Table([list(row) for row in block.rows])
+                table.setStyle(
+                    TableStyle(
+                        [("FONT", (0, 0), (-1, -1), "WQY", 10), ("GRID", (0, 0), (-1, -1), 0.5, colors.black)]
+                    )
+                )
+                story += [Spacer(1, 6), table, Spacer(1, 6)]
+            elif block.level:
+                heading = Paragraph(block.text, headings[block.level])
+                heading.outline_level = block.level
+                story.append(heading)
+            else:
+                story.append(Paragraph(block.text, body))
+    kwargs = {"encrypt": encrypt_password} if encrypt_password else {}
+    Guide(str(path), pagesize=A4, title=TITLE, topMargin=72, bottomMargin=72, **kwargs).build(
+        story, onFirstPage=decorate, onLaterPages=decorate
+    )
+    return path
+
+
+def write_scanned_pdf(path: Path) -> Path:
+    """A PDF whose pages are pictures only (no text layer), like a scan."""
+    from reportlab.lib.pagesizes import A4
+    from reportlab.pdfgen import canvas
+
+    pdf = canvas.Canvas(str(path), pagesize=A4)
+    for _ in range(2):
+        for row in range(40):
+            pdf.rect(60, 760 - row * 16, 400 - (row % 7) * 30, 8, fill=1)
+        pdf.showPage()
+    pdf.save()
+    return path
+
+
+# --- DOCX ------------------------------------------------------------------------------
+
+
+def write_docx(path: Path, *, comment: bool = True) -> Path:
+    """The guide as Word: Heading 1-3, body paragraphs, a table, a header, a footer, a comment."""
+    import docx
+
+    document = docx.Document()
+    document.core_properties.title = TITLE
+    section = document.sections[0]
+    section.header.paragraphs[0].text = HEADER
+    section.footer.paragraphs[0].text = "页脚：仅供内部培训使用"
+    for page in GUIDE:
+        for block in page:
+            if block.rows:
+                table = document.add_table(rows=0, cols=len(block.rows[0]))
+                for row in block.rows:
+                    cells = table.add_row().cells
+                    for cell, value in zip(cells, row):
+                        cell.text = value
+            elif block.level:
+                document.add_heading(block.text, level=block.level)
+            else:
+                paragraph = document.add_paragraph(block.text)
+                if comment and "首选用药" in block.text:
+                    document.add_comment(paragraph.runs, text="批注：请核对剂量上限", author="审校")
+    document.save(str(path))
+    return path
+
+
+# --- HTML ------------------------------------------------------------------------------
+
+NAV = "首页 | 疾病百科 | 在线问诊 | 登录注册"
+AD = "限时特惠：进口血糖仪买一送一，点击立即抢购！"
+SITE_FOOTER = "版权所有 2026 健康网 京ICP备12345678号 联系我们 隐私政策"
+SIDEBAR = "热门文章：十种降糖水果排行榜 | 专家在线答疑"
+BOILERPLATE = [NAV, AD, SITE_FOOTER, SIDEBAR]
+
+
+def guide_html(charset: str = "utf-8", *, semantic: bool = True) -> str:
+    """The guide as a saved web page with navigation, an ad, a sidebar and a footer.
+
+    `semantic` pages use <nav>/<aside>/<footer>; the others only <div class=...>, as many
+    older Chinese sites do.
+    """
+    parts: list[str] = []
+    for page in GUIDE:
+        for block in page:
+            if block.rows:
+                cells = "".join(
+                    "<tr>" + "".join(f"<td>{value}</td>" for value in row) + "</tr>" for row in block.rows
+                )
+                parts.append(f"<table>{cells}</table>")
+            elif block.level:
+                parts.append(f"<h{block.level}>{block.text}</h{block.level}>")
+            else:
+                parts.append(f"<p>{block.text}</p>")
+    article = "\n".join(parts)
+    links = "".join(f'<a href="/{i}">{item.strip()}</a> ' for i, item in enumerate(NAV.split("|")))
+    if semantic:
+        frame = (
+            f"<nav>{links}</nav>\n<div class='ad'>{AD}</div>\n<main><article>\n{article}\n</article></main>\n"
+            f"<aside><a href='/hot'>{SIDEBAR}</a></aside>\n<footer>{SITE_FOOTER}</footer>"
+        )
+    else:
+        frame = (
+            f"<div id='menu'>{links}</div>\n<div class='banner-ad'>{AD}</div>\n<div class='content'>\n{article}\n</div>\n"
+            f"<div class='sidebar'><a href='/hot'>{SIDEBAR}</a></div>\n<div id='copyright'>{SITE_FOOTER}</div>"
+        )
+    return (
+        f'<!DOCTYPE html>\n<html><head><meta charset="{charset}"><title>{TITLE} - 健康网</title>'
+        f"<script>var tracker = '统计代码';</script><style>p {{ color: #333; }}</style></head>\n"
+        f"<body>\n{frame}\n</body></html>\n"
+    )
+
+
+def write_html(path: Path, charset: str = "utf-8", *, semantic: bool = True) -> Path:
+    path.write_bytes(guide_html(charset, semantic=semantic).encode(charset))
+    return path

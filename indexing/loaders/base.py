@@ -1,0 +1,102 @@
+"""What every loader shares: the file it reads, the errors it reports, the checks made before parsing.
+
+A file that cannot be indexed raises `BadFileError` with a short `reason` code (written to the
+error file) and a message that says what is wrong and what to do; the other files go on.
+"""
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from core.documents import Document
+
+_MB = 1024 * 1024
+
+
+class BadFileError(ValueError):
+    """One file that cannot be indexed as a whole (no document of it is kept)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class LoadError:
+    path: str
+    message: str
+    line: int | None = None
+    # empty, too_large, wrong_type, encrypted, no_text_layer, corrupt, unsupported, missing, duplicate_id, bad_line
+    reason: str | None = None
+
+    def __str__(self) -> str:
+        where = f"{self.path}:{self.line}" if self.line is not None else self.path
+        return f"{where}: {self.message}"
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """A file to load and its `source`: the name under which its chunks are indexed."""
+
+    path: Path
+    source: str
+
+    def digest(self) -> str:
+        """Content hash of the file (what `--sync` compares), read in blocks."""
+        sha = hashlib.sha256()
+        with self.path.open("rb") as stream:
+            while block := stream.read(_MB):
+                sha.update(block)
+        return sha.hexdigest()[:32]
+
+
+@dataclass
+class LoadResult:
+    documents: list[Document] = field(default_factory=list)
+    errors: list[LoadError] = field(default_factory=list)
+    # Files inside folders that no loader handles (named, so nothing vanishes unexplained).
+    skipped: list[str] = field(default_factory=list)
+    # Files that loaded completely (their chunks may replace what the index holds for them).
+    loaded: list[SourceFile] = field(default_factory=list)
+    # Seconds spent reading and parsing files (reported beside embedding time).
+    parse_seconds: float = 0.0
+
+
+_KINDS = {"pdf": "a PDF document", "zip": "a ZIP archive (.docx, .epub or .zip)", "ole": "an old binary Office file"}
+_EXPECTED = {".pdf": "pdf", ".docx": "zip", ".epub": "zip"}
+_FORMAT_NAMES = {".pdf": "PDF", ".docx": "Word (.docx)", ".epub": "EPUB"}
+
+
+def sniff(head: bytes) -> str:
+    """`pdf`, `zip`, `ole` (.doc/.xls), `binary` or `text`, from the first bytes of a file."""
+    if b"%PDF-" in head[:1024]:
+        return "pdf"
+    if head.startswith(b"PK\x03\x04"):
+        return "zip"
+    if head.startswith(b"\xd0\xcf\x11\xe0"):
+        return "ole"
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):  # UTF-16 text has NUL bytes but a byte-order mark
+        return "text"
+    return "binary" if b"\x00" in head[:4096] else "text"
+
+
+def check_content(path: Path, data: bytes) -> None:
+    """Refuse, before any parser runs, a file that is empty or not what its extension says."""
+    if not data.strip():
+        raise BadFileError("empty", "empty file: nothing to index")
+    suffix = path.suffix.lower()
+    kind, expected = sniff(data[:4096]), _EXPECTED.get(suffix, "text")
+    if kind != expected:
+        name = _FORMAT_NAMES.get(suffix, f"a {suffix} text file")
+        found = _KINDS.get(kind, "binary data") if kind != "text" else "plain text"
+        raise BadFileError("wrong_type", f"not {name} as its extension says: the content is {found}")
+
+
+def check_size(path: Path, max_file_mb: float) -> None:
+    """Refuse a file over the limit before reading it into memory."""
+    size = path.stat().st_size
+    if size > max_file_mb * _MB:
+        raise BadFileError(
+            "too_large",
+            f"file is {size / _MB:.1f} MB, larger than MAX_FILE_MB={max_file_mb:g}: split it or raise MAX_FILE_MB",
+        )

@@ -1,0 +1,77 @@
+"""Structured formats (PDF, Word, HTML) to one `Document` with page and section offsets.
+
+A loader turns its file into `Block`s in reading order: headings (level 1-3...), paragraphs and
+table rows, each with its page when the format has pages. Blocks are joined by line breaks
+(a block with `glue` continues the previous paragraph, e.g. across a page break); headings
+build the section path 「第三章 药物治疗 / 3.2 用药」 that every chunk after them carries.
+"""
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from core.documents import SECTION_SEPARATOR, Document
+
+CELL_SEPARATOR = " | "  # between the cells of a table row
+
+
+@dataclass(frozen=True)
+class Block:
+    text: str
+    level: int = 0  # 0: body text or table row; 1, 2, 3...: heading level
+    page: int | None = None
+    glue: str | None = None  # joins to the previous block instead of a line break ("" or " ")
+
+
+def section_starts(text: str, headings: Iterable[tuple[int, int, str]], title: str) -> list[tuple[int, str]]:
+    """(offset, section path) of `text` from its headings (offset, level, heading text), in order.
+
+    A first level-1 heading that repeats the document title is not a section. Headings with
+    nothing but white space between them (「第三章」 then 「3.1」) start one section, from the first
+    heading's offset, with the path of the last.
+    """
+    starts: list[tuple[int, str]] = []
+    path: list[tuple[int, str]] = []
+    run_start, previous_end = 0, None
+    for offset, level, heading in headings:
+        consecutive = previous_end is not None and not text[previous_end:offset].strip()
+        if not consecutive:
+            run_start = offset
+        previous_end = offset + len(heading)
+        if level == 1 and heading == title and not path:
+            continue
+        path = [(lvl, part) for lvl, part in path if lvl < level] + [(level, heading)]
+        if consecutive and starts and starts[-1][0] == run_start:
+            starts.pop()
+        starts.append((run_start, SECTION_SEPARATOR.join(part for _, part in path)))
+    return starts
+
+
+def build_document(blocks: Iterable[Block], *, doc_id: str, source: str, title: str) -> Document:
+    """One document of `blocks` (empty ones dropped) with its page and section offsets."""
+    parts: list[str] = []
+    pages: list[tuple[int, int]] = []
+    headings: list[tuple[int, int, str]] = []
+    length = 0
+    for block in blocks:
+        content = block.text.strip()
+        if not content:
+            continue
+        if parts:
+            joiner = block.glue if block.glue is not None else "\n"
+            parts.append(joiner)
+            length += len(joiner)
+        if block.page is not None and (not pages or pages[-1][1] != block.page):
+            pages.append((length, block.page))
+        if block.level:
+            headings.append((length, block.level, content))
+        parts.append(content)
+        length += len(content)
+    text = "".join(parts)
+    return Document(
+        doc_id=doc_id,
+        text=text,
+        source=source,
+        title=title,
+        page_starts=pages,
+        section_starts=section_starts(text, headings, title),
+    )
