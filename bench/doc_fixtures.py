@@ -152,9 +152,7 @@ def write_pdf(path: Path, *, outline: bool = False, encrypt_password: str | None
             if block.rows:
                 table = Table([list(row) for row in block.rows])
                 table.setStyle(
-                    TableStyle(
-                        [("FONT", (0, 0), (-1, -1), "WQY", 10), ("GRID", (0, 0), (-1, -1), 0.5, colors.black)]
-                    )
+                    TableStyle([("FONT", (0, 0), (-1, -1), "WQY", 10), ("GRID", (0, 0), (-1, -1), 0.5, colors.black)])
                 )
                 story += [Spacer(1, 6), table, Spacer(1, 6)]
             elif block.level:
@@ -233,9 +231,7 @@ def guide_html(charset: str = "utf-8", *, semantic: bool = True) -> str:
     for page in GUIDE:
         for block in page:
             if block.rows:
-                cells = "".join(
-                    "<tr>" + "".join(f"<td>{value}</td>" for value in row) + "</tr>" for row in block.rows
-                )
+                cells = "".join("<tr>" + "".join(f"<td>{value}</td>" for value in row) + "</tr>" for row in block.rows)
                 parts.append(f"<table>{cells}</table>")
             elif block.level:
                 parts.append(f"<h{block.level}>{block.text}</h{block.level}>")

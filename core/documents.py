@@ -93,9 +93,9 @@ def source_label(
     section: str | None = None,
 ) -> str:
     """How a chunk is cited: 《title》第 3 页 · 3.2 用药 (the deepest section only), or for a
-    chapter of a novel `第12章 title · source`; the parts that are unknown are left out."""
-    if chapter is not None and page is None and section is None:
-        return " · ".join(part for part in (f"第{chapter}章 {chapter_title or ''}".strip(), source) if part)
-    where = f"《{title or source}》" + (f"第 {page} 页" if page is not None else "")
+    chapter of a novel `第12章 title · section · source`; unknown parts are left out."""
     leaf = section.rsplit(SECTION_SEPARATOR, 1)[-1] if section else ""
+    if chapter is not None:
+        return " · ".join(part for part in (f"第{chapter}章 {chapter_title or ''}".strip(), leaf, source) if part)
+    where = f"《{title or source}》" + (f"第 {page} 页" if page is not None else "")
     return " · ".join(part for part in (where, leaf) if part)

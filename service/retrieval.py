@@ -63,7 +63,6 @@ class Hit(BaseModel):
     bigram_rank: int | None = None
     standard_rank: int | None = None
 
-
     @computed_field  # type: ignore[prop-decorator]
     @property
     def page(self) -> int | str | None:

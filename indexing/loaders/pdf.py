@@ -60,7 +60,9 @@ def parse_pdf(data: bytes, source: str, stem: str) -> list[Document]:
         )
     blank = [number for number, lines in enumerate(pages, start=1) if not lines]
     if blank:
-        logger.warning("%s: pages %s have no text layer (scanned?); OCR is not supported, they are skipped", source, blank)
+        logger.warning(
+            "%s: pages %s have no text layer (scanned?); OCR is not supported, they are skipped", source, blank
+        )
     pages = _drop_running_lines(pages)
     pages = _mark_headings(pages, outline)
     title = _title(meta_title, pages, stem)
@@ -165,7 +167,11 @@ def _drop_running_lines(pages: list[list[_Line]]) -> list[list[_Line]]:
     for lines in pages:
         edge = set(map(id, lines[:_EDGE_LINES] + lines[-_EDGE_LINES:]))
         kept.append(
-            [line for line in lines if id(line) not in edge or _DIGITS.sub("#", line.text.replace(" ", "")) not in running]
+            [
+                line
+                for line in lines
+                if id(line) not in edge or _DIGITS.sub("#", line.text.replace(" ", "")) not in running
+            ]
         )
     return kept
 

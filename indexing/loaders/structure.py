@@ -22,8 +22,8 @@ class Block:
     glue: str | None = None  # joins to the previous block instead of a line break ("" or " ")
 
 
-def section_starts(text: str, headings: Iterable[tuple[int, int, str]], title: str) -> list[tuple[int, str]]:
-    """(offset, section path) of `text` from its headings (offset, level, heading text), in order.
+def section_starts(text: str, headings: Iterable[tuple[int, int, int, str]], title: str) -> list[tuple[int, str]]:
+    """(offset, section path) of `text` from its headings (start, end, level, heading text), in order.
 
     A first level-1 heading that repeats the document title is not a section. Headings with
     nothing but white space between them (「第三章」 then 「3.1」) start one section, from the first
@@ -32,11 +32,11 @@ def section_starts(text: str, headings: Iterable[tuple[int, int, str]], title: s
     starts: list[tuple[int, str]] = []
     path: list[tuple[int, str]] = []
     run_start, previous_end = 0, None
-    for offset, level, heading in headings:
+    for offset, end, level, heading in headings:
         consecutive = previous_end is not None and not text[previous_end:offset].strip()
         if not consecutive:
             run_start = offset
-        previous_end = offset + len(heading)
+        previous_end = end
         if level == 1 and heading == title and not path:
             continue
         path = [(lvl, part) for lvl, part in path if lvl < level] + [(level, heading)]
@@ -50,7 +50,7 @@ def build_document(blocks: Iterable[Block], *, doc_id: str, source: str, title: 
     """One document of `blocks` (empty ones dropped) with its page and section offsets."""
     parts: list[str] = []
     pages: list[tuple[int, int]] = []
-    headings: list[tuple[int, int, str]] = []
+    headings: list[tuple[int, int, int, str]] = []
     length = 0
     for block in blocks:
         content = block.text.strip()
@@ -63,7 +63,7 @@ def build_document(blocks: Iterable[Block], *, doc_id: str, source: str, title: 
         if block.page is not None and (not pages or pages[-1][1] != block.page):
             pages.append((length, block.page))
         if block.level:
-            headings.append((length, block.level, content))
+            headings.append((length, length + len(content), block.level, content))
         parts.append(content)
         length += len(content)
     text = "".join(parts)

@@ -90,8 +90,12 @@ def split_chapters(text: str, *, source: str, title: str = "") -> list[Document]
 
 
 def markdown_sections(document: Document, book_title: str) -> None:
-    """Section offsets of a Markdown document from its `#` headings (the title heading excluded)."""
-    headings = [(m.start(), len(m.group(1)), m.group(2).strip()) for m in _MARKDOWN_HEADING.finditer(document.text)]
+    """Section offsets of a Markdown document from its `#` headings (title and chapter headings excluded)."""
+    headings = [
+        (m.start(), m.end(), len(m.group(1)), m.group(2).strip())
+        for m in _MARKDOWN_HEADING.finditer(document.text)
+        if not _HEADING.match(m.group())  # chapter headings already make chapters
+    ]
     document.section_starts = section_starts(document.text, headings, book_title)
 
 
