@@ -8,6 +8,7 @@ generated here (reportlab, python-docx, plain HTML), never downloaded.
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 CJK_FONT = Path("/usr/share/fonts/truetype/wqy/wqy-microhei.ttc")  # Debian fonts-wqy-microhei
 TITLE = "糖尿病防治指南"
@@ -112,6 +113,13 @@ def table_rows() -> list[tuple[str, ...]]:
 
 def write_pdf(path: Path, *, outline: bool = False, encrypt_password: str | None = None) -> Path:
     """The guide as a four-page PDF (reportlab, embedded CJK font), header and footer on every page."""
+    return _build_pdf(path, GUIDE, outline=outline, encrypt_password=encrypt_password)
+
+
+def _build_pdf(
+    path: Path, pages: list[list[Block]], *, outline: bool, encrypt_password: str | None = None
+) -> Path:
+    """`pages` laid out with platypus (a page break between them); a page may overflow onto the next."""
     from reportlab.lib import colors
     from reportlab.lib.pagesizes import A4
     from reportlab.lib.styles import ParagraphStyle
@@ -127,15 +135,15 @@ def write_pdf(path: Path, *, outline: bool = False, encrypt_password: str | None
         for level, size in ((1, 18), (2, 14), (3, 12))
     }
 
-    def decorate(canvas: "object", doc: "object") -> None:
-        canvas.saveState()  # type: ignore[attr-defined]
-        canvas.setFont("WQY", 9)  # type: ignore[attr-defined]
-        canvas.drawCentredString(A4[0] / 2, A4[1] - 40, HEADER)  # type: ignore[attr-defined]
-        page = canvas.getPageNumber()  # type: ignore[attr-defined]
-        canvas.drawCentredString(A4[0] / 2, 30, FOOTER.format(page=page, pages=len(GUIDE)))  # type: ignore[attr-defined]
-        canvas.restoreState()  # type: ignore[attr-defined]
+    def decorate(canvas: Any, _doc: Any) -> None:
+        canvas.saveState()
+        canvas.setFont("WQY", 9)
+        canvas.drawCentredString(A4[0] / 2, A4[1] - 40, HEADER)
+        footer = FOOTER.format(page=canvas.getPageNumber(), pages=len(pages))
+        canvas.drawCentredString(A4[0] / 2, 30, footer)
+        canvas.restoreState()
 
-    class Guide(SimpleDocTemplate):  # type: ignore[misc]
+    class Guide(SimpleDocTemplate):  # type: ignore[misc]  # reportlab has no type hints
         def afterFlowable(self, flowable: object) -> None:
             level = getattr(flowable, "outline_level", 0)
             if outline and level:
@@ -145,7 +153,7 @@ def write_pdf(path: Path, *, outline: bool = False, encrypt_password: str | None
                 self.canv.addOutlineEntry(text, key, level=level - 1)
 
     story: list[object] = []
-    for number, page in enumerate(GUIDE):
+    for number, page in enumerate(pages):
         if number:
             story.append(PageBreak())
         for block in page:
@@ -166,6 +174,20 @@ def write_pdf(path: Path, *, outline: bool = False, encrypt_password: str | None
         story, onFirstPage=decorate, onLaterPages=decorate
     )
     return path
+
+
+LONG_PARAGRAPH = "".join(
+    f"跨页段落第{n}句：糖尿病患者的随访记录应当完整保存，包括血糖、血压、体重和用药的每一次调整。" for n in range(1, 13)
+)
+
+
+def _filler(number: int) -> str:
+    return f"第{number}段填充文字：" + "基层医生应当按时随访患者，记录每一次检查的结果并及时调整方案。" * 3
+
+
+def write_long_pdf(path: Path) -> Path:
+    """Two pages where `LONG_PARAGRAPH` starts on page 1 and ends on page 2."""
+    return _build_pdf(path, [[_p(_filler(n)) for n in range(1, 13)] + [_p(LONG_PARAGRAPH)]], outline=False)
 
 
 def write_scanned_pdf(path: Path) -> Path:

@@ -26,7 +26,8 @@ class LoadError:
     path: str
     message: str
     line: int | None = None
-    # empty, too_large, wrong_type, encrypted, no_text_layer, corrupt, unsupported, missing, duplicate_id, bad_line
+    # empty, too_large, wrong_type, encrypted, no_text_layer, undecodable_text, corrupt, unsupported,
+    # missing, duplicate_id, bad_line
     reason: str | None = None
 
     def __str__(self) -> str:
@@ -98,5 +99,5 @@ def check_size(path: Path, max_file_mb: float) -> None:
     if size > max_file_mb * _MB:
         raise BadFileError(
             "too_large",
-            f"file is {size / _MB:.1f} MB, larger than MAX_FILE_MB={max_file_mb:g}: split it or raise MAX_FILE_MB",
+            f"file is {size / _MB:.3g} MB, larger than MAX_FILE_MB={max_file_mb:g}: split it or raise MAX_FILE_MB",
         )

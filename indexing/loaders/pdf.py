@@ -29,8 +29,10 @@ logger = logging.getLogger(__name__)
 _CJK = "\u2e80-\u2fff\u3000-\u303f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef"
 _CJK_CHAR = re.compile(f"[{_CJK}]")
 _DIGITS = re.compile(r"\d+")
+_CID = re.compile(r"\(cid:\d+\)")  # pdfminer's stand-in for a glyph that maps to no character
+_MAX_CID_SHARE = 0.05
 _EDGE_LINES = 2  # lines at the top and at the bottom of a page that may be running headers/footers
-_HEADING_RATIO = 1.15  # a heading's font is at least this much larger than the body's
+_HEADING_RATIO = 1.1  # a heading's font is at least this much larger than the body's (12 pt over 10.5 pt)
 _MAX_HEADING_CHARS = 40
 
 
@@ -58,6 +60,13 @@ def parse_pdf(data: bytes, source: str, stem: str) -> list[Document]:
             f"no text layer on any of its {len(pages)} pages (a scanned PDF?): OCR is not supported, "
             "run the file through an OCR tool first",
         )
+    text = "".join(line.text for lines in pages for line in lines)
+    if undecodable_share(text) > _MAX_CID_SHARE:
+        raise BadFileError(
+            "undecodable_text",
+            "its text layer cannot be decoded (fonts without a Unicode map): OCR is not supported, "
+            "export the PDF again with embedded Unicode fonts or run it through an OCR tool",
+        )
     blank = [number for number, lines in enumerate(pages, start=1) if not lines]
     if blank:
         logger.warning(
@@ -70,6 +79,11 @@ def parse_pdf(data: bytes, source: str, stem: str) -> list[Document]:
     if blank:
         document.metadata["pages_without_text"] = blank
     return [document]
+
+
+def undecodable_share(text: str) -> float:
+    """Share of `text` made of `(cid:N)` placeholders (glyphs without a character)."""
+    return sum(len(match) for match in _CID.findall(text)) / len(text) if text else 0.0
 
 
 def _read(data: bytes) -> tuple[list[list[_Line]], list[tuple[int, str]], str]:

@@ -20,15 +20,12 @@ _HEADING_STYLE = re.compile(r"^(?:heading|标题)\s*(\d)$", re.IGNORECASE)
 def parse_docx(data: bytes, source: str, stem: str) -> list[Document]:
     """One document of the whole file; raises `BadFileError` for files that cannot be read."""
     import docx
-    from docx.opc.exceptions import PackageNotFoundError
 
     try:
         word = docx.Document(io.BytesIO(data))
         blocks = list(_blocks(word))
-    except (PackageNotFoundError, KeyError, ValueError) as err:
+    except Exception as err:  # zipfile, lxml and python-docx errors on damaged packages
         raise BadFileError("corrupt", f"corrupt or truncated Word file: {type(err).__name__}: {err}") from err
-    except Exception as err:  # zipfile and lxml errors on damaged packages
-        raise BadFileError("corrupt", f"corrupt Word file: {type(err).__name__}: {err}") from err
     title = (word.core_properties.title or "").strip()
     title = title or next((b.text for b in blocks if b.level == 1), "") or stem
     return [build_document(blocks, doc_id=source, source=source, title=title)]
