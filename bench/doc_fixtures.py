@@ -116,9 +116,7 @@ def write_pdf(path: Path, *, outline: bool = False, encrypt_password: str | None
     return _build_pdf(path, GUIDE, outline=outline, encrypt_password=encrypt_password)
 
 
-def _build_pdf(
-    path: Path, pages: list[list[Block]], *, outline: bool, encrypt_password: str | None = None
-) -> Path:
+def _build_pdf(path: Path, pages: list[list[Block]], *, outline: bool, encrypt_password: str | None = None) -> Path:
     """`pages` laid out with platypus (a page break between them); a page may overflow onto the next."""
     from reportlab.lib import colors
     from reportlab.lib.pagesizes import A4
@@ -143,7 +141,7 @@ def _build_pdf(
         canvas.drawCentredString(A4[0] / 2, 30, footer)
         canvas.restoreState()
 
-    class Guide(SimpleDocTemplate):  # type: ignore[misc]  # reportlab has no type hints
+    class Guide(SimpleDocTemplate):
         def afterFlowable(self, flowable: object) -> None:
             level = getattr(flowable, "outline_level", 0)
             if outline and level:
@@ -222,7 +220,7 @@ def write_docx(path: Path, *, comment: bool = True) -> Path:
                 table = document.add_table(rows=0, cols=len(block.rows[0]))
                 for row in block.rows:
                     cells = table.add_row().cells
-                    for cell, value in zip(cells, row):
+                    for cell, value in zip(cells, row, strict=True):
                         cell.text = value
             elif block.level:
                 document.add_heading(block.text, level=block.level)

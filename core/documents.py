@@ -55,7 +55,7 @@ def _segments(document: Document) -> list[tuple[int, int, str | None]]:
         return [(0, len(document.text), None)]
     bounds = [(0, None), *starts] if starts[0][0] > 0 else starts
     ends = [offset for offset, _ in bounds[1:]] + [len(document.text)]
-    return [(start, end, section) for (start, section), end in zip(bounds, ends) if end > start]
+    return [(start, end, section) for (start, section), end in zip(bounds, ends, strict=True) if end > start]
 
 
 def _page_at(page_starts: list[tuple[int, int]], offset: int) -> int | None:

@@ -78,7 +78,7 @@ def llm() -> Iterator[FakeChatServer]:
         server.on("PlanDecision", {"next_action": "evaluate", "reason": "够了"})
         server.on("Evaluation", {"enough": True, "missing": [], "reason": "资料写明剂量"})
         server.on(ANSWER, answer)
-        yield server  # type: ignore[misc]
+        yield server
 
 
 @pytest.fixture(scope="module")

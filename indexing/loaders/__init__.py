@@ -27,11 +27,11 @@ from indexing.loaders.webpage import parse_html
 from indexing.loaders.word import parse_docx
 
 __all__ = [
+    "SUPPORTED_SUFFIXES",
     "Document",
     "LoadError",
     "LoadResult",
     "SourceFile",
-    "SUPPORTED_SUFFIXES",
     "chinese_number",
     "decode_bytes",
     "find_files",
