@@ -4,6 +4,8 @@ and the trace; bad files in the error file; `--sync` after an add, an edit and a
 
 import json
 import re
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,15 +19,29 @@ from bench import doc_fixtures as fx
 from core.config import Settings
 from core.embeddings import Embedder
 from service.api import create_app
-from tests.conftest import delete_indices
+from tests.conftest import delete_indices, subprocess_env
 from tests.fakes.openai_server import ANSWER, FakeChatServer
 from tests.serving import serve
-from tests.test_indexing_cli import cli, finish
 from tests.test_loaders_formats import bad_files
 
 PAGE_3 = "《糖尿病防治指南》第 3 页 · 3.2 用药"
 QUESTION = "二甲双胍每天最多吃多少毫克？"
 SMALL = ["--chunk-size", "200", "--chunk-overlap", "20", "--no-progress"]
+
+
+def run(es_url: str, workdir: Path, *args: str | Path, **env: str) -> tuple[int, dict[str, Any], str]:
+    """`python -m indexing ARGS` in `workdir` with an explicit environment: (status, summary, stderr)."""
+    workdir.mkdir(exist_ok=True)
+    process = subprocess.run(
+        [sys.executable, "-m", "indexing", *map(str, args)],
+        cwd=workdir,
+        env=subprocess_env(ES_URL=es_url, LOG_LEVEL="WARNING", **env),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    lines = process.stdout.splitlines()
+    return process.returncode, json.loads(lines[-1]) if lines else {}, process.stderr
 
 
 @pytest.fixture(scope="module")
@@ -42,10 +58,13 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def indexed(es: Elasticsearch, es_url: str, folder: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+def indexed(
+    es: Elasticsearch, es_url: str, folder: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, dict[str, Any]]]:
     """The folder indexed by one command (default chunk sizes); (alias, JSON summary)."""
     alias = f"test-ingest-formats-{uuid.uuid4().hex[:8]}"
-    code, summary, stderr = finish(cli(es_url, folder, "--index", alias, "--sync", "--no-progress"))
+    workdir = tmp_path_factory.mktemp("cwd")
+    code, summary, stderr = run(es_url, workdir, folder, "--index", alias, "--sync", "--no-progress")
     assert code == 0, stderr
     yield alias, summary
     delete_indices(es, alias)
@@ -116,15 +135,14 @@ def test_bad_files_are_one_error_line_each_and_the_good_file_is_indexed(
     es_url: str,
     index_name: Callable[[str], str],
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     folder = tmp_path / "kb"
     folder.mkdir()
     expected = bad_files(folder)
     (folder / "good.md").write_text("# 好文件\n\n## 内容\n\n正常的内容，应当被索引。\n", encoding="utf-8")
     alias, error_file = index_name("test-ingest-bad"), tmp_path / "errors.jsonl"
-    monkeypatch.setenv("MAX_FILE_MB", "0.1")
-    code, summary, stderr = finish(cli(es_url, folder, "--index", alias, "--error-file", error_file, *SMALL))
+    args: list[str | Path] = [folder, "--index", alias, "--error-file", error_file, *SMALL]
+    code, summary, stderr = run(es_url, tmp_path / "cwd", *args, MAX_FILE_MB="0.1")
     assert code == 1 and summary["load_errors"] == len(expected)
     assert summary["indexed"] == es.count(index=alias)["count"] >= 1
     records = [json.loads(line) for line in error_file.read_text(encoding="utf-8").splitlines()]
@@ -140,8 +158,13 @@ def chunk_versions(es: Elasticsearch, alias: str, source: str) -> dict[str, int]
     return {hit["_id"]: hit["_version"] for hit in hits}
 
 
-def sync(es_url: str, folder: Path, alias: str) -> dict[str, Any]:
-    code, summary, stderr = finish(cli(es_url, folder, "--index", alias, "--sync", *SMALL))
+def sync(es_url: str, tmp_path: Path, alias: str) -> tuple[int, dict[str, Any], str]:
+    """`--sync` of the folder `tmp_path/kb`, run in `tmp_path/cwd`."""
+    return run(es_url, tmp_path / "cwd", tmp_path / "kb", "--index", alias, "--sync", *SMALL)
+
+
+def synced(es_url: str, tmp_path: Path, alias: str) -> dict[str, Any]:
+    code, summary, stderr = sync(es_url, tmp_path, alias)
     assert code == 0, stderr
     return summary
 
@@ -149,25 +172,26 @@ def sync(es_url: str, folder: Path, alias: str) -> dict[str, Any]:
 def test_sync_mirrors_the_folder_after_an_add_an_edit_and_a_delete(
     es: Elasticsearch, es_url: str, index_name: Callable[[str], str], tmp_path: Path
 ) -> None:
-    alias = index_name("test-ingest-sync")
-    (tmp_path / "a.md").write_text("# 甲\n\n## 一节\n\n甲文件的内容。\n", encoding="utf-8")
-    (tmp_path / "b.txt").write_text("乙文件原来的内容。", encoding="utf-8")
-    (tmp_path / "c.txt").write_text("丙文件从不改变。", encoding="utf-8")
-    first = sync(es_url, tmp_path, alias)
+    alias, kb = index_name("test-ingest-sync"), tmp_path / "kb"
+    kb.mkdir()
+    (kb / "a.md").write_text("# 甲\n\n## 一节\n\n甲文件的内容。\n", encoding="utf-8")
+    (kb / "b.txt").write_text("乙文件原来的内容。", encoding="utf-8")
+    (kb / "c.txt").write_text("丙文件从不改变。", encoding="utf-8")
+    first = synced(es_url, tmp_path, alias)
     assert first["files"] == {"added": 3, "changed": 0, "removed": 0, "unchanged": 0}
     untouched = chunk_versions(es, alias, "c.txt")
 
-    fx.write_html(tmp_path / "d.html")
-    (tmp_path / "b.txt").write_text("乙文件改过的内容。", encoding="utf-8")
-    (tmp_path / "a.md").unlink()
-    second = sync(es_url, tmp_path, alias)
+    fx.write_html(kb / "d.html")
+    (kb / "b.txt").write_text("乙文件改过的内容。", encoding="utf-8")
+    (kb / "a.md").unlink()
+    second = synced(es_url, tmp_path, alias)
     assert second["files"] == {"added": 1, "changed": 1, "removed": 1, "unchanged": 1}
     assert chunk_versions(es, alias, "a.md") == {}
     texts = [h["_source"]["text"] for h in es.search(index=alias, query={"term": {"source": "b.txt"}})["hits"]["hits"]]
     assert texts == ["乙文件改过的内容。"]
     assert chunk_versions(es, alias, "c.txt") == untouched  # not rewritten, not re-embedded
 
-    third = sync(es_url, tmp_path, alias)
+    third = synced(es_url, tmp_path, alias)
     assert third["files"] == {"added": 0, "changed": 0, "removed": 0, "unchanged": 3}
     assert third["indexed"] == 0 and third["embed_seconds"] == 0 and third["parse_seconds"] == 0
 
@@ -175,12 +199,13 @@ def test_sync_mirrors_the_folder_after_an_add_an_edit_and_a_delete(
 def test_a_file_that_turns_bad_keeps_its_indexed_version_whole(
     es: Elasticsearch, es_url: str, index_name: Callable[[str], str], tmp_path: Path
 ) -> None:
-    alias = index_name("test-ingest-atomic")
-    pdf = fx.write_pdf(tmp_path / "guide.pdf")
-    sync(es_url, tmp_path, alias)
+    alias, kb = index_name("test-ingest-atomic"), tmp_path / "kb"
+    kb.mkdir()
+    pdf = fx.write_pdf(kb / "guide.pdf")
+    synced(es_url, tmp_path, alias)
     before = chunk_versions(es, alias, "guide.pdf")
     pdf.write_bytes(pdf.read_bytes()[:20000])  # a copy cut short
-    code, summary, _ = finish(cli(es_url, tmp_path, "--index", alias, "--sync", *SMALL))
+    code, summary, _ = sync(es_url, tmp_path, alias)
     assert code == 1 and summary["load_errors"] == 1
     assert summary["files"] == {"added": 0, "changed": 0, "removed": 0, "unchanged": 0}
     assert chunk_versions(es, alias, "guide.pdf") == before
