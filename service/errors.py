@@ -25,6 +25,7 @@ from elasticsearch import ApiError
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from core.redact import redact_url
 from service.llm import LLMNotConfiguredError
@@ -183,13 +184,37 @@ def add_error_handlers(app: FastAPI) -> None:
             f"the LLM endpoint at {url} is unreachable ({type(err).__name__}); retry later",
         )
 
-    @app.exception_handler(Exception)
-    async def unexpected(request: Request, err: Exception) -> JSONResponse:
-        error_id = uuid.uuid4().hex[:12]
-        logger.exception("unhandled error %s on %s", error_id, request.url.path)
-        return _error(
-            request,
-            500,
-            "internal",
-            f"internal error {error_id} ({type(err).__name__}); details are in the service log",
-        )
+    app.add_middleware(UnexpectedErrors)
+
+
+class UnexpectedErrors:
+    """Any other exception: one logged traceback and a 500 naming an error id.
+
+    Not an `Exception` handler: Starlette answers those in its outermost middleware and then
+    re-raises, so the server logs the same traceback a second time. This answers and stops.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def send_tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_tracked)
+        except Exception as err:
+            error_id = uuid.uuid4().hex[:12]
+            logger.exception("unhandled error %s on %s", error_id, scope["path"])
+            if started:
+                return  # the response is under way: the client sees it cut short
+            scope["app"].state.metrics.record_error(endpoint_label(scope), "internal")
+            detail = f"internal error {error_id} ({type(err).__name__}); details are in the service log"
+            await JSONResponse({"detail": detail}, status_code=500)(scope, receive, send)

@@ -255,12 +255,20 @@ def test_web_failure_degrades_to_a_local_answer(
         assert result["warnings"]
 
 
-def test_answer_model_failure_is_502_naming_the_endpoint(url: str, llm: FakeChatServer) -> None:
+def test_answer_model_failure_is_502_naming_the_endpoint(
+    url: str, llm: FakeChatServer, caplog: pytest.LogCaptureFixture
+) -> None:
     llm.on(ANSWER, 500)
     response = httpx.post(f"{url}/query", json={"question": QUESTION}, timeout=120)
     assert response.status_code == 502
     assert llm.base_url in response.json()["detail"]
+    caplog.clear()
     stream = httpx.post(f"{url}/query/stream", json={"question": QUESTION}, timeout=120)
     assert stream.status_code == 200  # already streaming when the model failed: an error event ends it
     kind, data = sse(stream)[-1]
-    assert kind == "error" and "500" in data["message"]
+    # The client learns the status and an error id, not the endpoint or the exception's text.
+    assert kind == "error" and "HTTP 500" in data["message"] and data["error_id"] in data["message"]
+    assert llm.base_url not in data["message"] and "scripted" not in data["message"]
+    # The log has the failure once, with its traceback and the same id.
+    [logged] = [r for r in caplog.records if r.exc_info]
+    assert data["error_id"] in logged.getMessage()

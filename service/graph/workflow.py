@@ -9,11 +9,15 @@
 Nodes decide (and enforce the limits); the edges below only read `next_step`.
 """
 
+import logging
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from elasticsearch import Elasticsearch
+import openai
+from elastic_transport import TransportError as ESTransportError
+from elasticsearch import ApiError, Elasticsearch
 from langchain_core.language_models import BaseChatModel
 from langgraph.graph import END, START, StateGraph
 
@@ -24,7 +28,10 @@ from service.graph.schemas import QueryOptions, QueryResult, WorkflowEvent
 from service.graph.state import RunContext, WorkflowState
 from service.llm import LLMNotConfiguredError, build_llms
 from service.retrieval import Retriever
+from service.store import EmbedderMismatchError, IndexNotFoundError, SearchError
 from service.websearch import WebSearch, build_web_search
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -93,14 +100,37 @@ GRAPH = build_graph()
 
 
 async def stream_query(deps: WorkflowDeps, question: str, options: QueryOptions) -> AsyncIterator[WorkflowEvent]:
-    """ "node" events as nodes complete, "token" events as the answer streams, then "final" (or "error")."""
+    """ "node" events as nodes complete, "token" events as the answer streams, then "final" (or "error").
+
+    A failure once streaming has begun is reported as an event and logged here, once. A missing
+    index or another embedder is the user's to fix: its message says how (as the API's 404/409
+    does). Any other failure is logged with its traceback and an error id; the client gets the
+    id and a short reason that carries no internals (no URL, no exception text).
+    """
     try:
         async for event in _run(deps, question, options):
             yield event
     except LLMNotConfiguredError:
         raise
-    except Exception as err:  # reported to the client as an event; the stream ends cleanly
+    except (IndexNotFoundError, EmbedderMismatchError) as err:
+        logger.warning("query stream stopped: %s", err)
         yield WorkflowEvent(event="error", data={"type": type(err).__name__, "message": str(err)})
+    except Exception as err:  # reported to the client as an event; the stream ends cleanly
+        error_id = uuid.uuid4().hex[:12]
+        logger.exception("query stream failed, error %s", error_id)
+        message = f"回答中断：{_stream_failure(err)}（错误编号 {error_id}，详情见服务日志）"
+        yield WorkflowEvent(event="error", data={"type": type(err).__name__, "message": message, "error_id": error_id})
+
+
+def _stream_failure(err: Exception) -> str:
+    """What the user may know of a failure: which dependency, and its HTTP status."""
+    if isinstance(err, openai.APIStatusError):
+        return f"大模型服务返回 HTTP {err.status_code}"
+    if isinstance(err, openai.APIError):
+        return "大模型服务无法连接"
+    if isinstance(err, ESTransportError | ApiError | SearchError):
+        return "Elasticsearch 暂时不可用"
+    return "服务内部错误"
 
 
 async def run_query(deps: WorkflowDeps, question: str, options: QueryOptions) -> QueryResult:
