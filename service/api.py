@@ -25,11 +25,13 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from fastapi.staticfiles import StaticFiles
+from fastapi_offline import FastAPIOffline
 from starlette.concurrency import run_in_threadpool
 
 from core.config import Settings
 from core.embeddings import Embedder, load_embedder
 from core.redact import redact_url
+from core.schema import Mode
 from service.errors import add_error_handlers
 from service.graph import (
     GapReport,
@@ -50,6 +52,7 @@ from service.schemas_api import (
     ErrorResponse,
     HealthResponse,
     IndexStatus,
+    ModesResponse,
     QueryRequest,
     ReadyResponse,
     SearchRequest,
@@ -187,6 +190,12 @@ def _index_status(es: Elasticsearch, embedder: Embedder, index: IndexStatus) -> 
     index.docs = int(es.count(index=index.name)["count"])
 
 
+@health.get("/modes", response_model=ModesResponse, tags=["retrieval"])
+def modes() -> ModesResponse:
+    """The retrieval modes, from `core.schema.Mode`: the page builds its choices from this list."""
+    return ModesResponse(modes=list(Mode), default=Mode.HYBRID)
+
+
 @health.get("/readyz", response_model=ReadyResponse, responses={503: {"model": ReadyResponse}})
 def readyz(request: Request, settings: SettingsDep, es: ESDep) -> JSONResponse:
     """Ready when search works: the cluster answers, the index exists, is not red and matches the embedder."""
@@ -286,7 +295,10 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
         yield
         app.state.es.close()
 
-    app = FastAPI(
+    # /docs loads Swagger UI from the app (fastapi-offline's packaged files), not a CDN: it works offline.
+    # No /redoc: ReDoc's bundle still fetches its logo from the network.
+    app = FastAPIOffline(
+        redoc_url=None,
         title="Agentic RAG on Elasticsearch",
         summary="Chinese knowledge-base questions answered with hybrid retrieval, sufficiency checks and web fallback",
         lifespan=lifespan,

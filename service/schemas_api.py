@@ -98,5 +98,10 @@ class ReadyResponse(BaseModel):
     web_search_configured: bool
 
 
+class ModesResponse(BaseModel):
+    modes: list[Mode] = Field(description="every retrieval mode, `mode` of /search and /query")
+    default: Mode
+
+
 class HealthResponse(BaseModel):
     status: Literal["ok"] = "ok"

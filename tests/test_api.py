@@ -1,6 +1,7 @@
 """The HTTP API over real HTTP (uvicorn on an ephemeral port) and a real Elasticsearch:
 success paths, every bad-input case, access control, CORS, size limit, metrics, the page."""
 
+import re
 import threading
 import uuid
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ from core.config import Settings
 from core.documents import Document
 from core.embeddings import Embedder
 from core.redact import redact_url
+from core.schema import Mode
 from service.api import create_app
 from tests.conftest import knowledge_base
 from tests.serving import serve
@@ -158,9 +160,23 @@ def test_page_and_openapi(base_url: str) -> None:
     page = httpx.get(f"{base_url}/")
     assert page.status_code == 200 and "知识库问答" in page.text and "static/app.js" in page.text
     assert httpx.get(f"{base_url}/static/app.js").status_code == 200
-    assert httpx.get(f"{base_url}/docs").status_code == 200
     paths = httpx.get(f"{base_url}/openapi.json").json()["paths"]
     assert {"/search", "/compare", "/query", "/query/stream", "/gaps", "/healthz", "/readyz", "/metrics"} <= set(paths)
+
+
+def test_api_docs_reference_no_external_url_and_their_assets_load(base_url: str) -> None:
+    html = httpx.get(f"{base_url}/docs").text
+    assert "http://" not in html and "https://" not in html and "//cdn" not in html
+    assets = re.findall(r'(?:src|href)="([^"]+)"', html)
+    scripts = [asset for asset in assets if asset.endswith(".js")]
+    assert scripts and all(asset.startswith("/") for asset in assets)
+    for asset in assets:
+        response = httpx.get(f"{base_url}{asset}")
+        assert response.status_code == 200 and len(response.content) > 1000, asset
+
+
+def test_modes_come_from_the_one_mode_enum(base_url: str) -> None:
+    assert httpx.get(f"{base_url}/modes").json() == {"modes": [m.value for m in Mode], "default": "hybrid"}
 
 
 def test_metrics_count_requests_and_errors(client: httpx.Client) -> None:

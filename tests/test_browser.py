@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 from elasticsearch import Elasticsearch
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, Route, expect, sync_playwright
 
 from core.config import Settings
 from core.embeddings import Embedder
@@ -94,6 +94,7 @@ def tab(browser: Browser, base_url: str) -> Iterator[Page]:
     tab.on("pageerror", lambda err: errors.append(str(err)))
     tab.goto(base_url)
     expect(tab.locator("#ready")).to_have_class("badge ok")
+    expect(tab.locator("input[name=mode]:checked")).to_have_value("hybrid")
     yield tab
     context.close()
     assert errors == []  # no uncaught JavaScript error
@@ -156,3 +157,24 @@ def test_answer_streams_with_citations_and_timeline(tab: Page) -> None:
     expect(tab.locator("#timeline li[data-node=route_question]")).to_contain_text("复杂问题")
     expect(tab.locator("#timeline li[data-node=web_search] .ms")).to_contain_text("ms")
     screenshot(tab, "answer.png")
+
+
+def test_api_docs_render_without_the_network(browser: Browser, base_url: str) -> None:
+    """Swagger UI comes from the app: with every other host blocked, it still renders the API."""
+    context = browser.new_context(locale="zh-CN")
+    outside: list[str] = []
+
+    def only_the_app(route: Route) -> None:
+        if route.request.url.startswith(base_url):
+            route.continue_()
+        else:
+            outside.append(route.request.url)
+            route.abort()
+
+    context.route("**/*", only_the_app)
+    tab = context.new_page()
+    tab.goto(f"{base_url}/docs")
+    expect(tab.locator(".swagger-ui .info .title")).to_contain_text("Agentic RAG on Elasticsearch")
+    expect(tab.locator(".opblock-summary-path").first).to_be_visible()
+    context.close()
+    assert outside == []

@@ -15,6 +15,8 @@ const NODE_NAMES = {
   web_search: "联网搜索",
   generate: "生成回答",
 };
+// Labels of the retrieval modes; the modes themselves come from the server (GET /modes).
+const MODE_NAMES = { hybrid: "混合检索", vector: "仅向量", bm25: "BM25（jieba 词）", bigram: "BM25（二字词）", standard: "单字（基线）" };
 const ROUTES = { simple: "简单问题（直接回答）", complex: "复杂问题（检索知识库）" };
 
 function el(tag, attrs = {}, ...children) {
@@ -213,23 +215,34 @@ async function compare() {
   $("compare-button").disabled = true;
   try {
     const k = Number($("k").value) || 8;
-    const response = await fetch("compare", { method: "POST", headers: headers(), body: JSON.stringify({ query, k, modes: ["vector", "hybrid"] }) });
+    const response = await fetch("compare", { method: "POST", headers: headers(), body: JSON.stringify({ query, k }) });
     if (!response.ok) { showError(await errorText(response)); return; }
     const comparison = await response.json();
     const overlap = comparison.overlaps[0];
     const shared = new Set(overlap.shared);
     const ranks = new Map(comparison.ranks.map((row) => [row.id, row.ranks]));
-    renderHits($("vector-hits"), comparison.results.vector.hits, "vector", "hybrid", shared, ranks);
-    renderHits($("hybrid-hits"), comparison.results.hybrid.hits, "hybrid", "vector", shared, ranks);
+    const [left, right] = comparison.modes;  // the server's default pair: vector, hybrid
+    renderHits($("vector-hits"), comparison.results[left].hits, left, right, shared, ranks);
+    renderHits($("hybrid-hits"), comparison.results[right].hits, right, left, shared, ranks);
     $("compare-summary").textContent =
       `前 ${comparison.k} 条中重合 ${overlap.shared.length} 条（overlap@${comparison.k} = ${overlap.overlap_at_k.toFixed(2)}）` +
-      ` · 向量 ${Math.round(comparison.results.vector.took_ms)} ms，混合 ${Math.round(comparison.results.hybrid.took_ms)} ms`;
+      ` · ${MODE_NAMES[left] || left} ${Math.round(comparison.results[left].took_ms)} ms，` +
+      `${MODE_NAMES[right] || right} ${Math.round(comparison.results[right].took_ms)} ms`;
     $("compare-section").hidden = false;
   } catch (err) {
     showError(`连接中断：${err.message}`);
   } finally {
     $("compare-button").disabled = false;
   }
+}
+
+async function loadModes() {
+  const { modes, default: chosen } = await (await fetch("modes")).json();
+  $("modes").append(...modes.map((mode) => {
+    const input = el("input", { type: "radio", name: "mode", value: mode });
+    input.checked = mode === chosen;
+    return el("label", {}, input, ` ${MODE_NAMES[mode] || mode}`);
+  }));
 }
 
 async function checkReady() {
@@ -251,5 +264,6 @@ document.addEventListener("DOMContentLoaded", () => {
   $("api-key").addEventListener("change", () => localStorage.setItem("rag-api-key", $("api-key").value.trim()));
   $("ask").addEventListener("submit", ask);
   $("compare-button").addEventListener("click", compare);
+  loadModes().catch((err) => showError(`无法读取检索方式：${err.message}`));
   checkReady();
 });
