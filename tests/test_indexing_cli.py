@@ -28,11 +28,11 @@ def cli(es_url: str, tmp_path: Path) -> Cli:
     workdir = tmp_path / "cwd"
     workdir.mkdir()
 
-    def start(*args: str | Path) -> subprocess.Popen[str]:
+    def start(*args: str | Path, url: str = es_url) -> subprocess.Popen[str]:
         return subprocess.Popen(
             [sys.executable, "-m", "indexing", *map(str, args)],
             cwd=workdir,
-            env=subprocess_env(ES_URL=es_url, LOG_LEVEL="WARNING"),
+            env=subprocess_env(ES_URL=url, LOG_LEVEL="WARNING"),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -163,3 +163,11 @@ def test_cli_replaces_a_changed_file_and_prunes_a_removed_one_only_when_all_load
     code, pruned, _ = finish(cli(folder, "--index", alias, "--prune", *SMALL))
     assert code == 0 and pruned["deleted"] > 0
     assert doc_ids() == {"novel.txt#ch1", "novel.txt#ch2"}
+
+
+def test_cli_names_an_unreachable_elasticsearch_without_its_password(cli: Cli, tmp_path: Path) -> None:
+    write_novel(tmp_path / "novel.txt", chapters=1, sentences=1)
+    process = cli(tmp_path / "novel.txt", "--index", "kb", *SMALL, url="http://indexer:s3cret@127.0.0.1:9")
+    code, _, stderr = finish(process)
+    assert code == 1 and "Elasticsearch at http://127.0.0.1:9 is unreachable" in stderr
+    assert "s3cret" not in stderr
