@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Any
 
-from elasticsearch import Elasticsearch, NotFoundError
+from elasticsearch import Elasticsearch
 from pydantic import BaseModel, computed_field, model_validator
 
 from core.config import Settings
@@ -20,7 +20,7 @@ from core.documents import page_label, source_label
 from core.embeddings import Embedder
 from core.schema import HIT_SOURCE_FIELDS, LIST_MODES, Mode
 from core.text import ChineseTokenizer, bigram_terms, get_tokenizer, join_terms
-from service.store import IndexNotFoundError, SearchError, check_embedder
+from service.store import check_embedder, msearch
 
 
 class Filters(BaseModel):
@@ -184,7 +184,7 @@ class Retriever:
         size = max(k, self.params.depth) if mode == Mode.HYBRID else k
         if "vector" in lists:
             self._check_embedder(index)
-        responses = self._msearch(index, [self._body(name, query, size, filters) for name in lists])
+        responses = msearch(self.es, index, [self._body(name, query, size, filters) for name in lists])
         ranked = {name: response["hits"]["hits"] for name, response in zip(lists, responses, strict=True)}
         if mode == Mode.HYBRID:
             hits = self._fuse(ranked, k)
@@ -243,22 +243,6 @@ class Retriever:
         if index not in self._checked:
             check_embedder(self.es, index, self.embedder)
             self._checked.add(index)
-
-    def _msearch(self, index: str, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        searches: list[dict[str, Any]] = []
-        for body in bodies:
-            # A search missing shards fails (503) instead of silently returning part of the index.
-            searches += [{"index": index, "allow_partial_search_results": False}, body]
-        try:
-            responses = self.es.msearch(searches=searches)["responses"]
-        except NotFoundError as err:
-            raise IndexNotFoundError(index) from err
-        for response in responses:
-            if "error" in response:
-                if response["error"].get("type") == "index_not_found_exception":
-                    raise IndexNotFoundError(index)
-                raise SearchError(index, response["error"], response.get("status"))
-        return responses
 
     def _body(self, name: Mode, query: str, size: int, filters: Filters | None) -> dict[str, Any]:
         clauses = filters.to_es() if filters else []

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from elasticsearch import BadRequestError, Elasticsearch, NotFoundError
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_fixed
 
 from core.config import Settings
 from core.embeddings import Embedder
@@ -58,6 +59,40 @@ class SearchError(Exception):
     @property
     def transient(self) -> bool:
         return self.status in TRANSIENT_STATUSES or self.type in TRANSIENT_TYPES
+
+
+def msearch(es: Elasticsearch, index: str, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The responses of `bodies` searched in `index` in one `_msearch` round trip.
+
+    A search that misses shards fails instead of silently returning part of the index. Retry
+    policy: connection errors, time-outs and 429/5xx answers are retried by the client's
+    transport on another node; a search item that fails transiently (a shard copy lost with
+    its node between the query and fetch phases) is re-sent once, after 0.5 s, when the
+    cluster has moved on to the surviving copies. Raises `IndexNotFoundError` or `SearchError`.
+    """
+    searches: list[dict[str, Any]] = []
+    for body in bodies:
+        searches += [{"index": index, "allow_partial_search_results": False}, body]
+
+    def once() -> list[dict[str, Any]]:
+        try:
+            responses: list[dict[str, Any]] = es.msearch(searches=searches)["responses"]
+        except NotFoundError as err:
+            raise IndexNotFoundError(index) from err
+        for response in responses:
+            if "error" in response:
+                if response["error"].get("type") == "index_not_found_exception":
+                    raise IndexNotFoundError(index)
+                raise SearchError(index, response["error"], response.get("status"))
+        return responses
+
+    retrying = Retrying(
+        stop=stop_after_attempt(2),
+        wait=wait_fixed(0.5),
+        retry=retry_if_exception(lambda err: isinstance(err, SearchError) and err.transient),
+        reraise=True,
+    )
+    return retrying(once)
 
 
 @dataclass(frozen=True)
