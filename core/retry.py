@@ -7,6 +7,7 @@ project is listed in docs/reliability.md.
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
 import openai
 from tenacity import (
@@ -56,21 +57,19 @@ def log_retry(log: logging.Logger, what: str) -> Callable[[RetryCallState], None
 
 def openai_retrying(what: str) -> Retrying:
     """The OpenAI-compatible endpoint policy for a blocking call; the last error is re-raised."""
-    return Retrying(
-        stop=stop_after_attempt(OPENAI_ATTEMPTS),
-        wait=_WAIT,
-        retry=retry_if_exception(openai_transient),
-        before_sleep=log_retry(logger, what),
-        reraise=True,
-    )
+    return Retrying(**_openai_policy(what))
 
 
 def openai_async_retrying(what: str) -> AsyncRetrying:
     """The same policy for a coroutine."""
-    return AsyncRetrying(
-        stop=stop_after_attempt(OPENAI_ATTEMPTS),
-        wait=_WAIT,
-        retry=retry_if_exception(openai_transient),
-        before_sleep=log_retry(logger, what),
-        reraise=True,
-    )
+    return AsyncRetrying(**_openai_policy(what))
+
+
+def _openai_policy(what: str) -> dict[str, Any]:
+    return {
+        "stop": stop_after_attempt(OPENAI_ATTEMPTS),
+        "wait": _WAIT,
+        "retry": retry_if_exception(openai_transient),
+        "before_sleep": log_retry(logger, what),
+        "reraise": True,
+    }

@@ -11,26 +11,16 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from core.config import Settings
-from core.documents import Document
 from core.embeddings import Embedder
 from service.api import create_app
 from tests.conftest import knowledge_base
 from tests.fakes.bocha_server import API_KEY, FakeBochaServer, page
 from tests.fakes.openai_server import ANSWER, FakeChatServer
 from tests.serving import serve
+from tests.test_api import DOCS as API_DOCS
+from tests.test_workflow import SEED_PATH
 
-DOCS = [
-    Document(
-        "c5", "诸葛亮七擒孟获，使南中彻底归心，孟获发誓永不再反。", "sanguo", chapter=90, chapter_title="七擒孟获"
-    ),
-    Document(
-        "c6",
-        "司马懿在五丈原与诸葛亮对峙，诸葛亮积劳成疾，病逝于军中。",
-        "sanguo",
-        chapter=104,
-        chapter_title="陨大星汉丞相归天",
-    ),
-]
+DOCS = [document for document in API_DOCS if document.doc_id in {"c5", "c6"}]  # 孟获, 五丈原
 QUESTION = "诸葛亮怎样收服孟获？孟获后来做了什么官？"
 MISSING = "孟获后来的官职"
 # Contexts are numbered local passages first (two in this corpus), then web results.
@@ -121,18 +111,7 @@ def sse(response: httpx.Response) -> list[tuple[str, Any]]:
     return events
 
 
-EXPECTED_TRACE = [
-    "route_question",
-    "decompose_question",
-    "retrieve",
-    "plan_next_step",
-    "retrieve",
-    "plan_next_step",
-    "evaluate",
-    "web_search",
-    "evaluate",
-    "generate",
-]
+EXPECTED_TRACE = SEED_PATH  # two sub-questions, one web search, a second evaluation
 
 
 def test_query_runs_the_workflow_with_web_fallback(
