@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import openai
@@ -47,15 +47,15 @@ class OncePerKind(logging.Filter):
     The kind is the record's `kind` extra, else its message template.
     """
 
-    def __init__(self, interval: float = OUTAGE_LOG_INTERVAL_S) -> None:
+    def __init__(self, interval: float = OUTAGE_LOG_INTERVAL_S, clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__()
-        self.interval = interval
+        self.interval, self._clock = interval, clock
         self._lock = threading.Lock()
         self._seen: dict[tuple[str, str], tuple[float, int]] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
         key = (record.name, str(getattr(record, "kind", record.msg)))
-        now = time.monotonic()
+        now = self._clock()
         with self._lock:
             last, held = self._seen.get(key, (float("-inf"), 0))
             if now - last < self.interval:

@@ -1,6 +1,7 @@
 """Elasticsearch going away and coming back, through a TCP proxy in front of the shared node
 (the node itself keeps running for the teammates who use it)."""
 
+import logging
 import time
 from collections.abc import Iterator
 from urllib.parse import urlsplit
@@ -13,6 +14,8 @@ from core.config import Settings
 from core.documents import Document
 from core.embeddings import Embedder
 from service.api import create_app
+from service.errors import OncePerKind
+from service.store import SearchError
 from tests.conftest import knowledge_base
 from tests.serving import TcpProxy, serve
 
@@ -38,8 +41,9 @@ def search(url: str, mode: str = "hybrid") -> httpx.Response:
 
 
 def test_elasticsearch_down_is_503_naming_the_url_then_recovers(
-    proxy: TcpProxy, alias: str, embedder: Embedder
+    proxy: TcpProxy, alias: str, embedder: Embedder, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level("WARNING")
     settings = Settings(_env_file=None, es_url=proxy.url, es_index=alias)
     with serve(create_app(settings, embedder=embedder)) as url:
         assert search(url).status_code == 200
@@ -47,7 +51,7 @@ def test_elasticsearch_down_is_503_naming_the_url_then_recovers(
         proxy.close()
         for mode in ("hybrid", "bm25"):
             down = search(url, mode)
-            assert down.status_code == 503
+            assert down.status_code == 503 and down.headers["retry-after"] == "5"
             assert f"Elasticsearch unreachable at {proxy.url}" in down.json()["detail"]
         ready = httpx.get(f"{url}/readyz")
         assert ready.status_code == 503
@@ -56,6 +60,10 @@ def test_elasticsearch_down_is_503_naming_the_url_then_recovers(
         assert httpx.get(f"{url}/healthz").status_code == 200  # the process itself is fine
         metrics = httpx.get(f"{url}/metrics").text
         assert 'rag_errors_total{endpoint="/search",kind="elasticsearch_unreachable"} 2.0' in metrics
+
+        # An expected outage: at most one line per kind (rate-limited across the process), no traceback.
+        outage = [r for r in caplog.records if r.name == "service.outage"]
+        assert len(outage) <= 1 and not any(r.exc_info for r in caplog.records)
 
         proxy.open()
         # The client may hold the node as dead for its back-off (about a second); the service
@@ -77,3 +85,52 @@ def test_no_elasticsearch_at_start_up_still_serves(embedder: Embedder) -> None:
         response = search(url)
         assert response.status_code == 503
         assert closed.url in response.json()["detail"]
+
+
+class Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def test_outage_warnings_are_one_line_per_kind_per_interval() -> None:
+    now = [0.0]
+    log = logging.getLogger("test.outage.once")
+    log.propagate = False
+    handler = Collect()
+    seen = handler.records
+    log.addHandler(handler)
+    log.addFilter(OncePerKind(interval=30, clock=lambda: now[0]))
+    try:
+        boom = ConnectionError("refused")
+        for _ in range(5):
+            log.warning("node %s failed", "a", exc_info=boom)
+            log.warning("%s", "Elasticsearch unreachable", extra={"kind": "unreachable"})
+        now[0] = 31.0
+        log.warning("node %s failed", "b", exc_info=boom)
+    finally:
+        log.removeHandler(handler)
+    assert [r.getMessage() for r in seen] == [
+        "node a failed",
+        "Elasticsearch unreachable",
+        "node b failed (4 more like it in the last 30 s)",
+    ]
+    assert all(r.exc_info is None for r in seen)
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "transient"),
+    [
+        ({"type": "search_phase_execution_exception", "reason": "all shards failed"}, 503, True),
+        ({"type": "no_shard_available_action_exception", "reason": "No shard available"}, None, True),
+        ({"type": "es_rejected_execution_exception", "reason": "queue full"}, 429, True),
+        ({"type": "parsing_exception", "reason": "unknown query [mtch]"}, 400, False),
+    ],
+)
+def test_search_errors_that_pass_are_told_from_those_that_do_not(
+    error: dict, status: int | None, transient: bool
+) -> None:
+    assert SearchError("kb", error, status).transient is transient
