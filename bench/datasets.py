@@ -14,18 +14,32 @@ is relevant when its id is in the query's set.
   pairs over 20 term pairs (高/低血糖, 甲亢/甲减, 左/右心衰, …), split dev/test by term pair.
 """
 
+import hashlib
 import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE
+from core.config import Settings
 from core.documents import Document, document_chunks
 from indexing.loaders import load_text
 
 BENCH_DATA = Path(__file__).resolve().parent / "data"
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 CMRC_CHUNK_SIZE = 1000  # longer than any CMRC paragraph: one paragraph, one chunk
+SPLITS = ("dev", "test")
+_SPLIT_SEED = "retrieval-eval-2026"
+
+
+def shared_data() -> Path:
+    """The shared evaluation data: `SHARED_DATA`, else ../shared/data beside the repository."""
+    configured = Settings().shared_data
+    return Path(configured) if configured else Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def seeded_split(key: str) -> str:
+    """A fixed half-half dev/test assignment from a seeded hash of `key` (stable across runs and machines)."""
+    return SPLITS[hashlib.sha256(f"{_SPLIT_SEED}:{key}".encode()).digest()[0] % 2]
 
 
 @dataclass
@@ -33,7 +47,7 @@ class Query:
     id: str
     text: str
     relevant: set[str]  # chunk ids
-    split: str = ""  # "dev" (tune on it) or "test" (report on it); "" where a set has no split (CMRC)
+    split: str = "test"  # "dev" (tune on it) or "test" (report on it)
     style: str = ""  # how the question was written: literal/paraphrase (三国), plain/colloquial (medical)
 
 
@@ -70,7 +84,9 @@ def _by_document(
     return {id_: text for id_, (_doc, text) in chunks.items()}, of_doc
 
 
-def load_cmrc(limit: int | None = None, root: Path = SHARED_DATA / "cmrc2018") -> Dataset:
+def load_cmrc(limit: int | None = None, root: Path | None = None) -> Dataset:
+    """All of CMRC 2018 dev + trial; a paragraph's questions are all dev or all test (seeded by its id)."""
+    root = root or shared_data() / "cmrc2018"
     paragraphs = []
     for split in ("dev", "trial"):
         data = json.loads((root / f"cmrc2018_{split}.json").read_text(encoding="utf-8"))["data"]
@@ -80,17 +96,28 @@ def load_cmrc(limit: int | None = None, root: Path = SHARED_DATA / "cmrc2018") -
         paragraphs = paragraphs[::stride][:limit]
     documents = [Document(doc_id=p["id"], text=p["context"], source="cmrc2018") for p in paragraphs]
     chunks, of_doc = _by_document(documents, CMRC_CHUNK_SIZE, 0)
-    queries = [Query(qa["id"], qa["question"], of_doc[p["id"]]) for p in paragraphs for qa in p["qas"]]
+    queries = [
+        Query(qa["id"], qa["question"], of_doc[p["id"]], seeded_split(p["id"])) for p in paragraphs for qa in p["qas"]
+    ]
     name = "cmrc" if limit is None else f"cmrc{len(paragraphs)}"
     return Dataset(name, documents, queries, CMRC_CHUNK_SIZE, 0, chunks)
+
+
+def _split_of(item: dict[str, str]) -> str:
+    """The question's own `split` field; questions written before splits existed get a seeded one."""
+    split = item.get("split") or seeded_split(item["id"])
+    if split not in SPLITS:
+        raise ValueError(f"question {item['id']}: split must be one of {SPLITS}, got {split!r}")
+    return split
 
 
 def load_sanguo(
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
-    path: Path = SHARED_DATA / "sanguo" / "sanguo_yanyi.txt",
+    path: Path | None = None,
     questions: Path = BENCH_DATA / "sanguo_questions.jsonl",
 ) -> Dataset:
+    path = path or shared_data() / "sanguo" / "sanguo_yanyi.txt"
     documents = load_text(path, path.name)
     chunks = {id_: text for id_, (_doc, text) in chunk_map(documents, chunk_size, chunk_overlap).items()}
     queries = []
@@ -101,7 +128,7 @@ def load_sanguo(
             raise ValueError(
                 f"{questions}: evidence of {item['id']} is in no {chunk_size}-character chunk: {item['evidence']!r}"
             )
-        queries.append(Query(item["id"], item["question"], relevant, item["split"], item["style"]))
+        queries.append(Query(item["id"], item["question"], relevant, _split_of(item), item.get("style", "")))
     return Dataset(f"sanguo-{chunk_size}", documents, queries, chunk_size, chunk_overlap, chunks)
 
 
@@ -115,5 +142,16 @@ def load_medical(
     for line in queries.read_text(encoding="utf-8").splitlines():
         item = json.loads(line)
         relevant = set().union(*(of_doc[doc] for doc in item["relevant"]))
-        found.append(Query(item["id"], item["question"], relevant, item.get("split", ""), item.get("style", "")))
+        found.append(Query(item["id"], item["question"], relevant, _split_of(item), item.get("style", "")))
     return Dataset("medical", documents, found, DEFAULT_CHUNK_SIZE, DEFAULT_CHUNK_OVERLAP, chunks)
+
+
+def load_named(name: str) -> Dataset:
+    """A dataset by its command-line name: `cmrc` (all paragraphs), `sanguo`, `medical`."""
+    if name == "cmrc":
+        return load_cmrc()
+    if name == "sanguo":
+        return load_sanguo()
+    if name == "medical":
+        return load_medical()
+    raise ValueError(f"unknown dataset {name!r}: use cmrc, sanguo or medical")

@@ -1,20 +1,34 @@
 """An `Embedder` wrapper that keeps vectors on disk, keyed by embedder and text hash.
 
-Benchmarks re-index the same corpora many times (chunk sizes, re-runs); embedding a
-500-character chunk costs ~0.5 s on the reference machine, so vectors are computed once
-and read back from a SQLite file under the git-ignored `.cache/`.
+Benchmarks re-index the same corpora many times (chunk sizes, ablations, re-runs); embedding
+an 800-character chunk costs ~0.7 s on the reference machine, so vectors are computed once
+and read back from a SQLite file: `EMBEDDING_CACHE` (shared by several checkouts), else
+`.cache/embeddings.sqlite` in the repository.
+
+    python -m bench.embedding_cache --datasets cmrc,sanguo,medical
+
+fills the cache with every chunk and question of the evaluation sets (run it early, under
+`nice`: it is the slow part of `bench.retrieval_eval`).
 """
 
+import argparse
 import hashlib
 import sqlite3
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
-from core.embeddings import Embedder
+from core.config import Settings
+from core.embeddings import Embedder, load_embedder
 
 DEFAULT_CACHE = Path(__file__).resolve().parent.parent / ".cache" / "embeddings.sqlite"
+
+
+def cache_path(settings: Settings) -> Path:
+    return Path(settings.embedding_cache) if settings.embedding_cache else DEFAULT_CACHE
 
 
 class CachedEmbedder:
@@ -59,6 +73,12 @@ class CachedEmbedder:
             )
             self._db.commit()
 
+    def missing(self, texts: Sequence[str], role: str = "passage") -> list[str]:
+        """The distinct `texts` that have no cached vector for `role` yet."""
+        keys = {self._key(role, text): text for text in texts}
+        found = self._get(list(keys))
+        return [text for key, text in keys.items() if key not in found]
+
     def embed_documents(self, texts: list[str]) -> np.ndarray:
         keys = [self._key("passage", text) for text in texts]
         found = self._get(keys)
@@ -82,3 +102,44 @@ class CachedEmbedder:
         vector = self.inner.embed_query(text)
         self._put({key: vector})
         return vector
+
+    def prefill_queries(self, texts: Sequence[str], batch: int = 32) -> None:
+        """Cache the query vectors of `texts`, in batches when the embedder has `embed_queries`."""
+        todo = self.missing(texts, "query")
+        batched = getattr(self.inner, "embed_queries", None)
+        with tqdm(total=len(todo), desc="queries", unit="q") as bar:
+            for start in range(0, len(todo), batch):
+                part = todo[start : start + batch]
+                vectors = batched(part) if batched else np.stack([self.inner.embed_query(t) for t in part])
+                self._put({self._key("query", text): vector for text, vector in zip(part, vectors, strict=True)})
+                bar.update(len(part))
+
+    def prefill_passages(self, texts: Sequence[str], batch: int = 16) -> None:
+        todo = self.missing(texts)
+        with tqdm(total=len(todo), desc="passages", unit="chunk") as bar:
+            for start in range(0, len(todo), batch):
+                self.embed_documents(todo[start : start + batch])
+                bar.update(len(todo[start : start + batch]))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from bench.datasets import load_named
+
+    parser = argparse.ArgumentParser(description="Fill the embedding cache with the evaluation sets.")
+    parser.add_argument("--datasets", default="medical,sanguo,cmrc")
+    args = parser.parse_args(argv)
+    settings = Settings()
+    embedder = CachedEmbedder(load_embedder(settings.embedder, settings), cache_path(settings))
+    datasets = [load_named(name) for name in args.datasets.split(",")]
+    # Queries first: they are short and batch well, so every set is soon searchable.
+    for dataset in datasets:
+        print(f"{dataset.name}: {len(dataset.queries)} queries")
+        embedder.prefill_queries([query.text for query in dataset.queries])
+    for dataset in datasets:
+        print(f"{dataset.name}: {len(dataset.chunks)} chunks")
+        embedder.prefill_passages(list(dataset.chunks.values()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -21,9 +21,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from bench.datasets import load_named
 from bench.embedding_cache import CachedEmbedder
-from bench.retrieval_eval import RESULTS, load_datasets, machine, update_docs
-from core.chunking import DEFAULT_CHUNK_SIZE
+from bench.retrieval_eval import RESULTS, SERVICE, machine, update_docs
 from core.config import Settings
 from core.embeddings import load_embedder
 from core.schema import Mode
@@ -90,7 +90,6 @@ def markdown(report: dict[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--datasets", default="sanguo,cmrc")
-    parser.add_argument("--cmrc-limit", type=int, default=200, help="as for bench.retrieval_eval")
     parser.add_argument("--max-queries", type=int, default=100, help="per index (the first ones)")
     parser.add_argument("--repeat", type=int, default=1, help="passes over the queries")
     parser.add_argument("--warmup", type=int, default=10, help="searches per mode before timing")
@@ -124,7 +123,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if depth != params.depth
     ]
     labels = [label for label, _, _ in runs]
-    for dataset in load_datasets(args.datasets.split(","), args.cmrc_limit or None, [DEFAULT_CHUNK_SIZE]):
+    for dataset in map(load_named, args.datasets.split(",")):
+        alias = SERVICE.alias(dataset)
         queries = [q.text for q in dataset.queries[: args.max_queries]]
         for text in queries:
             cached.embed_query(text)
@@ -133,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for _label, run_params, mode in runs:
                     retriever.params = run_params
                     for text in queries[: args.warmup]:
-                        retriever.search(dataset.alias, text, mode, args.k)
+                        retriever.search(alias, text, mode, args.k)
         except IndexNotFoundError as err:
             hint = f"run `python -m bench.retrieval_eval --datasets {dataset.name.split('-')[0]}` first"
             raise SystemExit(f"{err} ({hint})") from err
@@ -147,9 +147,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     retriever = retrievers[variant]
                     retriever.params = run_params
                     started = time.perf_counter()
-                    retriever.search(dataset.alias, text, mode, args.k)
+                    retriever.search(alias, text, mode, args.k)
                     samples[variant][label].append((time.perf_counter() - started) * 1000)
-        result: dict[str, Any] = {"chunks": es.count(index=dataset.alias)["count"]}
+        result: dict[str, Any] = {"chunks": es.count(index=alias)["count"]}
         for variant, by_mode in samples.items():
             latency = summarize(by_mode)
             result[variant] = {
@@ -159,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "p95": round(latency["hybrid"]["p95_ms"] / latency["vector"]["p95_ms"], 3),
                 },
             }
-        report["indices"][dataset.alias] = result
+        report["indices"][alias] = result
     args.out.parent.mkdir(parents=True, exist_ok=True)
     table = markdown(report)
     args.out.with_suffix(".md").write_text(table, encoding="utf-8")

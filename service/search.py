@@ -41,8 +41,10 @@ def _label(hit: Hit) -> str:
 
 
 def _why(hit: Hit) -> str:
-    ranks = {"vector": hit.vector_rank, "bm25": hit.bm25_rank, "bigram": hit.bigram_rank, "standard": hit.standard_rank}
-    shown = [f"{name}#{rank}" for name, rank in ranks.items() if rank is not None]
+    """A hybrid hit's rank in each list and that list's contribution: (vector#3 +0.0159, bm25#1 +0.0164)."""
+    if not hit.explain:
+        return ""
+    shown = [f"{name}#{part.rank} +{part.contribution:.4f}" for name, part in hit.explain.items() if part.rank]
     return f"  ({', '.join(shown)})" if shown else ""
 
 

@@ -100,6 +100,8 @@ class IndexMeta:
     index: str
     embedder: str
     dim: int
+    # The corpus dictionary the index was cut with (core.lexicon); None: built without one.
+    corpus_terms: tuple[str, ...] | None = None
 
 
 def create_client(settings: Settings) -> Elasticsearch:
@@ -176,16 +178,33 @@ def read_index_meta(es: Elasticsearch, alias: str) -> IndexMeta:
         raise IndexNotFoundError(alias) from err
     index, body = next(iter(sorted(mappings.items())))
     meta = body["mappings"].get("_meta", {})
-    return IndexMeta(index=index, embedder=str(meta.get("embedder", "?")), dim=int(meta.get("dim", 0)))
+    terms = meta.get("corpus_terms")
+    return IndexMeta(
+        index=index,
+        embedder=str(meta.get("embedder", "?")),
+        dim=int(meta.get("dim", 0)),
+        corpus_terms=tuple(terms) if terms is not None else None,
+    )
+
+
+def write_corpus_terms(es: Elasticsearch, index: str, terms: list[str]) -> None:
+    """Store the corpus dictionary in the concrete index's `_meta` (kept with the index, swapped with it)."""
+    meta = es.indices.get_mapping(index=index).body[index]["mappings"].get("_meta", {})
+    es.indices.put_mapping(index=index, meta={**meta, "corpus_terms": terms})
 
 
 def check_embedder(es: Elasticsearch, alias: str, embedder: Embedder) -> IndexMeta:
     """Raise `EmbedderMismatchError` unless `embedder` is the one that built `alias`."""
     meta = read_index_meta(es, alias)
+    check_embedder_meta(meta, alias, embedder)
+    return meta
+
+
+def check_embedder_meta(meta: IndexMeta, alias: str, embedder: Embedder) -> None:
+    """`check_embedder` on an already read `IndexMeta`."""
     if meta.embedder != embedder.name or meta.dim != embedder.dim:
         raise EmbedderMismatchError(
             f"index {alias!r} was built with embedder {meta.embedder!r} ({meta.dim} dims) but "
             f"{embedder.name!r} ({embedder.dim} dims) was given: set EMBEDDER={meta.embedder} "
             f"or rebuild with `python -m indexing ... --index {alias} --recreate`"
         )
-    return meta

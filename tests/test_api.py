@@ -129,7 +129,9 @@ def test_search_finds_the_passage(client: httpx.Client, mode: str) -> None:
     top = body["hits"][0]
     assert top["doc_id"] == "c5" and top["chapter"] == 90 and "孟获" in top["text"]
     if mode == "hybrid":
-        assert top["bm25_rank"] == 1 and top["vector_rank"] is not None
+        explain = top["explain"]
+        assert explain["bm25"]["rank"] == 1 and explain["vector"]["rank"] is not None
+        assert sum(part["contribution"] for part in explain.values()) == pytest.approx(top["score"])
 
 
 def test_search_applies_filters(client: httpx.Client) -> None:
@@ -152,7 +154,7 @@ def test_compare_relates_vector_and_hybrid(client: httpx.Client) -> None:
     assert set(overlap["shared"]) == set(vector) & set(hybrid)
     assert overlap["overlap_at_k"] == len(overlap["shared"]) / 3
     assert body["results"]["hybrid"]["hits"][0]["doc_id"] == "c5"
-    assert body["results"]["hybrid"]["hits"][0]["bm25_rank"] == 1
+    assert body["results"]["hybrid"]["hits"][0]["explain"]["bm25"]["rank"] == 1
     assert {row["id"] for row in body["ranks"]} == set(vector) | set(hybrid)
 
 

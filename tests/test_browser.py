@@ -115,12 +115,13 @@ def test_comparison_shows_both_columns(tab: Page, base_url: str) -> None:
     vector, hybrid = tab.locator("#vector-hits li.hit"), tab.locator("#hybrid-hits li.hit")
     expect(vector).to_have_count(6)
     expect(hybrid).to_have_count(6)
-    # Every hybrid hit says where BM25 and kNN ranked it, as the server did; shared hits are highlighted in both columns.
+    # Every hybrid hit says where each list ranked it and what that list added, as the server did;
+    # shared hits are highlighted in both columns.
     served = httpx.post(f"{base_url}/compare", json={"query": query, "k": 6, "modes": ["vector", "hybrid"]}).json()
-    for kind in ("bm25", "vector"):
-        ranks = [hit[f"{kind}_rank"] for hit in served["results"]["hybrid"]["hits"]]
+    for kind in ("bm25", "vector", "bigram", "standard"):
+        parts = [hit["explain"][kind] for hit in served["results"]["hybrid"]["hits"]]
         shown = tab.locator(f"#hybrid-hits li.hit .rank.{kind}").all_inner_texts()
-        expected = [f"第{rank}名" if rank else "未召回" for rank in ranks]
+        expected = [f"第{p['rank']}名 +{p['contribution']:.4f}" if p["rank"] else "未召回" for p in parts]
         assert all(want in text for text, want in zip(shown, expected, strict=True)), (kind, shown, expected)
     shared = tab.locator("#vector-hits li.overlap").evaluate_all("items => items.map(li => li.dataset.id)")
     assert shared, "the two top-6 lists share no passage"

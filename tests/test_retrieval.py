@@ -12,8 +12,9 @@ from core.config import Settings
 from core.documents import Document
 from core.embeddings import Embedder
 from core.schema import Mode
-from core.text import ChineseTokenizer, bigram_terms
-from service.retrieval import Filters, RetrievalParams, Retriever, build_retriever, rrf
+from core.text import ChineseTokenizer, bigram_terms, stopwords
+from service.fusion import FusionParams, ListEvidence, fuse
+from service.retrieval import Filters, RetrievalParams, Retriever, build_retriever
 from service.store import EmbedderMismatchError, IndexNotFoundError
 from tests.conftest import knowledge_base
 
@@ -27,22 +28,39 @@ CORPUS = [
 ]
 
 
-def test_rrf_matches_hand_computed_scores() -> None:
-    # k=1: a at ranks 1 and 3 -> 1/2 + 1/4 = 0.75; b at 2 and 1 -> 1/3 + 1/2 = 0.8333; c at 3 -> 1/4;
-    # d at 2 (second list) -> 1/3.
-    fused = rrf({"bm25": ["a", "b", "c"], "vector": ["b", "d", "a"]}, k=1)
-    assert [doc for doc, _ in fused] == ["b", "a", "d", "c"]
-    assert [round(score, 4) for _, score in fused] == [0.8333, 0.75, 0.3333, 0.25]
+HAND_LISTS = {"bm25": [("a", 3.0), ("b", 2.0), ("c", 1.0)], "vector": [("b", 0.9), ("d", 0.8), ("a", 0.5)]}
 
 
-def test_rrf_weights_ties_and_default_k() -> None:
-    # k=60, vector weighted 2: x = 2/61 (vector #1) vs y = 1/61 + 1/62 (bm25 #1 and vector #2).
-    fused = dict(rrf({"bm25": ["y"], "vector": ["x", "y"]}, weights={"vector": 2.0}))
-    assert fused["x"] == pytest.approx(2 / 61)
-    assert fused["y"] == pytest.approx(1 / 61 + 2 / 62)
-    # Equal scores are ordered by id, so fusion is deterministic.
-    assert rrf({"a": ["q"], "b": ["p"]}) == [("p", 1 / 61), ("q", 1 / 61)]
-    assert rrf({}) == []
+def test_rrf_on_hand_computed_ranks_with_explanations() -> None:
+    # k=1: a at ranks 1 and 3 -> 1/2 + 1/4 = 0.75; b at 2 and 1 -> 1/3 + 1/2 = 0.8333; d (vector #2) 1/3; c 1/4.
+    fused = fuse(HAND_LISTS, FusionParams("rrf", k=1))
+    assert [(hit.id, round(hit.score, 4)) for hit in fused] == [("b", 0.8333), ("a", 0.75), ("d", 0.3333), ("c", 0.25)]
+    b = fused[0].explain
+    assert (b["bm25"].rank, b["bm25"].score, b["bm25"].contribution) == (2, 2.0, pytest.approx(1 / 3))
+    assert b["vector"] == ListEvidence(rank=1, score=0.9, contribution=0.5)
+    assert fused[2].explain["bm25"] == ListEvidence(rank=None, score=None, contribution=0.0)  # d: bm25 missed it
+    # Weighted: vector x2, k=60 -> a = 1/61 + 2/63.
+    weighted = {hit.id: hit.score for hit in fuse(HAND_LISTS, FusionParams("rrf", 60, {"vector": 2.0}))}
+    assert weighted["a"] == pytest.approx(1 / 61 + 2 / 63)
+    assert fuse({"a": [("q", 1.0)], "b": [("p", 1.0)]}, top=1)[0].id == "p"  # ties broken by id
+    assert fuse({}) == []
+
+
+def test_score_fusions_on_hand_computed_scores() -> None:
+    # min-max: bm25 (3,2,1) -> (1, .5, 0); vector (.9,.8,.5) -> (1, .75, 0).
+    minmax = {hit.id: hit for hit in fuse(HAND_LISTS, FusionParams("minmax"))}
+    assert minmax["b"].score == pytest.approx(0.5 + 1.0)
+    assert minmax["d"].explain["vector"].contribution == pytest.approx(0.75)
+    # z-score shifted to the list's minimum: bm25 std = sqrt(2/3), so a -> 2 / sqrt(2/3).
+    zscore = {hit.id: hit.score for hit in fuse(HAND_LISTS, FusionParams("zscore"))}
+    vector_std = float(np.std([0.9, 0.8, 0.5]))
+    assert zscore["a"] == pytest.approx(2 / (2 / 3) ** 0.5 + 0.0)
+    assert zscore["b"] == pytest.approx(1 / (2 / 3) ** 0.5 + 0.4 / vector_std)
+    # rrf-gap: bm25 gap (3-2)/(3-1) = .5 -> weight 1.5; vector gap (.9-.8)/(.9-.5) = .25 -> 1.25.
+    gap = {hit.id: hit.score for hit in fuse(HAND_LISTS, FusionParams("rrf-gap", k=1))}
+    assert gap["a"] == pytest.approx(1.5 / 2 + 1.25 / 4)
+    with pytest.raises(ValueError, match="unknown fusion"):
+        FusionParams("borda")
 
 
 def test_filters_to_es_and_bad_range() -> None:
@@ -60,15 +78,25 @@ def test_bigrams_keep_digits_and_latin_apart_from_cjk() -> None:
     assert bigram_terms("用GPT4检索，ES8") == ["用", "gpt4", "检索", "es8"]
 
 
-def test_jieba_modes_for_index_and_query() -> None:
-    default = ChineseTokenizer()
-    assert "共和国" in default.index_terms("中华人民共和国")  # search mode: sub-words too
-    assert default.query_terms("中华人民共和国") == ["中华人民共和国"]  # accurate mode
-    swapped = ChineseTokenizer(index_mode="accurate", query_mode="search")
-    assert swapped.index_terms("中华人民共和国") == ["中华人民共和国"]
-    assert "共和国" in swapped.query_terms("中华人民共和国")
-    with pytest.raises(ValueError, match="index_mode"):
-        ChineseTokenizer(index_mode="fast")  # type: ignore[arg-type]
+def test_query_analysis_drops_stop_words_and_expands_sub_words() -> None:
+    tokenizer = ChineseTokenizer()
+    # 甲亢病 (jieba's cut of 甲亢病人) also yields its dictionary sub-word 甲亢, on both sides.
+    assert "甲亢" in tokenizer.query_terms("甲亢病人有什么需要注意的吗")
+    assert "甲亢" in tokenizer.index_terms("甲亢病人")
+    for question in ("甲亢病人有什么需要注意的吗", "低血糖的人应该吃什么？", "夏侯惇是被谁射中眼睛的呢"):
+        terms = tokenizer.query_terms(question) + tokenizer.keyword_text(question).split()
+        assert not set(terms) & stopwords(), question
+    # The character lists get the question with stop words as gaps: no bigram bridges 的.
+    assert tokenizer.keyword_text("低血糖的人应该吃什么") == "低血糖 人 吃"
+    assert "的" in tokenizer.index_terms("低血糖的人")  # the index keeps them
+    plain = ChineseTokenizer(subwords=False, drop_stopwords=False)
+    assert "什么" in plain.query_terms("吃什么") and "甲亢" not in plain.query_terms("甲亢病人")
+
+
+def test_corpus_terms_are_cut_whole() -> None:
+    assert "拔矢啖睛" not in ChineseTokenizer().words("夏侯惇拔矢啖睛")
+    tokenizer = ChineseTokenizer(corpus_terms=("拔矢啖睛",))
+    assert "拔矢啖睛" in tokenizer.words("夏侯惇拔矢啖睛")
 
 
 def test_params_from_settings() -> None:
@@ -119,32 +147,31 @@ def test_each_mode_returns_the_expected_top_hit(
     assert top.text and top.source in ("novel.txt", "misc.txt")
 
 
-def test_hybrid_hits_carry_their_rank_in_each_list(retriever: Retriever, corpus: str) -> None:
-    hybrid = retriever.search(corpus, "曹操烧袁绍的粮草", mode="hybrid", k=6)
-    depth = retriever.params.depth
-    assert retriever.params.hybrid_lists == ("vector", "bm25", "bigram", "standard")
-    for name in retriever.params.hybrid_lists:
-        field = f"{name}_rank"
-        ranks = {
-            hit.id: rank for rank, hit in enumerate(retriever.search(corpus, "曹操烧袁绍的粮草", name, depth).hits, 1)
-        }
-        assert {hit.id: getattr(hit, field) for hit in hybrid.hits} == {
-            hit.id: ranks.get(hit.id) for hit in hybrid.hits
-        }
+def test_hybrid_hits_explain_their_rank_and_contribution(retriever: Retriever, corpus: str) -> None:
+    query = "曹操烧袁绍的粮草"
+    hybrid = retriever.search(corpus, query, mode="hybrid", k=6)
     params = retriever.params
-    for hit in hybrid.hits:  # the fused score is RRF over the ranks the hit reports
-        ranks = {name: getattr(hit, f"{name}_rank") for name in params.hybrid_lists}
-        expected = sum(params.weights.get(n, 1.0) / (params.rrf_k + r) for n, r in ranks.items() if r is not None)
-        assert hit.score == pytest.approx(expected)
+    assert params.hybrid_lists == ("vector", "bm25", "bigram", "standard")
+    lists = retriever.ranked_lists(corpus, query, params.hybrid_lists, params.depth)
+    explained = {hit.id: hit.explain or {} for hit in hybrid.hits}
+    for name in params.hybrid_lists:
+        ranks = {chunk_id: rank for rank, (chunk_id, _) in enumerate(lists[name], start=1)}
+        assert {id_: explain[name].rank for id_, explain in explained.items()} == {
+            id_: ranks.get(id_) for id_ in explained
+        }
+    for hit in hybrid.hits:  # the explanation adds up to the fused score
+        assert hit.score == pytest.approx(sum(part.contribution for part in explained[hit.id].values()))
     assert hybrid.hits[0].doc_id == "wuchao"
     assert [hit.score for hit in hybrid.hits] == sorted((hit.score for hit in hybrid.hits), reverse=True)
+    assert all(hit.explain is None for hit in retriever.search(corpus, query, "bm25", 3).hits)
 
 
 def test_hybrid_lists_and_weights_are_selectable(es: Elasticsearch, embedder: Embedder, corpus: str) -> None:
     bm25_only = Retriever(es, embedder, ChineseTokenizer(), RetrievalParams(hybrid_lists=(Mode.BM25,)))
     hits = bm25_only.search(corpus, "乌巢", "hybrid", 5).hits
     assert [hit.doc_id for hit in hits] == ["wuchao"]  # one list: only what BM25 matched
-    assert hits[0].vector_rank is None and hits[0].bm25_rank == 1
+    explain = hits[0].explain or {}
+    assert list(explain) == ["bm25"] and explain["bm25"].rank == 1
     assert hits[0].score == pytest.approx(1 / (bm25_only.params.rrf_k + 1))
 
 
@@ -196,3 +223,28 @@ def test_build_retriever_uses_settings(es: Elasticsearch, embedder: Embedder, co
     retriever = build_retriever(settings, es, embedder)
     assert (retriever.params.rrf_k, retriever.params.depth, retriever.params.num_candidates) == (5, 7, 30)
     assert retriever.search(corpus, "赤壁火攻", "hybrid", 1).hits[0].doc_id == "chibi"
+
+
+class _Counting:
+    """The real embedder, counting query embeddings."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner, self.name, self.dim, self.queries = inner, inner.name, inner.dim, 0
+
+    def embed_documents(self, texts: list[str]) -> np.ndarray:
+        return self.inner.embed_documents(texts)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        self.queries += 1
+        return self.inner.embed_query(text)
+
+
+def test_a_request_embeds_its_query_once(es: Elasticsearch, embedder: Embedder, corpus: str) -> None:
+    counting = _Counting(embedder)
+    retriever = Retriever(es, counting, ChineseTokenizer())
+    retriever.compare(corpus, "赤壁火攻", 3, ["vector", "hybrid", "bm25"])
+    assert counting.queries == 1
+    retriever.search(corpus, "赤壁火攻", "hybrid", 3)
+    assert counting.queries == 2
+    retriever.search(corpus, "赤壁火攻", "bm25", 3)
+    assert counting.queries == 2  # keyword modes need no vector

@@ -189,6 +189,8 @@ async function ask(event) {
 
 // --- comparison ---------------------------------------------------------------------------
 
+const LIST_LABELS = { vector: "向量", bm25: "词(jieba)", bigram: "二元字", standard: "单字" };
+
 // One column; `shared` ids are in both columns, `ranks` gives each id's rank per mode.
 function renderHits(list, hits, mode, other, shared, ranks) {
   list.replaceChildren();
@@ -197,9 +199,11 @@ function renderHits(list, hits, mode, other, shared, ranks) {
       el("span", { class: "where", title: hit.section || "" }, hit.label || hit.title || hit.source || ""),
       el("span", {}, `分数 ${Number(hit.score).toFixed(4)}`),
     );
-    if (mode === "hybrid") {
-      meta.append(el("span", { class: "rank bm25" }, `BM25 ${hit.bm25_rank ? `第${hit.bm25_rank}名` : "未召回"}`));
-      meta.append(el("span", { class: "rank vector" }, `向量 ${hit.vector_rank ? `第${hit.vector_rank}名` : "未召回"}`));
+    // A hybrid hit explains itself: its rank in each fused list and that list's share of the score.
+    for (const [list, part] of Object.entries(hit.explain || {})) {
+      const label = LIST_LABELS[list] || list;
+      const text = part.rank ? `${label} 第${part.rank}名 +${part.contribution.toFixed(4)}` : `${label} 未召回`;
+      meta.append(el("span", { class: `rank ${list}` }, text));
     }
     const otherRank = (ranks.get(hit.id) || {})[other];
     if (shared.has(hit.id)) meta.append(el("span", { class: "rank both" }, `两者皆有 · 另一列第${otherRank}名`));
