@@ -54,6 +54,7 @@ from core.documents import Chunk, Document, document_chunks
 from core.embeddings import Embedder
 from core.schema import chunk_source
 from core.text import ChineseTokenizer
+from indexing.dictionary import corpus_tokenizer
 from service.store import create_index, ensure_index, swap_alias, versioned_name
 
 logger = logging.getLogger(__name__)
@@ -570,6 +571,7 @@ def index_documents(
     errors = _ErrorLog(error_file)
     try:
         empty = recreate or es.count(index=index)["count"] == 0
+        tokenizer = corpus_tokenizer(es, index, documents, tokenizer, fresh=empty)
         plan = _plan(es, index, documents, chunk_size, chunk_overlap, empty)
         logger.info(
             "%d chunks: %d to embed, %d unchanged, %d stale",

@@ -1,0 +1,34 @@
+"""The indexing job's hook for the corpus dictionary (core.lexicon), kept with the index.
+
+A new index gets its dictionary from the documents before any chunk is tokenized, so every
+chunk is cut with it; it is stored in the index's `_meta`, where the query side reads it.
+Later runs into the same index (re-runs, incremental adds) reuse the stored dictionary, so
+old and new chunks are cut alike; rebuild with `--recreate` to learn a new one.
+"""
+
+import logging
+from collections.abc import Sequence
+
+from elasticsearch import Elasticsearch
+
+from core.documents import Document
+from core.lexicon import discover_terms
+from core.text import ChineseTokenizer, stopwords
+from service.store import read_index_meta, write_corpus_terms
+
+logger = logging.getLogger(__name__)
+
+
+def corpus_tokenizer(
+    es: Elasticsearch, index: str, documents: Sequence[Document], base: ChineseTokenizer, *, fresh: bool
+) -> ChineseTokenizer:
+    """The tokenizer that cuts `index`: `base` plus the index's corpus dictionary (built now if `fresh`)."""
+    if not base.learn_corpus_terms:
+        return base
+    terms = read_index_meta(es, index).corpus_terms
+    if terms is None and fresh:
+        edge_stop = frozenset(word for word in stopwords() if len(word) == 1)
+        terms = tuple(discover_terms((document.text for document in documents), edge_stop=edge_stop))
+        write_corpus_terms(es, index, list(terms))
+        logger.info("corpus dictionary of %s: %d terms", index, len(terms))
+    return base.with_corpus_terms(terms or ())
