@@ -5,7 +5,7 @@ Secrets are `SecretStr` so they never appear in logs or reprs.
 """
 
 from functools import lru_cache
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -52,6 +52,9 @@ class Settings(BaseSettings):
     bocha_api_url: str = "https://api.bochaai.com/v1/web-search"
     web_search_timeout: float = 10.0
     web_search_count: int = 8
+    web_allow_sites: Annotated[list[str], NoDecode] = []  # only results from these sites (and subdomains)
+    web_deny_sites: Annotated[list[str], NoDecode] = []  # never results from these sites (and subdomains)
+    web_cache_ttl_s: float = 3600.0  # the same web query within this time makes no second call
 
     # Workflow hard limits
     max_retrievals: int = 6
@@ -59,7 +62,18 @@ class Settings(BaseSettings):
     max_llm_calls: int = 16
     query_time_budget_s: float = 120.0
     judgements_index: str = "rag-judgements"
+    judgement_cache_ttl_s: float = 3600.0  # a cached verdict older than this is asked again
     context_token_budget: int = 6000  # numbered contexts in one prompt; lowest-ranked trimmed first
+
+    # Answers: the model when configured and reachable (auto), always the model, or never (extractive)
+    answer_mode: Literal["auto", "llm", "extractive"] = "auto"
+    llm_probe_ttl_s: float = 30.0  # how long a reachability check of the model endpoint is trusted
+    llm_probe_timeout: float = 3.0
+    # Extractive answers, tuned by bench/extractive_eval.py on the dev questions (docs/workflow.md)
+    extractive_passages: int = 3  # top passages per part whose sentences are scored
+    extractive_sentences: int = 3  # quoted sentences per part at most
+    extractive_min_similarity: float = 0.85
+    extractive_min_coverage: float = 0.6
 
     # HTTP service
     host: str = "127.0.0.1"
@@ -70,7 +84,7 @@ class Settings(BaseSettings):
     max_request_bytes: int = 64 * 1024
     log_level: str = "INFO"
 
-    @field_validator("api_keys", "cors_origins", mode="before")
+    @field_validator("api_keys", "cors_origins", "web_allow_sites", "web_deny_sites", mode="before")
     @classmethod
     def _split_commas(cls, value: object) -> object:
         if isinstance(value, str):

@@ -35,10 +35,10 @@ from core.schema import Mode
 from service.errors import add_error_handlers
 from service.graph import (
     GapReport,
-    LLMNotConfiguredError,
     QueryResult,
     WorkflowDeps,
     build_deps,
+    ensure_answerable,
     knowledge_gap_report,
     run_query,
     stream_query,
@@ -88,19 +88,10 @@ def get_metrics(request: Request) -> Metrics:
     return request.app.state.metrics
 
 
-def get_workflow(request: Request) -> WorkflowDeps:
-    """The workflow's dependencies; a 503 naming the settings, before any stream starts, without an LLM."""
-    workflow: WorkflowDeps = request.app.state.workflow
-    if workflow.judge_llm is None or workflow.answer_llm is None:
-        raise LLMNotConfiguredError()
-    return workflow
-
-
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 ESDep = Annotated[Elasticsearch, Depends(get_es)]
 RetrieverDep = Annotated[Retriever, Depends(get_retriever)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
-WorkflowDep = Annotated[WorkflowDeps, Depends(get_workflow)]
 
 _api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False, description="one of API_KEYS")
 _bearer = HTTPBearer(auto_error=False, description="one of API_KEYS")
@@ -149,6 +140,17 @@ def valid_question(body: QueryRequest, settings: SettingsDep) -> QueryRequest:
 QuestionDep = Annotated[QueryRequest, Depends(valid_question)]
 
 
+def get_workflow(request: Request, body: QuestionDep) -> WorkflowDeps:
+    """The workflow's dependencies. It depends on the valid body, so bad input is a 422 whatever the
+    state of the model; `ANSWER_MODE=llm` without a model is then a 503 before any stream starts."""
+    workflow: WorkflowDeps = request.app.state.workflow
+    ensure_answerable(workflow)
+    return workflow
+
+
+WorkflowDep = Annotated[WorkflowDeps, Depends(get_workflow)]
+
+
 # --- routes -------------------------------------------------------------------------------
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -159,7 +161,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     422: {"model": ValidationErrorResponse, "description": "bad input; the message names the field"},
     503: {
         "model": ErrorResponse,
-        "description": "Elasticsearch or the LLM unreachable, or no LLM configured (the message says which)",
+        "description": "Elasticsearch unreachable, or ANSWER_MODE=llm and the model not configured or unreachable",
     },
 }
 
@@ -218,6 +220,7 @@ def readyz(request: Request, settings: SettingsDep, es: ESDep) -> JSONResponse:
         index=index,
         embedder={"name": embedder.name, "dim": embedder.dim, "loaded": True},
         llm_configured=settings.llm_configured,
+        answer_mode=settings.answer_mode,
         web_search_configured=settings.bocha_api_key is not None,
     )
     return JSONResponse(jsonable_encoder(body), status_code=200 if body.ready else 503)
@@ -239,7 +242,8 @@ def compare(body: CompareRequest, settings: SettingsDep, retriever: RetrieverDep
 
 @api.post("/query", response_model=QueryResult, tags=["answers"])
 async def query(body: QuestionDep, workflow: WorkflowDep, metrics: MetricsDep) -> QueryResult:
-    """Answer with the agentic workflow: route, decompose, retrieve, evaluate, web fallback, cite."""
+    """Answer with the agentic workflow (route, decompose, retrieve, evaluate, web fallback, cite), or,
+    without a reachable model (`ANSWER_MODE`), with quoted sentences only: `mode` says which and why."""
     result = await run_query(workflow, body.question, body.options())
     metrics.record_workflow(result.route, result.web_used, result.llm_calls, result.web_calls)
     return result
@@ -247,8 +251,8 @@ async def query(body: QuestionDep, workflow: WorkflowDep, metrics: MetricsDep) -
 
 @api.post("/query/stream", response_class=EventSourceResponse, tags=["answers"])
 async def query_stream(body: QuestionDep, workflow: WorkflowDep, metrics: MetricsDep) -> AsyncIterable[ServerSentEvent]:
-    """The same as server-sent events: `node` per workflow step (outcome, ms), `token`s of the
-    answer, then `final` (the whole `/query` result) or `error` ({type, message})."""
+    """The same as server-sent events: `mode` ({mode: llm|extractive, reason}), `node` per workflow
+    step (outcome, ms), `token`s of the answer, then `final` (the whole `/query` result) or `error`."""
     async for event in stream_query(workflow, body.question, body.options()):
         if event.event == "final":
             metrics.record_workflow(

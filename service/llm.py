@@ -14,9 +14,11 @@ reject or ignore; forced tool calls are the protocol they all speak.
 """
 
 import logging
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
+import httpx
 import openai
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, BaseMessageChunk
@@ -24,6 +26,7 @@ from langchain_openai import ChatOpenAI
 from pydantic import BaseModel, SecretStr
 
 from core.config import Settings
+from core.redact import redact_url
 from core.retry import openai_async_retrying
 
 logger = logging.getLogger(__name__)
@@ -108,3 +111,43 @@ async def _open_stream(llm: BaseChatModel, messages: list[BaseMessage]) -> Opene
         return stream, await anext(stream)
     except StopAsyncIteration:
         return stream, None
+
+
+class LLMProbe:
+    """Is the configured endpoint answering? One cheap `GET {base}/models`, trusted for `ttl_s`.
+
+    A 2xx, or a 404/405 from a server without the listing, means reachable; a connection error,
+    a time-out, 401/403 (the key is refused) or a 5xx means every answer would fail.
+    """
+
+    def __init__(self, settings: Settings, clock: Callable[[], float] = time.monotonic) -> None:
+        base = (settings.openai_base_url or "https://api.openai.com/v1").rstrip("/")
+        self.url = f"{base}/models"
+        self._key = settings.openai_api_key
+        self.ttl_s = settings.llm_probe_ttl_s
+        self.timeout = settings.llm_probe_timeout
+        self._clock = clock
+        self._last: tuple[float, str | None] | None = None
+
+    async def unavailable(self) -> str | None:
+        """None when reachable, else why not (a short Chinese phrase naming the endpoint)."""
+        now = self._clock()
+        if self._last is not None and now - self._last[0] < self.ttl_s:
+            return self._last[1]
+        why = await self._check()
+        self._last = (self._clock(), why)
+        return why
+
+    async def _check(self) -> str | None:
+        where = redact_url(self.url.removesuffix("/models"))
+        headers = {"Authorization": f"Bearer {self._key.get_secret_value()}"} if self._key else {}
+        try:
+            async with httpx.AsyncClient(timeout=self.timeout) as client:
+                response = await client.get(self.url, headers=headers)
+        except httpx.HTTPError as err:
+            logger.warning("LLM endpoint %s unreachable: %s", where, type(err).__name__)
+            return f"大模型服务 {where} 无法连接（{type(err).__name__}）"
+        if response.status_code < 400 or response.status_code in (404, 405):
+            return None
+        logger.warning("LLM endpoint %s answered HTTP %d to the probe", where, response.status_code)
+        return f"大模型服务 {where} 返回 HTTP {response.status_code}"

@@ -94,7 +94,8 @@ class ReadyResponse(BaseModel):
     elasticsearch: ElasticsearchStatus
     index: IndexStatus
     embedder: dict[str, Any]
-    llm_configured: bool = Field(description="answers (/query) need it; search and compare do not")
+    llm_configured: bool = Field(description="without it (or when unreachable) answers are extractive quotes")
+    answer_mode: str = Field(description="ANSWER_MODE: auto (model when configured and reachable), llm, extractive")
     web_search_configured: bool
 
 

@@ -1,5 +1,8 @@
 """Web search behind a small provider protocol; the one provider is Bocha Web Search.
 
+`build_web_search` wraps it in a cache (`WEB_CACHE_TTL_S`) and a site filter
+(`WEB_ALLOW_SITES`, `WEB_DENY_SITES`), applied to cached and fresh results alike.
+
 Failures are distinct exceptions (time-out, HTTP status, API `code`, bad JSON) so the
 workflow can say precisely why it could not search; it never crashes on them.
 
@@ -9,7 +12,12 @@ slow down) nor on a refused connection (the service is not there).
 """
 
 import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 import httpx
 from pydantic import BaseModel, SecretStr
@@ -148,10 +156,88 @@ def dedupe_by_url(results: list[WebResult], seen: set[str] | None = None) -> lis
     return unique
 
 
-def build_web_search(settings: Settings) -> BochaWebSearch | None:
-    """The Bocha client, or None without `BOCHA_API_KEY` (web search reported unavailable)."""
+def _site(value: str) -> str:
+    """`https://www.Example.org/x` and `example.org` name one site: the lower-case host, no `www.`."""
+    host = urlsplit(value if "//" in value else f"//{value}").hostname or ""
+    return host.removeprefix("www.")
+
+
+class SiteFilter:
+    """WEB_ALLOW_SITES / WEB_DENY_SITES: a site covers its subdomains; deny wins over allow."""
+
+    def __init__(self, allow: Sequence[str] = (), deny: Sequence[str] = ()) -> None:
+        self.allow = [site for site in map(_site, allow) if site]
+        self.deny = [site for site in map(_site, deny) if site]
+
+    @staticmethod
+    def _within(host: str, sites: list[str]) -> bool:
+        return any(host == site or host.endswith(f".{site}") for site in sites)
+
+    def allows(self, url: str) -> bool:
+        host = _site(url)
+        if not host or self._within(host, self.deny):
+            return False
+        return not self.allow or self._within(host, self.allow)
+
+    def apply(self, results: list[WebResult]) -> list[WebResult]:
+        kept = [result for result in results if self.allows(result.url)]
+        if len(kept) < len(results):
+            dropped = [url_key(r.url) for r in results if not self.allows(r.url)]
+            logger.info("site filter dropped %d web result(s): %s", len(dropped), ", ".join(dropped))
+        return kept
+
+
+class CachedWebSearch:
+    """A `WebSearch` whose answers are kept `ttl_s` seconds (failures are not kept) and site-filtered.
+
+    The same query within the TTL makes no second call to the provider; the cache is bounded (LRU).
+    """
+
+    def __init__(
+        self,
+        inner: WebSearch,
+        ttl_s: float,
+        sites: SiteFilter | None = None,
+        size: int = 256,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.inner = inner
+        self.ttl_s = ttl_s
+        self.sites = sites or SiteFilter()
+        self._size = size
+        self._clock = clock
+        self._cache: OrderedDict[tuple[str, int | None], tuple[float, list[WebResult]]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _cached(self, key: tuple[str, int | None]) -> list[WebResult] | None:
+        with self._lock:
+            entry = self._cache.get(key)
+            if entry is None or self._clock() - entry[0] >= self.ttl_s:
+                self._cache.pop(key, None)
+                return None
+            self._cache.move_to_end(key)
+            return list(entry[1])
+
+    async def search(self, query: str, count: int | None = None) -> list[WebResult]:
+        key = (query.strip(), count)
+        results = self._cached(key)
+        if results is None:
+            results = await self.inner.search(query, count)
+            with self._lock:
+                self._cache[key] = (self._clock(), list(results))
+                while len(self._cache) > self._size:
+                    self._cache.popitem(last=False)
+        else:
+            logger.info("web results for %r from the cache", query)
+        return self.sites.apply(results)
+
+
+def build_web_search(settings: Settings) -> CachedWebSearch | None:
+    """The Bocha client behind the cache and site filter, or None without `BOCHA_API_KEY`."""
     if settings.bocha_api_key is None or not settings.bocha_api_key.get_secret_value():
         return None
-    return BochaWebSearch(
+    bocha = BochaWebSearch(
         settings.bocha_api_key, settings.bocha_api_url, settings.web_search_timeout, settings.web_search_count
     )
+    sites = SiteFilter(settings.web_allow_sites, settings.web_deny_sites)
+    return CachedWebSearch(bocha, settings.web_cache_ttl_s, sites)

@@ -51,8 +51,8 @@ def llm() -> Iterator[FakeChatServer]:
         server.on(
             "Evaluation",
             {"enough": False, "missing": [MISSING], "reason": "知识库没有写官职", "web_query": "孟获 御史中丞"},
-            {"enough": True, "missing": [], "reason": "网络资料补足了官职"},
         )
+        server.on("EvaluationWithWeb", {"enough": True, "missing": [], "reason": "网络资料补足了官职"})
         server.on(ANSWER, ANSWER_TEXT)
         yield server
 
@@ -65,9 +65,13 @@ def bocha() -> Iterator[FakeBochaServer]:
 
 
 def settings_for(
-    es_url: str, alias: str, judgements: str, llm: FakeChatServer | None, bocha: FakeBochaServer | None
+    es_url: str,
+    alias: str,
+    judgements: str,
+    llm: FakeChatServer | None,
+    bocha: FakeBochaServer | None,
+    **extra: Any,
 ) -> Settings:
-    extra: dict[str, Any] = {}
     if llm is not None:
         extra.update(openai_base_url=llm.base_url, model_name="fake-model")
     if bocha is not None:
@@ -121,7 +125,7 @@ def test_query_runs_the_workflow_with_web_fallback(
     assert response.status_code == 200, response.text
     result = response.json()
     assert result["answer"] == ANSWER_TEXT
-    assert result["route"] == "complex"
+    assert (result["mode"], result["route"]) == ("llm", "complex")
     assert result["sub_questions"] == ["诸葛亮怎样收服孟获？", "孟获后来担任什么官职？"]
     assert [step["node"] for step in result["trace"]] == EXPECTED_TRACE
     assert [e["enough"] for e in result["evaluations"]] == [False, True]
@@ -153,6 +157,7 @@ def test_query_stream_sends_nodes_then_tokens_then_final(url: str) -> None:
     assert response.headers["content-type"].startswith("text/event-stream")
     events = sse(response)
     kinds = [kind for kind, _ in events]
+    assert kinds[0] == "mode" and events[0][1]["mode"] == "llm"
     assert kinds[-1] == "final" and "error" not in kinds
     nodes = [data["node"] for kind, data in events if kind == "node"]
     assert nodes == EXPECTED_TRACE
@@ -205,17 +210,48 @@ def test_gaps_bad_top_is_422(idle_url: str) -> None:
     assert response.json()["message"].startswith("query.top:")
 
 
-def test_without_llm_answers_are_503_naming_the_settings(
+def test_without_llm_answers_are_extractive_and_marked_so(
     es_url: str, alias: str, judgements: str, embedder: Embedder
 ) -> None:
     with serve(create_app(settings_for(es_url, alias, judgements, None, None), embedder=embedder)) as base:
+        result = httpx.post(f"{base}/query", json={"question": QUESTION}, timeout=120).json()
+        assert (result["mode"], result["llm_calls"]) == ("extractive", 0) and "未配置大模型" in result["mode_reason"]
+        assert "七擒孟获" in result["answer"] and result["citations"][0]["chapter"] == 90
+        stream = sse(httpx.post(f"{base}/query/stream", json={"question": QUESTION}, timeout=120))
+        assert stream[0] == ("mode", {"mode": "extractive", "reason": result["mode_reason"]})
+        assert stream[-1][0] == "final" and stream[-1][1]["answer"] == result["answer"]
+        assert "".join(data["text"] for kind, data in stream if kind == "token") == result["answer"]
+        ready = httpx.get(f"{base}/readyz").json()
+        assert (ready["llm_configured"], ready["answer_mode"]) == (False, "auto")
+
+
+def test_answer_mode_llm_without_a_model_is_503_naming_the_settings(
+    es_url: str, alias: str, judgements: str, embedder: Embedder
+) -> None:
+    settings = settings_for(es_url, alias, judgements, None, None, answer_mode="llm")
+    with serve(create_app(settings, embedder=embedder)) as base:
         for path in ("/query", "/query/stream"):
             response = httpx.post(f"{base}{path}", json={"question": QUESTION})
             assert response.status_code == 503
             assert response.headers["content-type"] == "application/json"
             assert "OPENAI_BASE_URL" in response.json()["detail"] and "MODEL_NAME" in response.json()["detail"]
+            # Bad input is judged first: 422 naming the field, not 503.
+            bad = httpx.post(f"{base}{path}", json={"question": ""})
+            assert bad.status_code == 422 and bad.json()["message"].startswith("question:")
         assert httpx.post(f"{base}/search", json={"query": "孟获"}).status_code == 200  # search needs no LLM
-        assert httpx.get(f"{base}/readyz").json()["llm_configured"] is False
+
+
+def test_model_down_in_auto_mode_answers_extractively_and_says_why(
+    es_url: str, alias: str, judgements: str, embedder: Embedder
+) -> None:
+    llm = FakeChatServer()
+    llm.models_status = 503
+    with llm, serve(create_app(settings_for(es_url, alias, judgements, llm, None), embedder=embedder)) as base:
+        result = httpx.post(f"{base}/query", json={"question": QUESTION}, timeout=120).json()
+        assert result["mode"] == "extractive" and "HTTP 503" in result["mode_reason"]
+        assert llm.requests == [] and [g.path for g in llm.gets] == ["/v1/models"]
+        httpx.post(f"{base}/query", json={"question": QUESTION}, timeout=120)
+        assert len(llm.gets) == 1  # the probe's verdict is reused for LLM_PROBE_TTL_S
 
 
 def test_web_failure_degrades_to_a_local_answer(

@@ -60,8 +60,8 @@ def base_url(es: Elasticsearch, es_url: str, alias: str, embedder: Embedder) -> 
         llm.on(
             "Evaluation",
             {"enough": False, "missing": ["结义的年份"], "reason": "原文未写年份", "web_query": "桃园结义 年份"},
-            {"enough": True, "missing": [], "reason": "足够"},
         )
+        llm.on("EvaluationWithWeb", {"enough": True, "missing": [], "reason": "足够"})
         llm.on(ANSWER, ANSWER_TEXT)
         settings = Settings(
             _env_file=None,
@@ -138,6 +138,7 @@ def test_answer_streams_with_citations_and_timeline(tab: Page) -> None:
     tab.click("#ask-button")
     expect(tab.locator("#timeline li.total")).to_be_visible(timeout=60_000)
     expect(tab.locator("#answer")).to_have_text(ANSWER_TEXT)
+    expect(tab.locator("#answer-mode")).to_have_text("大模型回答")
     # [1] links to a local chapter passage, [9] to the web page.
     expect(tab.locator("#answer a.cite").first).to_have_attribute("href", "#cite-1")
     expect(tab.locator("#cite-1")).to_contain_text("第1章")
@@ -179,3 +180,28 @@ def test_api_docs_render_without_the_network(browser: Browser, base_url: str) ->
     expect(tab.locator(".opblock-summary-path").first).to_be_visible()
     context.close()
     assert outside == []
+
+
+@pytest.fixture(scope="module")
+def extractive_url(es_url: str, alias: str, embedder: Embedder) -> Iterator[str]:
+    """The same knowledge base served without any model: answers are quotes."""
+    settings = Settings(_env_file=None, es_url=es_url, es_index=alias, judgements_index="test-judgements-browser-x")
+    with serve(create_app(settings, embedder=embedder)) as url:
+        yield url
+
+
+def test_without_a_model_the_page_marks_the_answer_extractive(browser: Browser, extractive_url: str) -> None:
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, locale="zh-CN")
+    tab = context.new_page()
+    tab.goto(extractive_url)
+    expect(tab.locator("#ready")).to_contain_text("回答为原文摘录")
+    tab.fill("#question", "张角兄弟三人分别叫什么名字？")
+    tab.click("#ask-button")
+    expect(tab.locator("#timeline li.total")).to_be_visible(timeout=60_000)
+    expect(tab.locator("#answer-mode")).to_have_text("抽取式回答 · 原文摘录，未使用大模型")
+    expect(tab.locator("#answer")).to_contain_text("时巨鹿郡有兄弟三人，一名张角，一名张宝，一名张梁。")
+    expect(tab.locator("#answer a.cite").first).to_have_attribute("href", "#cite-1")
+    expect(tab.locator("#cite-1")).to_contain_text("第1章")
+    expect(tab.locator("#timeline li[data-node=select_evidence]")).to_contain_text("[extractive]")
+    screenshot(tab, "answer-extractive.png")
+    context.close()

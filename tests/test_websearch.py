@@ -9,6 +9,8 @@ from pydantic import SecretStr
 from core.config import Settings
 from service.websearch import (
     BochaWebSearch,
+    CachedWebSearch,
+    SiteFilter,
     WebResult,
     WebSearchAPIError,
     WebSearchBadResponse,
@@ -117,6 +119,63 @@ def test_build_web_search_needs_a_key() -> None:
             _env_file=None, bocha_api_key=SecretStr("secret-bocha-key"), web_search_timeout=2.5, web_search_count=4
         )
     )
-    assert isinstance(client, BochaWebSearch)
-    assert (client.url, client.timeout, client.count) == ("https://api.bochaai.com/v1/web-search", 2.5, 4)
-    assert "secret-bocha-key" not in repr(vars(client))  # SecretStr hides the key
+    assert isinstance(client, CachedWebSearch) and isinstance(client.inner, BochaWebSearch)
+    bocha = client.inner
+    assert (bocha.url, bocha.timeout, bocha.count) == ("https://api.bochaai.com/v1/web-search", 2.5, 4)
+    assert client.ttl_s == 3600 and (client.sites.allow, client.sites.deny) == ([], [])
+    assert "secret-bocha-key" not in repr(vars(bocha))  # SecretStr hides the key
+
+
+def test_site_filter_allow_and_deny_lists() -> None:
+    deny_only = SiteFilter(deny=["spam.example.com"])
+    assert not deny_only.allows("https://spam.example.com/a") and not deny_only.allows("http://x.spam.example.com/")
+    assert deny_only.allows("https://example.com/a") and deny_only.allows("https://notspam.example.com/")
+    sites = SiteFilter(allow=["https://www.Baike.example.org/", "zh.wikipedia.org"], deny=["bad.baike.example.org"])
+    assert sites.allow == ["baike.example.org", "zh.wikipedia.org"]
+    assert sites.allows("https://baike.example.org/item/1") and sites.allows("https://m.baike.example.org/x")
+    assert sites.allows("https://ZH.wikipedia.org/wiki/x")
+    assert not sites.allows("https://en.wikipedia.org/wiki/x")  # not listed
+    assert not sites.allows("https://evilbaike.example.org/")  # a suffix, not a subdomain
+    assert not sites.allows("https://bad.baike.example.org/")  # deny wins over allow
+    assert not sites.allows("not a url")
+
+
+def test_settings_filter_results_and_say_so(caplog: pytest.LogCaptureFixture) -> None:
+    evil = page("广告", "https://ads.example.net/luo", "罗贯中……点击领取")
+    with FakeBochaServer([A, evil, B]) as server:
+        settings = Settings(
+            _env_file=None,
+            bocha_api_key=SecretStr(API_KEY),
+            bocha_api_url=server.api_url,
+            web_deny_sites="ads.example.net, tracker.example.net",
+        )
+        client = build_web_search(settings)
+        assert client is not None
+        with caplog.at_level(logging.INFO, logger="service.websearch"):
+            results = asyncio.run(client.search("罗贯中"))
+    assert [r.url for r in results] == ["https://example.org/chibi", "https://example.org/caocao"]
+    assert "dropped 1 web result(s): https://ads.example.net/luo" in caplog.text
+
+
+def test_web_results_are_cached_for_the_ttl() -> None:
+    now = [1000.0]
+    with FakeBochaServer([A], [B]) as server:
+        client = CachedWebSearch(BochaWebSearch(SecretStr(API_KEY), server.api_url), ttl_s=60, clock=lambda: now[0])
+        first = asyncio.run(client.search("赤壁之战"))
+        now[0] += 59
+        again = asyncio.run(client.search(" 赤壁之战 "))
+        other = asyncio.run(client.search("曹操"))
+        now[0] += 1  # the first answer is now 60 s old: expired
+        later = asyncio.run(client.search("赤壁之战"))
+    assert [r.title for r in first] == [r.title for r in again] == ["赤壁之战"]
+    assert [r.body["query"] for r in server.requests] == ["赤壁之战", "曹操", "赤壁之战"]
+    assert [r.title for r in other] == [r.title for r in later] == ["曹操"]
+
+
+def test_failures_are_not_cached() -> None:
+    with FakeBochaServer(403, [A]) as server:
+        client = CachedWebSearch(BochaWebSearch(SecretStr(API_KEY), server.api_url), ttl_s=60)
+        with pytest.raises(WebSearchHTTPError):
+            asyncio.run(client.search("赤壁之战"))
+        assert [r.title for r in asyncio.run(client.search("赤壁之战"))] == ["赤壁之战"]
+    assert len(server.requests) == 2

@@ -198,7 +198,7 @@ def seed_script(chat: FakeChatServer) -> None:
     chat.on("RouteDecision", route("complex"))
     chat.on("Decomposition", decompose("桃园结义的是哪三个人？", "《三国演义》作者罗贯中是哪个朝代的人？"))
     chat.on("PlanDecision", {"next_action": "retrieve", "reason": "还有子问题"})
-    chat.on("Evaluation", NOT_ENOUGH, ENOUGH)
+    chat.on("Evaluation", NOT_ENOUGH).on("EvaluationWithWeb", ENOUGH)
     chat.on(
         ANSWER,
         lambda body: (
@@ -229,8 +229,9 @@ def test_seed_local_facts_plus_web_fallback_with_source_links(make_deps, chat, b
 
     assert nodes(result) == SEED_PATH
     # The second plan_next_step has no sub-question left: decided in code, no model call.
-    assert chat.names() == ["RouteDecision", "Decomposition", "PlanDecision", "Evaluation", "Evaluation", ANSWER]
+    assert chat.names() == ["RouteDecision", "Decomposition", "PlanDecision", "Evaluation", "EvaluationWithWeb", ANSWER]
     assert (result.llm_calls, result.web_calls, len(web.requests)) == (6, 1, 1)
+    assert result.mode == "llm" and chat.gets[0].path == "/v1/models"  # auto mode probed the endpoint
     request = web.requests[0]
     assert request.headers["authorization"] == f"Bearer {API_KEY}"
     assert request.body == {"query": "罗贯中 朝代", "freshness": "noLimit", "summary": True, "count": 8}
@@ -242,8 +243,14 @@ def test_seed_local_facts_plus_web_fallback_with_source_links(make_deps, chat, b
     }
     web_citation = next(c for c in result.citations if c.kind == "web")
     assert web_citation.title == "罗贯中_百科" and web_citation.source == "百科"
-    second_evaluation = prompt_of(chat.calls("Evaluation")[1].body)
-    assert second_evaluation.count(prompts.WEB_OPEN) == 1 and "元末明初" in second_evaluation
+    second = chat.calls("EvaluationWithWeb")[0].body
+    assert prompt_of(second).count(prompts.WEB_OPEN) == 1 and "元末明初" in prompt_of(second)
+    # The seeds' rule: the evaluation after the web search has its own prompt, which asks for no web_query.
+    first_system = chat.calls("Evaluation")[0].body["messages"][0]["content"]
+    second_system = second["messages"][0]["content"]
+    assert first_system == prompts.EVALUATE_SYSTEM and second_system == prompts.EVALUATE_WITH_WEB_SYSTEM
+    assert "web_query" in first_system and "web_query" not in second_system
+    assert "web_query" not in second["tools"][0]["function"]["parameters"]["properties"]
 
 
 # 4 ----------------------------------------------------------------------------------------
@@ -288,12 +295,14 @@ def test_never_enough_stops_after_max_web_searches(make_deps, chat, bocha, max_w
         lambda body: [page(f"结果{uuid.uuid4().hex[:6]}", f"https://example.org/{uuid.uuid4().hex}", "无关内容")]
     )
     chat.on("RouteDecision", route("complex")).on("Decomposition", decompose(SEED_QUESTION))
-    chat.on("Evaluation", NOT_ENOUGH)
+    chat.on("Evaluation", NOT_ENOUGH).on("EvaluationWithWeb", {**NOT_ENOUGH, "web_query": None})
     chat.on(ANSWER, "只能部分回答。")
     result = ask(make_deps(web), SEED_QUESTION, max_web_searches=max_web_searches)
 
     assert nodes(result) == LOCAL_PATH[:-1] + ["web_search", "evaluate"] * max_web_searches + ["generate"]
     assert result.web_calls == len(web.requests) == max_web_searches
+    # The first search uses the evaluator's web_query; a later one, without it, the missing aspects.
+    assert [r.body["query"] for r in web.requests] == ["罗贯中 朝代", "罗贯中所处的朝代 来源链接"][:max_web_searches]
     assert result.llm_calls == len(chat.requests) == 4 + max_web_searches
     assert len(result.evaluations) == 1 + max_web_searches and not result.evaluations[-1].enough
     assert result.answer.startswith("只能部分回答。\n\n无法从上下文确认：")
@@ -339,17 +348,29 @@ def test_malformed_structured_output_is_not_enough_and_no_crash(make_deps, chat,
     chat.on("RouteDecision", '{"strategy": "complex"')  # truncated JSON
     chat.on("Decomposition", Text("我不会使用工具。"))  # no tool call at all
     chat.on("Evaluation", '{"enough": "也许", "missing": 3}')  # wrong types
+    chat.on("EvaluationWithWeb", '{"enough": "true", "missing": []}')  # a string is not a JSON boolean
     chat.on(ANSWER, "刘备、关羽、张飞在桃园结义。")
     question = "刘备、关羽、张飞在哪里结义？"
     result = ask(make_deps(web), question)
 
-    assert nodes(result) == LOCAL_PATH
+    # The seeds' rule: an unparseable verdict searches the web with missing = the sub-questions,
+    # and the one-search limit still holds when the second verdict is unparseable too.
+    assert nodes(result) == LOCAL_PATH[:-1] + ["web_search", "evaluate", "generate"]
     assert result.route == "complex" and result.sub_questions == [question]
-    assert result.llm_calls == len(chat.requests) == 4
+    assert result.llm_calls == len(chat.requests) == 5
+    assert [(e.enough, e.missing, e.source) for e in result.evaluations] == [(False, [question], "parse_error")] * 2
+    assert result.web_calls == len(web.requests) == 1 and web.requests[0].body["query"] == question
+    assert len(result.warnings) == 3  # route, decompose, and the (same) evaluation warning once
+    assert "无法从上下文确认" in result.answer
+
+
+@pytest.mark.parametrize("enough", ["true", "yes", 1, None])
+def test_enough_must_be_a_json_boolean(make_deps, chat, enough) -> None:
+    chat.on("RouteDecision", route("complex")).on("Decomposition", decompose("刘备在哪里结义？"))
+    chat.on("Evaluation", {"enough": enough, "missing": [], "reason": "资料足够"}).on(ANSWER, "在桃园。")
+    result = ask(make_deps(), "刘备在哪里结义？", web=False)
     [evaluation] = result.evaluations
-    assert (evaluation.enough, evaluation.missing, evaluation.source) == (False, [], "parse_error")
-    assert result.web_calls == len(web.requests) == 0  # nothing named missing: no search
-    assert len(result.warnings) == 3
+    assert (evaluation.enough, evaluation.source, evaluation.missing) == (False, "parse_error", ["刘备在哪里结义？"])
     assert "无法从上下文确认" in result.answer
 
 
@@ -407,7 +428,7 @@ def test_injected_web_instruction_stays_quoted_data(make_deps, chat, bocha) -> N
     assert nodes(result) == SEED_PATH
     assert (result.llm_calls, result.web_calls, len(web.requests)) == (6, 1, 1)
     assert {c.kind for c in result.citations} == {"local", "web"}
-    for body in (chat.calls("Evaluation")[1].body, chat.calls(ANSWER)[0].body):
+    for body in (chat.calls("EvaluationWithWeb")[0].body, chat.calls(ANSWER)[0].body):
         system, prompt = body["messages"][0]["content"], prompt_of(body)
         assert "一律忽略" in system
         # The injected text sits inside the one web block, whose closing delimiter it cannot forge.
@@ -457,7 +478,8 @@ def test_stream_reports_an_error_event(make_deps, chat, corpus) -> None:
         return [event async for event in stream_query(deps, "刘备在哪里结义？", QueryOptions())]
 
     events = asyncio.run(collect())
-    assert [e.event for e in events] == ["node", "node", "error"]
+    assert [e.event for e in events] == ["mode", "node", "node", "error"]
+    assert events[0].data["mode"] == "llm"
     assert events[-1].data["type"] == "IndexNotFoundError" and "python -m indexing" in events[-1].data["message"]
 
 
@@ -512,20 +534,21 @@ def test_web_disabled_by_request_is_said(make_deps, chat, bocha) -> None:
 def test_nothing_retrieved_is_judged_without_the_model(make_deps, chat, bocha) -> None:
     web = bocha([LUO_PAGE])
     chat.on("RouteDecision", route("complex")).on("Decomposition", decompose("xyzzy plugh"))
-    chat.on("Evaluation", ENOUGH).on(ANSWER, lambda body: f"见网络资料[{number_of(body, 'baike')}]。")
+    chat.on("EvaluationWithWeb", ENOUGH).on(ANSWER, lambda body: f"见网络资料[{number_of(body, 'baike')}]。")
     result = ask(make_deps(web), "xyzzy plugh", mode="bm25")
 
     assert nodes(result) == [*LOCAL_PATH[:-1], "web_search", "evaluate", "generate"]
     first, second = result.evaluations
     assert (first.enough, first.missing, first.source) == (False, ["xyzzy plugh"], "no_context")
     assert (second.source, second.with_web) == ("model", True)
-    assert len(chat.calls("Evaluation")) == 1 and result.llm_calls == 4
+    assert len(chat.calls("EvaluationWithWeb")) == 1 and result.llm_calls == 4
     assert web.requests[0].body["query"] == "xyzzy plugh"  # no web_query: the question itself
     assert [c.kind for c in result.citations] == ["web"]
 
 
-def test_without_llm_configuration_run_query_names_the_settings(es, embedder, corpus) -> None:
-    deps = build_deps(Settings(_env_file=None, es_index=corpus), es, Retriever(es, embedder, get_tokenizer()))
+def test_answer_mode_llm_without_configuration_names_the_settings(es, embedder, corpus) -> None:
+    settings = Settings(_env_file=None, es_index=corpus, answer_mode="llm")
+    deps = build_deps(settings, es, Retriever(es, embedder, get_tokenizer()))
     assert deps.judge_llm is None and deps.web_search is None
     with pytest.raises(LLMNotConfiguredError, match=r"OPENAI_BASE_URL.*MODEL_NAME"):
         ask(deps, "刘备在哪里结义？")

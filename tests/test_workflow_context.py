@@ -3,6 +3,7 @@
 import pytest
 from pydantic import ValidationError
 
+from core.config import Settings
 from service.graph import QueryOptions, prompts
 from service.graph.context import (
     citations,
@@ -111,3 +112,15 @@ def test_structured_outputs_are_cleaned_and_coerced() -> None:
     assert Decomposition(sub_questions=[" a ", "a", "", *"bcdefghij"]).sub_questions == list("abcdefgh")
     with pytest.raises(ValidationError):
         Decomposition(sub_questions=["  "])
+
+
+def test_judgement_cache_entries_expire_after_the_ttl() -> None:
+    now = [50.0]
+    memory = JudgementMemory(None, "unused", ttl_s=600, clock=lambda: now[0])
+    memory.remember("问题", "hash", Evaluation(enough=True, reason="资料足够"))
+    now[0] += 599
+    cached = memory.cached("问题", "hash")
+    assert cached is not None and cached.enough and memory.cached("问题", "other-hash") is None
+    now[0] += 1
+    assert memory.cached("问题", "hash") is None  # 600 s old: asked again
+    assert Settings(_env_file=None).judgement_cache_ttl_s == 3600

@@ -13,7 +13,7 @@ from service.graph.schemas import (
     TraceStep,
     WorkflowEvent,
 )
-from service.graph.workflow import WorkflowDeps, build_deps, run_query, stream_query
+from service.graph.workflow import WorkflowDeps, build_deps, ensure_answerable, run_query, stream_query
 from service.llm import LLMNotConfiguredError
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "WorkflowDeps",
     "WorkflowEvent",
     "build_deps",
+    "ensure_answerable",
     "knowledge_gap_report",
     "run_query",
     "stream_query",

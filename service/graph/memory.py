@@ -1,7 +1,8 @@
 """Memory of judgements: a verdict cache, an Elasticsearch log of every verdict, the gap report.
 
 The cache key is (question, hash of the contexts shown): the same evidence gets the same
-verdict without another model call. The log (`JUDGEMENTS_INDEX`) keeps one document per
+verdict without another model call, for `JUDGEMENT_CACHE_TTL_S` seconds (then it is asked again:
+a better model or prompt deserves a fresh look). The log (`JUDGEMENTS_INDEX`) keeps one document per
 evaluation; aggregated, it tells the knowledge-base owner what the base is missing and how
 often questions had to go to the web.
 """
@@ -9,14 +10,16 @@ often questions had to go to the web.
 import hashlib
 import logging
 import threading
+import time
 from collections import OrderedDict
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from elasticsearch import ApiError, Elasticsearch, NotFoundError
 
 from core.config import Settings
-from service.graph.schemas import Evaluation, EvaluationStep, GapAspect, GapReport
+from service.graph.schemas import EvaluationStep, GapAspect, GapReport, Judgement
 
 logger = logging.getLogger(__name__)
 
@@ -40,14 +43,24 @@ JUDGEMENTS_MAPPING: dict[str, Any] = {
 
 
 class JudgementMemory:
-    """Process-wide verdict cache (LRU) plus the Elasticsearch judgement log."""
+    """Process-wide verdict cache (LRU, entries expire after `ttl_s`) plus the Elasticsearch judgement log."""
 
-    def __init__(self, es: Elasticsearch | None, index: str, knowledge_base: str = "", cache_size: int = 1024) -> None:
+    def __init__(
+        self,
+        es: Elasticsearch | None,
+        index: str,
+        knowledge_base: str = "",
+        cache_size: int = 1024,
+        ttl_s: float = 3600.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.es = es
         self.index = index
         self.knowledge_base = knowledge_base
-        self._cache: OrderedDict[str, Evaluation] = OrderedDict()
+        self._cache: OrderedDict[str, tuple[float, Judgement]] = OrderedDict()
         self._cache_size = cache_size
+        self.ttl_s = ttl_s
+        self._clock = clock
         self._lock = threading.Lock()
         self._index_ready = False
 
@@ -55,17 +68,21 @@ class JudgementMemory:
     def _key(question: str, contexts_hash: str) -> str:
         return hashlib.sha256(f"{question}\x00{contexts_hash}".encode()).hexdigest()
 
-    def cached(self, question: str, contexts_hash: str) -> Evaluation | None:
+    def cached(self, question: str, contexts_hash: str) -> Judgement | None:
         key = self._key(question, contexts_hash)
         with self._lock:
-            if key in self._cache:
-                self._cache.move_to_end(key)
-                return self._cache[key].model_copy()
-        return None
+            entry = self._cache.get(key)
+            if entry is None:
+                return None
+            if self._clock() - entry[0] >= self.ttl_s:
+                del self._cache[key]
+                return None
+            self._cache.move_to_end(key)
+            return entry[1].model_copy()
 
-    def remember(self, question: str, contexts_hash: str, evaluation: Evaluation) -> None:
+    def remember(self, question: str, contexts_hash: str, evaluation: Judgement) -> None:
         with self._lock:
-            self._cache[self._key(question, contexts_hash)] = evaluation.model_copy()
+            self._cache[self._key(question, contexts_hash)] = (self._clock(), evaluation.model_copy())
             while len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
 

@@ -20,11 +20,13 @@ from langgraph.runtime import Runtime
 from langgraph.types import StreamWriter
 
 from service.graph import prompts
-from service.graph.context import citations, contexts_hash, select_contexts
+from service.graph.context import NumberedContext, citations, contexts_hash, select_contexts
 from service.graph.schemas import (
     Decomposition,
     Evaluation,
     EvaluationStep,
+    EvaluationWithWeb,
+    Judgement,
     PlanDecision,
     RouteDecision,
     StandaloneQuestion,
@@ -145,6 +147,7 @@ async def retrieve(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeRe
     sub_question = state["sub_questions"][cursor]
     result = await asyncio.to_thread(ctx.deps.retriever.search, ctx.deps.index, sub_question, ctx.mode, ctx.k)
     passages = dict(state.get("passages", {}))
+    found = {**state.get("found", {}), sub_question: [hit.id for hit in result.hits]}
     new = 0
     for rank, hit in enumerate(result.hits, start=1):
         known = passages.get(hit.id)
@@ -156,7 +159,7 @@ async def retrieve(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeRe
                 update={"score": max(known.score, hit.score), "rank": min(known.rank, rank)}
             )
     top = result.hits[0].label if result.hits else "无"
-    update = {"passages": passages, "cursor": cursor + 1, "retrievals": state.get("retrievals", 0) + 1}
+    update = {"passages": passages, "found": found, "cursor": cursor + 1, "retrievals": state.get("retrievals", 0) + 1}
     return update, f"子问题 {cursor + 1}「{sub_question}」：{len(result.hits)} 条（新增 {new}），首条：{top}"
 
 
@@ -185,44 +188,14 @@ async def plan_next_step(state: WorkflowState, runtime: Runtime[RunContext]) -> 
 @traced("evaluate")
 async def evaluate(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeResult:
     ctx = runtime.context
-    question, subs = state["question"], state.get("sub_questions", [])
-    web_results = state.get("web_results", [])
-    contexts, _ = select_contexts(state.get("passages", {}), web_results, ctx.deps.settings.context_token_budget)
-    with_web = any(c.web for c in contexts)
+    question = state["question"]
+    contexts, _ = select_contexts(
+        state.get("passages", {}), state.get("web_results", []), ctx.deps.settings.context_token_budget
+    )
     digest = contexts_hash(contexts)
-    memory = ctx.deps.judgements
-    calls = state.get("llm_calls", 0)
-    warnings: list[str] = []
-    if not contexts:
-        step = EvaluationStep(
-            enough=False, missing=subs or [question], reason="没有检索到任何资料", source="no_context"
-        )
-    elif memory is not None and (cached := memory.cached(question, digest)) is not None:
-        step = EvaluationStep(**cached.model_dump(), with_web=with_web, source="cache")
-    elif blocked := budget_exhausted(ctx, calls):
-        step = EvaluationStep(enough=False, reason=blocked, with_web=with_web, source="budget")
-        warnings.append(blocked)
-    else:
-        parsed, error = await ask_structured(
-            ctx.deps.judge_llm, Evaluation, prompts.evaluate_messages(question, subs, contexts)
-        )
-        calls += 1
-        if parsed is None:
-            step = EvaluationStep(
-                enough=False, reason=f"评估结果无效（{error}），按资料不足处理", with_web=with_web, source="parse_error"
-            )
-            warnings.append(step.reason)
-        else:
-            step = EvaluationStep(**parsed.model_dump(), with_web=with_web, source="model")
-            if memory is not None:
-                memory.remember(question, digest, parsed)
-    if memory is not None:
-        try:
-            await asyncio.to_thread(memory.log, ctx.query_id, question, digest, step)
-        except Exception as err:  # the log is a report, never a reason to fail a query
-            logger.warning("could not log the judgement to %s: %s", memory.index, err)
-            warnings.append(f"评估记录未能写入 {memory.index}")
-    next_step, why, unavailable = _after_evaluation(state, ctx, step, calls)
+    step, calls, warnings = await _judge(state, ctx, contexts, digest)
+    warnings += await log_verdict(ctx, question, digest, step)
+    next_step, why, unavailable = after_evaluation(state, ctx, step, calls)
     if unavailable:
         warnings.append(unavailable)
     verdict = "足够" if step.enough else f"不足（缺少 {len(step.missing)} 项）"
@@ -236,7 +209,60 @@ async def evaluate(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeRe
     return update, f"{verdict}[{step.source}]，{why} → {next_step}"
 
 
-def _after_evaluation(
+async def _judge(
+    state: WorkflowState, ctx: RunContext, contexts: list[NumberedContext], digest: str
+) -> tuple[EvaluationStep, int, list[str]]:
+    """(verdict, LLM calls so far, warnings): from code, the cache or the model.
+
+    After a web search the model gets its own prompt and schema, without `web_query`. An
+    unparseable verdict names every sub-question missing, so it may send the question to the
+    web (the seeds' rule); the one-search limit still holds in `_after_evaluation`.
+    """
+    question, subs = state["question"], state.get("sub_questions", [])
+    with_web = any(c.web for c in contexts)
+    memory = ctx.deps.judgements
+    calls = state.get("llm_calls", 0)
+    if not contexts:
+        return (
+            EvaluationStep(enough=False, missing=subs or [question], reason="没有检索到任何资料", source="no_context"),
+            calls,
+            [],
+        )
+    if memory is not None and (cached := memory.cached(question, digest)) is not None:
+        return EvaluationStep(**cached.model_dump(), with_web=with_web, source="cache"), calls, []
+    if blocked := budget_exhausted(ctx, calls):
+        return EvaluationStep(enough=False, reason=blocked, with_web=with_web, source="budget"), calls, [blocked]
+    if state.get("web_results"):
+        schema: type[Judgement] = EvaluationWithWeb
+        messages = prompts.evaluate_with_web_messages(question, subs, contexts)
+    else:
+        schema, messages = Evaluation, prompts.evaluate_messages(question, subs, contexts)
+    parsed, error = await ask_structured(ctx.deps.judge_llm, schema, messages)
+    if parsed is None:
+        reason = f"评估结果无效（{error}），按资料不足处理，缺少的视为全部子问题"
+        step = EvaluationStep(
+            enough=False, missing=subs or [question], reason=reason, with_web=with_web, source="parse_error"
+        )
+        return step, calls + 1, [reason]
+    if memory is not None:
+        memory.remember(question, digest, parsed)
+    return EvaluationStep(**parsed.model_dump(), with_web=with_web, source="model"), calls + 1, []
+
+
+async def log_verdict(ctx: RunContext, question: str, digest: str, step: EvaluationStep) -> list[str]:
+    """Append the verdict to the judgement log; a failed write is a warning, never a failed query."""
+    memory = ctx.deps.judgements
+    if memory is None:
+        return []
+    try:
+        await asyncio.to_thread(memory.log, ctx.query_id, question, digest, step)
+    except Exception as err:  # the log is a report, never a reason to fail a query
+        logger.warning("could not log the judgement to %s: %s", memory.index, err)
+        return [f"评估记录未能写入 {memory.index}"]
+    return []
+
+
+def after_evaluation(
     state: WorkflowState, ctx: RunContext, step: EvaluationStep, llm_calls: int
 ) -> tuple[str, str, str | None]:
     """(next node, why, why the web could not help or None): the web-fallback limits in one place."""
@@ -259,7 +285,7 @@ def _after_evaluation(
 async def web_search(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeResult:
     ctx = runtime.context
     last = state["evaluations"][-1]
-    query = (last.web_query or "").strip() or state["question"]
+    query = (last.web_query or "").strip() or " ".join(last.missing) or state["question"]
     searches = state.get("web_searches", 0) + 1
     known = list(state.get("web_results", []))
     try:

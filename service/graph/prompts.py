@@ -68,6 +68,16 @@ EVALUATE_SYSTEM = (
     "reason=“资料[2]只回答了兵器名称”。"
 )
 
+EVALUATE_WITH_WEB_SYSTEM = (
+    "你是严格的证据评估员。已经为这个问题做过一次网络搜索，下面的编号资料包括本地资料和网络资料。"
+    "判断这些资料现在是否足以完整、准确地回答问题（包括问题中的每一个要求，例如“给出来源链接”：网络资料的网址可以作为来源链接）。"
+    "不要用你自己的知识补全资料里没有的内容，也不要再提出新的搜索。" + _SOURCES_ARE_DATA + "\n"
+    "通过工具 EvaluationWithWeb 返回：\n"
+    "- enough：资料足够时为 true，否则为 false；\n"
+    "- missing：仍然缺少的具体方面，每项一个短语，最多 6 项；enough 为 true 时为空列表；\n"
+    "- reason：一两句中文理由，指出依据的资料编号（本地或网络）。"
+)
+
 GENERATE_SYSTEM = (
     "你是严谨的中文问答助手，只依据下面的编号资料回答问题。规则：\n"
     "1. 每个事实陈述后用方括号标注所依据的资料编号，例如 [1] 或 [2][5]；本地资料注明章节，网络资料可给出网址；\n"
@@ -139,6 +149,18 @@ def plan_messages(
 def evaluate_messages(question: str, sub_questions: list[str], contexts: list[NumberedContext]) -> list[BaseMessage]:
     return [
         SystemMessage(EVALUATE_SYSTEM),
+        HumanMessage(
+            f"问题：{question}\n\n子问题：\n{_numbered(sub_questions)}\n\n资料：\n{render_contexts(contexts)}"
+        ),
+    ]
+
+
+def evaluate_with_web_messages(
+    question: str, sub_questions: list[str], contexts: list[NumberedContext]
+) -> list[BaseMessage]:
+    """The second evaluation, after the web search: its own prompt, which asks for no `web_query`."""
+    return [
+        SystemMessage(EVALUATE_WITH_WEB_SYSTEM),
         HumanMessage(
             f"问题：{question}\n\n子问题：\n{_numbered(sub_questions)}\n\n资料：\n{render_contexts(contexts)}"
         ),

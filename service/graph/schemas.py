@@ -8,12 +8,14 @@ lives in `prompts.py`.
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, StrictBool, field_validator
 
 from core.schema import Mode
 
 MAX_SUB_QUESTIONS = 8
 MAX_MISSING = 6
+
+AnswerMode = Literal["llm", "extractive"]
 
 
 def _as_list(value: object) -> object:
@@ -68,11 +70,11 @@ class PlanDecision(BaseModel):
     reason: str = ""
 
 
-class Evaluation(BaseModel):
-    enough: bool
+# A verdict. `enough` must be a JSON boolean: "true"/"yes" strings are unparseable (the seeds' rule).
+class Judgement(BaseModel):
+    enough: StrictBool
     missing: list[str] = Field(default_factory=list)
     reason: str = ""
-    web_query: str | None = None
 
     @field_validator("missing", mode="before")
     @classmethod
@@ -85,6 +87,16 @@ class Evaluation(BaseModel):
         return _clean(value, MAX_MISSING)
 
 
+# The evaluation before any web search: it may propose a web query.
+class Evaluation(Judgement):
+    web_query: str | None = None
+
+
+# The evaluation after a web search: its own prompt, and no `web_query` to ask for.
+class EvaluationWithWeb(Judgement):
+    pass
+
+
 # --- public request / result types -----------------------------------------------------
 
 
@@ -92,7 +104,7 @@ class EvaluationStep(Evaluation):
     """One sufficiency verdict and where it came from (the model, the cache, or code)."""
 
     with_web: bool = False
-    source: Literal["model", "cache", "no_context", "parse_error", "budget"] = "model"
+    source: Literal["model", "cache", "no_context", "parse_error", "budget", "extractive"] = "model"
 
 
 class ChatTurn(BaseModel):
@@ -132,6 +144,8 @@ class TraceStep(BaseModel):
 class QueryResult(BaseModel):
     question: str
     answer: str
+    mode: AnswerMode = Field("llm", description="llm: written by the model; extractive: quotes only, no model")
+    mode_reason: str = Field("", description="why this answer mode (ANSWER_MODE, model configured / reachable)")
     route: str
     route_reason: str
     sub_questions: list[str]
@@ -146,7 +160,7 @@ class QueryResult(BaseModel):
 
 
 class WorkflowEvent(BaseModel):
-    event: Literal["node", "token", "final", "error"]
+    event: Literal["mode", "node", "token", "final", "error"]
     data: dict[str, Any]
 
 

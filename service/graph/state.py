@@ -6,7 +6,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, TypedDict
 
-from service.graph.schemas import ChatTurn, Citation, EvaluationStep, TraceStep
+from service.extractive import PartAnswer
+from service.graph.schemas import AnswerMode, ChatTurn, Citation, EvaluationStep, TraceStep
 from service.retrieval import Hit
 from service.websearch import WebResult
 
@@ -31,6 +32,8 @@ class WorkflowState(TypedDict, total=False):
     cursor: int  # index of the next sub-question to retrieve for
     retrievals: int
     passages: dict[str, Passage]  # merged by chunk id, best score and rank kept
+    found: dict[str, list[str]]  # sub-question -> chunk ids its retrieval returned, best first
+    part_answers: list[PartAnswer]  # extractive mode: the verdict and quotes per question part
     web_results: list[WebResult]  # kept apart from local passages
     web_searches: int
     web_unavailable: str | None  # why the web could not be searched, said in the answer
@@ -55,6 +58,8 @@ class RunContext:
     max_web_searches: int
     max_llm_calls: int
     time_budget_s: float
+    answer_mode: AnswerMode = "llm"
+    mode_reason: str = ""
     query_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     started: float = field(default_factory=time.monotonic)
 

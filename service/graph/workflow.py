@@ -1,4 +1,6 @@
-"""The agentic answer workflow, wired with LangGraph, and its two entry points.
+"""The answer workflows, wired with LangGraph, and their two entry points.
+
+The agentic workflow (a model answers):
 
     START ─history?→ rewrite_question → route_question ─simple→ direct_answer → END
                                                       └complex→ decompose_question → retrieve ⇄ plan_next_step
@@ -6,7 +8,14 @@
              ↑   └not enough, something missing, web allowed and left → web_search
              └──────────── new web results ──────────────────────────────┘ (none or failure → generate)
 
-Nodes decide (and enforce the limits); the edges below only read `next_step`.
+The extractive workflow (no model: quotes only; `service.extractive`):
+
+    START → split_question → retrieve (once per part) → select_evidence ─enough / no web→ quote_answer → END
+                                                             ↑        └missing parts, web allowed and left → web_search
+                                                             └──── new web results ────────────┘ (none → quote_answer)
+
+`ANSWER_MODE` picks one per query (`choose_mode`). Nodes decide (and enforce the limits); the
+edges below only read `next_step`.
 """
 
 import logging
@@ -22,11 +31,11 @@ from langchain_core.language_models import BaseChatModel
 from langgraph.graph import END, START, StateGraph
 
 from core.config import Settings
-from service.graph import nodes
+from service.graph import extractive_nodes, nodes
 from service.graph.memory import JudgementMemory
-from service.graph.schemas import QueryOptions, QueryResult, WorkflowEvent
+from service.graph.schemas import AnswerMode, QueryOptions, QueryResult, WorkflowEvent
 from service.graph.state import RunContext, WorkflowState
-from service.llm import LLMNotConfiguredError, build_llms
+from service.llm import LLMNotConfiguredError, LLMProbe, build_llms
 from service.retrieval import Retriever
 from service.store import EmbedderMismatchError, IndexNotFoundError, SearchError
 from service.websearch import WebSearch, build_web_search
@@ -43,10 +52,11 @@ class WorkflowDeps:
     answer_llm: BaseChatModel | None
     web_search: WebSearch | None
     judgements: JudgementMemory | None
+    probe: LLMProbe | None = None
 
 
 def build_deps(settings: Settings, es: Elasticsearch, retriever: Retriever) -> WorkflowDeps:
-    """Models, web search (None without BOCHA_API_KEY) and judgement memory from settings."""
+    """Models (and their probe), web search (None without BOCHA_API_KEY) and judgement memory from settings."""
     judge, answer = build_llms(settings)
     return WorkflowDeps(
         retriever=retriever,
@@ -55,8 +65,33 @@ def build_deps(settings: Settings, es: Elasticsearch, retriever: Retriever) -> W
         judge_llm=judge,
         answer_llm=answer,
         web_search=build_web_search(settings),
-        judgements=JudgementMemory(es, settings.judgements_index, knowledge_base=settings.es_index),
+        judgements=JudgementMemory(
+            es, settings.judgements_index, knowledge_base=settings.es_index, ttl_s=settings.judgement_cache_ttl_s
+        ),
+        probe=LLMProbe(settings) if settings.llm_configured else None,
     )
+
+
+def ensure_answerable(deps: WorkflowDeps) -> None:
+    """`ANSWER_MODE=llm` without a configured model: `LLMNotConfiguredError` (a 503 naming the settings)."""
+    if deps.settings.answer_mode == "llm" and (deps.judge_llm is None or deps.answer_llm is None):
+        raise LLMNotConfiguredError()
+
+
+async def choose_mode(deps: WorkflowDeps) -> tuple[AnswerMode, str]:
+    """(mode, why): `ANSWER_MODE=auto` answers with the model when it is configured and reachable."""
+    ensure_answerable(deps)
+    wanted = deps.settings.answer_mode
+    if wanted == "extractive":
+        return "extractive", "ANSWER_MODE=extractive：只摘录原文，不使用大模型"
+    if deps.judge_llm is None or deps.answer_llm is None:
+        return "extractive", "未配置大模型（OPENAI_BASE_URL / OPENAI_API_KEY、MODEL_NAME），改用抽取式回答"
+    if wanted == "llm":
+        return "llm", "ANSWER_MODE=llm：由大模型回答"
+    why_not = await deps.probe.unavailable() if deps.probe is not None else None
+    if why_not:
+        return "extractive", f"{why_not}，改用抽取式回答"
+    return "llm", "已配置大模型且可以连接，由大模型回答"
 
 
 def _next(state: WorkflowState) -> str:
@@ -96,11 +131,29 @@ def build_graph() -> Any:
     return graph.compile()
 
 
-GRAPH = build_graph()
+def build_extractive_graph() -> Any:
+    graph = StateGraph(WorkflowState, context_schema=RunContext)
+    graph.add_node("split_question", extractive_nodes.split_question)
+    graph.add_node("retrieve", nodes.retrieve)
+    graph.add_node("select_evidence", extractive_nodes.select_evidence)
+    graph.add_node("web_search", nodes.web_search)
+    graph.add_node("quote_answer", extractive_nodes.quote_answer)
+
+    graph.add_edge(START, "split_question")
+    graph.add_edge("split_question", "retrieve")
+    graph.add_conditional_edges("retrieve", extractive_nodes.next_part, ["retrieve", "select_evidence"])
+    graph.add_conditional_edges("select_evidence", _next, {"web_search": "web_search", "generate": "quote_answer"})
+    graph.add_conditional_edges("web_search", _next, {"evaluate": "select_evidence", "generate": "quote_answer"})
+    graph.add_edge("quote_answer", END)
+    return graph.compile()
+
+
+GRAPHS = {"llm": build_graph(), "extractive": build_extractive_graph()}
 
 
 async def stream_query(deps: WorkflowDeps, question: str, options: QueryOptions) -> AsyncIterator[WorkflowEvent]:
-    """ "node" events as nodes complete, "token" events as the answer streams, then "final" (or "error").
+    """A "mode" event (llm or extractive, and why), "node" events as nodes complete, "token" events as
+    the answer streams, then "final" (or "error").
 
     A failure once streaming has begun is reported as an event and logged here, once. A missing
     index or another embedder is the user's to fix: its message says how (as the API's 404/409
@@ -142,8 +195,8 @@ async def run_query(deps: WorkflowDeps, question: str, options: QueryOptions) ->
 
 
 async def _run(deps: WorkflowDeps, question: str, options: QueryOptions) -> AsyncIterator[WorkflowEvent]:
-    if deps.judge_llm is None or deps.answer_llm is None:
-        raise LLMNotConfiguredError()
+    mode, why = await choose_mode(deps)
+    yield WorkflowEvent(event="mode", data={"mode": mode, "reason": why})
     settings = deps.settings
     ctx = RunContext(
         deps=deps,
@@ -154,6 +207,8 @@ async def _run(deps: WorkflowDeps, question: str, options: QueryOptions) -> Asyn
         max_web_searches=settings.max_web_searches if options.max_web_searches is None else options.max_web_searches,
         max_llm_calls=settings.max_llm_calls,
         time_budget_s=settings.query_time_budget_s,
+        answer_mode=mode,
+        mode_reason=why,
     )
     initial: WorkflowState = {
         "question": question,
@@ -167,8 +222,9 @@ async def _run(deps: WorkflowDeps, question: str, options: QueryOptions) -> Asyn
     # Each retrieval and each web search costs two super-steps; the code limits bound the total.
     config = {"recursion_limit": 8 + 2 * ctx.max_retrievals + 2 * ctx.max_web_searches + 4}
     final: dict[str, Any] = {}
-    async for mode, chunk in GRAPH.astream(initial, config=config, context=ctx, stream_mode=["custom", "values"]):
-        if mode == "custom":
+    graph = GRAPHS[mode]
+    async for kind, chunk in graph.astream(initial, config=config, context=ctx, stream_mode=["custom", "values"]):
+        if kind == "custom":
             yield WorkflowEvent.model_validate(chunk)
         else:
             final = chunk
@@ -184,6 +240,8 @@ def _result(state: dict[str, Any], ctx: RunContext) -> QueryResult:
     return QueryResult(
         question=state["question"],
         answer=state.get("answer", ""),
+        mode=ctx.answer_mode,
+        mode_reason=ctx.mode_reason,
         route=state.get("route", ""),
         route_reason=state.get("route_reason", ""),
         sub_questions=state.get("sub_questions", []),

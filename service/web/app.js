@@ -14,9 +14,13 @@ const NODE_NAMES = {
   evaluate: "充分性评估",
   web_search: "联网搜索",
   generate: "生成回答",
+  split_question: "拆分问题（按连词和标点）",
+  select_evidence: "挑选原文句子并判断是否足够",
+  quote_answer: "摘录原文作答",
 };
 // Labels of the retrieval modes; the modes themselves come from the server (GET /modes).
 const MODE_NAMES = { hybrid: "混合检索", vector: "仅向量", bm25: "BM25（jieba 词）", bigram: "BM25（二字词）", standard: "单字（基线）" };
+const ANSWER_MODES = { llm: "大模型回答", extractive: "抽取式回答 · 原文摘录，未使用大模型" };
 const ROUTES = { simple: "简单问题（直接回答）", complex: "复杂问题（检索知识库）" };
 
 function el(tag, attrs = {}, ...children) {
@@ -117,7 +121,7 @@ function finishTimeline(result) {
   if (result.sub_questions.length) {
     annotate(steps("decompose_question")[0], `子问题：${result.sub_questions.map((q, i) => `${i + 1}. ${q}`).join("　")}`);
   }
-  steps("evaluate").forEach((item, i) => {
+  steps(result.mode === "extractive" ? "select_evidence" : "evaluate").forEach((item, i) => {
     const verdict = result.evaluations[i];
     if (!verdict) return;
     item.classList.add(verdict.enough ? "enough" : "missing");
@@ -129,6 +133,15 @@ function finishTimeline(result) {
     el("span", { class: "ms" }, `共 ${Math.round(result.timings.total || 0)} ms`),
     el("span", { class: "detail" }, `模型调用 ${result.llm_calls} 次 · 联网搜索 ${result.web_calls} 次${result.web_used ? "（答案使用了网络结果）" : ""}`),
   ));
+}
+
+// The "mode" event: who writes the answer (the model, or quotes only) and why.
+function showMode(data) {
+  const badge = $("answer-mode");
+  badge.textContent = ANSWER_MODES[data.mode] || data.mode;
+  badge.title = data.reason || "";
+  badge.className = `badge ${data.mode === "extractive" ? "extractive" : "ok"}`;
+  badge.hidden = false;
 }
 
 // Server-sent events over a POST body: fetch + a small parser (EventSource only does GET).
@@ -164,6 +177,7 @@ async function ask(event) {
   $("timeline").replaceChildren();
   $("citations").replaceChildren();
   $("warnings").hidden = true;
+  $("answer-mode").hidden = true;
   renderAnswer("");
   $("ask-button").disabled = true;
   let text = "";
@@ -171,7 +185,8 @@ async function ask(event) {
     const response = await fetch("query/stream", { method: "POST", headers: headers(), body: JSON.stringify({ question, ...options() }) });
     if (!response.ok) { showError(await errorText(response)); return; }
     for await (const { event: kind, data } of sseEvents(response)) {
-      if (kind === "node") addTimelineStep(data);
+      if (kind === "mode") showMode(data);
+      else if (kind === "node") addTimelineStep(data);
       else if (kind === "token") { text += data.text; renderAnswer(text); }
       else if (kind === "final") {
         renderAnswer(data.answer ?? text);
@@ -254,7 +269,7 @@ async function checkReady() {
   try {
     const ready = await (await fetch("readyz")).json();
     badge.textContent = ready.ready
-      ? `已就绪 · 知识库 ${ready.index.name}（${ready.index.docs} 段）${ready.llm_configured ? "" : " · 未配置大模型，仅可检索"}`
+      ? `已就绪 · 知识库 ${ready.index.name}（${ready.index.docs} 段）${ready.llm_configured ? "" : " · 未配置大模型：回答为原文摘录（抽取式）"}`
       : `未就绪：${ready.elasticsearch.error || ready.index.error || "索引与向量模型不匹配"}`;
     badge.className = `badge ${ready.ready ? "ok" : "bad"}`;
   } catch (err) {

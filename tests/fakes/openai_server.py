@@ -8,6 +8,7 @@ a dict becomes the tool-call arguments, a str is sent verbatim as the arguments 
 malformed output), `Text(...)` answers with plain content instead of a tool call, an int is
 an HTTP error status, and a callable receives the request body and returns any of these.
 Embedding requests are scripted under EMBEDDINGS: a list of vectors, or an int status.
+`GET /v1/models` (the service's reachability probe) answers `models_status` (200: a listing).
 """
 
 import base64
@@ -33,6 +34,7 @@ class FakeChatServer(FakeServer):
         super().__init__()
         self.scripts: dict[str, Script] = {}
         self.unscripted: list[str] = []
+        self.models_status = 200
 
     @property
     def base_url(self) -> str:
@@ -61,6 +63,13 @@ class FakeChatServer(FakeServer):
         if response_format.get("type") == "json_schema":
             return response_format["json_schema"]["name"]
         return ANSWER
+
+    def respond_get(self, request: Recorded) -> Response:
+        if request.path != "/v1/models":
+            return super().respond_get(request)
+        if self.models_status != 200:
+            return Response(self.models_status, {"error": {"message": f"scripted HTTP {self.models_status}"}})
+        return Response(200, {"object": "list", "data": [{"id": "fake", "object": "model", "owned_by": "tests"}]})
 
     def respond(self, request: Recorded) -> Response:
         body = request.body

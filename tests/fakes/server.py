@@ -25,10 +25,12 @@ class Response:
 
 
 class FakeServer:
-    """Subclasses implement `respond(request) -> Response`; use as a context manager."""
+    """Subclasses implement `respond(request) -> Response` (POST) and may implement `respond_get`;
+    GET requests (probes) are recorded apart in `gets`, so `requests` counts the real calls."""
 
     def __init__(self) -> None:
         self.requests: list[Recorded] = []
+        self.gets: list[Recorded] = []
         self.errors: list[str] = []
         self._lock = threading.Lock()
         fake = self
@@ -36,6 +38,12 @@ class FakeServer:
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args: Any) -> None:
                 return
+
+            def do_GET(self) -> None:
+                request = Recorded(self.path, {k.lower(): v for k, v in self.headers.items()}, None)
+                with fake._lock:
+                    fake.gets.append(request)
+                self._send(fake.respond_get(request))
 
             def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -92,6 +100,9 @@ class FakeServer:
 
     def respond(self, request: Recorded) -> Response:
         raise NotImplementedError
+
+    def respond_get(self, request: Recorded) -> Response:
+        return Response(404, {"error": {"message": f"no route GET {request.path}"}})
 
     def __enter__(self) -> Self:
         self._thread.start()

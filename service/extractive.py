@@ -1,0 +1,323 @@
+"""Answers without a model: question parts, quoted sentences, a sufficiency verdict in code.
+
+When no chat model is configured or reachable (`ANSWER_MODE=auto`), or always with
+`ANSWER_MODE=extractive`, the answer is built from the knowledge base's own sentences:
+
+1. `split_question` cuts a compound question into parts on Chinese conjunctions and
+   punctuation (the seeds' decomposition without a model); each part gets its own search.
+2. `select` cuts the part's top passages into sentences (`core.chunking.split_sentences`) and
+   scores each against the part: embedding similarity (the same embedder as retrieval, only
+   for the sentences that share the most terms with the part, to keep it affordable) plus
+   keyword coverage of the part's content terms (the retrieval query analysis, minus stop
+   and question words).
+3. A part is answered when the selected sentences cover enough of its content terms and the
+   best similarity clears a threshold, both tuned on dev questions (bench/extractive_eval.py).
+4. `compose` writes only quotes and fixed template phrases: nothing is paraphrased or invented.
+"""
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from pydantic import BaseModel
+
+from core.chunking import split_sentences
+from core.embeddings import Embedder
+from core.text import ChineseTokenizer
+
+HEADER = "（抽取式回答：未使用大模型，以下句子均为资料原文摘录）"
+NO_EVIDENCE = "资料中没有找到足以回答的原文"
+CLOSEST = "最接近的原文（不足以确认）："
+UNCONFIRMED = "无法从上下文确认"
+
+_SENTENCE_ENDS = "[？?！!；;。\n]+"
+_CONJUNCTIONS = "另外|此外|并且|而且|以及|还有|同时|然后|再者|顺便问一下"
+_SPLIT = re.compile(rf"({_SENTENCE_ENDS}|{_CONJUNCTIONS})")
+_QUESTION_MARK = re.compile(
+    r"什么|哪|谁|几|多[少重长大高久远]|怎|如何|为何|为什么|何人|何处|何时|何故|何以|吗|呢|是否|是不是|有没有|介绍|说说|讲讲|列出|给出"
+)
+_REFERS_BACK = re.compile(r"(?:他|她|它|其|该|此|这|那|有|是|又|还|在|会|能|用)")
+_LINK_REQUEST = re.compile(r"链接|网址|网页|url|link", re.IGNORECASE)
+_TRIM = " \t\u3000，,、：:"
+# Question and function words: they say what is asked, not what the answer must mention.
+QUESTION_WORDS = frozenset(
+    [
+        "什么",
+        "哪里",
+        "哪儿",
+        "哪个",
+        "哪些",
+        "哪位",
+        "哪年",
+        "哪",
+        "谁",
+        "几",
+        "多少",
+        "怎样",
+        "怎么",
+        "怎么样",
+        "如何",
+        "为什么",
+        "为何",
+        "何",
+        "何人",
+        "何处",
+        "何时",
+        "是否",
+        "吗",
+        "呢",
+        "呀",
+        "吧",
+        "啊",
+        "请问",
+        "请",
+        "给出",
+        "一下",
+        "告诉",
+        "我",
+        "你",
+        "是",
+        "的",
+        "了",
+        "在",
+        "有",
+        "和",
+        "与",
+        "及",
+        "把",
+        "被",
+        "对",
+        "都",
+        "也",
+        "又",
+        "还",
+        "就",
+        "个",
+        "些",
+        "这",
+        "那",
+        "他",
+        "她",
+        "它",
+        "其",
+        "们",
+        "之",
+        "说",
+        "做",
+        "后来",
+        "当时",
+        "时候",
+        "叫",
+        "名叫",
+        "分别",
+        "各自",
+        "一起",
+        "中",
+        "里",
+        "上",
+        "从",
+        "到",
+        "给",
+        "让",
+        "用",
+        "以",
+        "为",
+        "由",
+    ]
+)
+MIN_SENTENCE_CHARS = 4
+
+
+class Extract(BaseModel):
+    """One quoted sentence and where it comes from (`source_id`: a chunk id or a URL)."""
+
+    text: str
+    source_id: str
+    order: tuple[int, int, int, int]  # book order: (web?, chapter, chunk, sentence); web after local
+    similarity: float
+    coverage: float
+    score: float
+
+
+class PartAnswer(BaseModel):
+    """The verdict on one question part: its quotes (book order) and why it is (not) answered."""
+
+    part: str
+    extracts: list[Extract]
+    answered: bool
+    best_similarity: float
+    coverage: float
+    wants_links: bool = False
+
+
+@dataclass(frozen=True)
+class Source:
+    """A text sentences may be quoted from: a local passage or a web result."""
+
+    id: str
+    text: str
+    chapter: int = 0
+    chunk: int = 0
+    web: bool = False
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    min_similarity: float
+    min_coverage: float
+    sentences: int = 3  # quoted per part at most
+    candidates: int = 16  # sentences embedded per part at most, the best by keyword coverage first
+    coverage_weight: float = 0.5
+
+
+def split_question(question: str, max_parts: int = 8) -> list[str]:
+    """Parts of a compound question, in order, each searched on its own.
+
+    Cuts at sentence ends and conjunctions, then glues back what cannot stand alone: a fragment
+    that asks nothing joins the next part ("刘备以及关羽在哪里结义？" stays whole), and one that
+    refers back (他…, 有多重…) stays with the part before, since without a model its pronoun
+    cannot be resolved. A request for links is a part of its own. Past `max_parts`, the rest
+    joins the last part (nothing is dropped).
+    """
+    pieces = _SPLIT.split(question)
+    parts: list[str] = []
+    pending, before = "", ""
+    for piece, separator in zip(pieces[::2], [*pieces[1::2], ""]):
+        text = piece.strip(_TRIM)
+        if not text:
+            before += separator
+            continue
+        text = pending + text
+        if not (_QUESTION_MARK.search(text) or wants_links(text)):
+            pending = text + separator
+            continue
+        if parts and _REFERS_BACK.match(text) and not wants_links(text) and not wants_links(parts[-1]):
+            parts[-1] += before + text
+        else:
+            parts.append(text)
+        pending, before = "", separator
+    if tail := pending.strip(_TRIM + "？?！!；;。\n"):
+        if parts and not wants_links(parts[-1]):
+            parts[-1] += before + tail
+        else:
+            parts.append(tail)
+    if len(parts) > max_parts:
+        parts = parts[: max_parts - 1] + ["；".join(parts[max_parts - 1 :])]
+    return parts or [question.strip()]
+
+
+def wants_links(part: str) -> bool:
+    return bool(_LINK_REQUEST.search(part))
+
+
+def content_terms(part: str, tokenizer: ChineseTokenizer) -> list[str]:
+    """The part's query terms (the retrieval analysis) minus question and function words."""
+    terms = [t for t in tokenizer.query_terms(part) if t not in QUESTION_WORDS]
+    return list(dict.fromkeys(terms))
+
+
+def _covers(term: str, text: str) -> bool:
+    """A term is covered when it appears as is, or (3+ characters) when most of its bigrams do."""
+    if term in text:
+        return True
+    if len(term) < 3:
+        return False
+    bigrams = [term[i : i + 2] for i in range(len(term) - 1)]
+    return sum(b in text for b in bigrams) * 2 > len(bigrams)
+
+
+def coverage(terms: Sequence[str], text: str) -> float:
+    if not terms:
+        return 1.0
+    return sum(_covers(term, text) for term in terms) / len(terms)
+
+
+def sentences_of(sources: Sequence[Source]) -> list[tuple[Source, int, str]]:
+    """(source, position, sentence) for every quotable sentence, each distinct sentence once."""
+    seen: set[str] = set()
+    found = []
+    for source in sources:
+        for position, raw in enumerate(split_sentences(source.text)):
+            sentence = raw.strip(" \t\u3000\n")
+            if len(sentence) >= MIN_SENTENCE_CHARS and sentence not in seen:
+                seen.add(sentence)
+                found.append((source, position, sentence))
+    return found
+
+
+def select(
+    part: str, sources: Sequence[Source], embedder: Embedder, tokenizer: ChineseTokenizer, limits: Thresholds
+) -> PartAnswer:
+    """The best sentences for `part` (book order) and whether they answer it."""
+    terms = content_terms(part, tokenizer)
+    candidates = sentences_of(sources)
+    if not candidates:
+        return PartAnswer(part=part, extracts=[], answered=False, best_similarity=0.0, coverage=0.0)
+    covered = [coverage(terms, sentence) for _, _, sentence in candidates]
+    # Only the sentences sharing the most terms with the part are embedded (ties: retrieval order).
+    shortlist = sorted(range(len(candidates)), key=lambda i: -covered[i])[: limits.candidates]
+    vectors = embedder.embed_documents([candidates[i][2] for i in shortlist])
+    query = embedder.embed_query(part)
+    similarities = _cosine(vectors, query)
+    scored = []
+    for i, similarity in zip(shortlist, similarities):
+        source, position, sentence = candidates[i]
+        score = float(similarity) + limits.coverage_weight * covered[i]
+        order = (int(source.web), source.chapter, source.chunk, position)
+        scored.append(
+            Extract(
+                text=sentence,
+                source_id=source.id,
+                order=order,
+                similarity=float(similarity),
+                coverage=covered[i],
+                score=score,
+            )
+        )
+    best = sorted(scored, key=lambda e: -e.score)[: limits.sentences]
+    kept = [e for e in best if e is best[0] or e.coverage > 0]
+    union = coverage(terms, "".join(e.text for e in kept))
+    top_similarity = max(e.similarity for e in scored)
+    answered = union >= limits.min_coverage and top_similarity >= limits.min_similarity
+    kept.sort(key=lambda e: e.order)
+    return PartAnswer(part=part, extracts=kept, answered=answered, best_similarity=top_similarity, coverage=union)
+
+
+def _cosine(vectors: np.ndarray, query: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(vectors, axis=1) * (np.linalg.norm(query) or 1.0)
+    return (vectors @ query) / np.where(norms == 0, 1.0, norms)
+
+
+@dataclass(frozen=True)
+class Quoted:
+    """What `compose` needs to know of a quoted source: its number, and its URL for web results."""
+
+    number: int
+    url: str | None = None
+    title: str = ""
+
+
+def compose(parts: Sequence[PartAnswer], sources: dict[str, Quoted], why_not: Sequence[str]) -> str:
+    """The answer: the header, per part its quotes `「…」[n]` (web ones with their URL), then
+    「无法从上下文确认：…」 naming the unanswered parts and why (`why_not`). Only quotes and fixed phrases."""
+    lines = [HEADER]
+    numbered = len(parts) > 1
+    web = [quoted for quoted in sources.values() if quoted.url]
+    for index, part in enumerate(parts, start=1):
+        if numbered:
+            lines.append(f"{index}. {part.part}")
+        if part.wants_links:
+            lines += [f"{quoted.title} {quoted.url}[{quoted.number}]" for quoted in web]
+            continue
+        if part.extracts and not part.answered:
+            lines.append(CLOSEST)
+        for extract in part.extracts:
+            quoted = sources[extract.source_id]
+            link = f"（{quoted.url}）" if quoted.url else ""
+            lines.append(f"「{extract.text}」[{quoted.number}]{link}")
+    missing = [part.part for part in parts if not part.answered]
+    if missing:
+        reasons = "；".join([NO_EVIDENCE, *why_not])
+        lines.append(f"{UNCONFIRMED}：{'；'.join(missing)}（{reasons}）。")
+    return "\n".join(lines)

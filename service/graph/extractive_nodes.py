@@ -1,0 +1,148 @@
+"""The nodes of the extractive workflow (no model): split, select quotes and judge, quote the answer.
+
+They share `retrieve` and `web_search` with the agentic workflow, and the web-fallback limits
+(`after_evaluation`); the verdict is an `EvaluationStep` with `source="extractive"` whose
+`missing` items are the unanswered question parts, exactly as the evaluator's would be.
+"""
+
+import asyncio
+
+from langgraph.runtime import Runtime
+
+from service import extractive
+from service.extractive import Extract, PartAnswer, Quoted, Source, Thresholds
+from service.graph.context import NumberedContext, citations, contexts_hash, select_contexts
+from service.graph.nodes import NodeResult, after_evaluation, log_verdict, traced
+from service.graph.schemas import MAX_MISSING, EvaluationStep
+from service.graph.state import RunContext, WorkflowState
+from service.websearch import WebResult
+
+HISTORY_IGNORED = "抽取式回答不改写多轮对话中的问题，按最新问题原文检索"
+ROUTE_REASON = "抽取式回答不做路由：每个问题都到知识库中找原文"
+WEB_DID_NOT_CONFIRM = "网络搜索结果也未能确认"
+
+
+@traced("split_question")
+async def split_question(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeResult:
+    ctx = runtime.context
+    parts = extractive.split_question(state["question"], ctx.max_retrievals)
+    update = {
+        "sub_questions": parts,
+        "cursor": 0,
+        "route": "complex",
+        "route_reason": ROUTE_REASON,
+        "warnings": [HISTORY_IGNORED] if state.get("history") else [],
+    }
+    return update, f"{len(parts)} 个部分：" + "；".join(parts)
+
+
+def next_part(state: WorkflowState) -> str:
+    """Retrieve for every part (the parts were capped at `max_retrievals` when split)."""
+    return "retrieve" if state.get("cursor", 0) < len(state["sub_questions"]) else "select_evidence"
+
+
+def _sources(state: WorkflowState, part: str, passages: int) -> list[Source]:
+    """The part's top `passages` local passages, then every web result."""
+    known = state.get("passages", {})
+    local = [known[chunk_id] for chunk_id in state.get("found", {}).get(part, [])[:passages] if chunk_id in known]
+    sources = [Source(p.id, p.text, p.chapter or 0, p.chunk_index) for p in local]
+    web = state.get("web_results", [])
+    return sources + [Source(w.url, w.text, 0, i, web=True) for i, w in enumerate(web)]
+
+
+def _links(part: str, web: list[WebResult]) -> PartAnswer:
+    """A request for links is answered by the web results' addresses, and by nothing local."""
+    extracts = [
+        Extract(text=w.title, source_id=w.url, order=(1, 0, i, 0), similarity=1.0, coverage=1.0, score=1.0)
+        for i, w in enumerate(web)
+    ]
+    answered = bool(web)
+    return PartAnswer(
+        part=part, extracts=extracts, answered=answered, best_similarity=float(answered), coverage=1.0, wants_links=True
+    )
+
+
+@traced("select_evidence")
+async def select_evidence(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeResult:
+    ctx = runtime.context
+    settings, retriever = ctx.deps.settings, ctx.deps.retriever
+    limits = Thresholds(
+        settings.extractive_min_similarity, settings.extractive_min_coverage, settings.extractive_sentences
+    )
+    web = state.get("web_results", [])
+    before = {answer.part: answer for answer in state.get("part_answers", [])}
+    answers = []
+    for part in state["sub_questions"]:
+        if part in before and before[part].answered:  # after the web, only what was missing is judged again
+            answers.append(before[part])
+        elif extractive.wants_links(part):
+            answers.append(_links(part, web))
+        else:
+            sources = _sources(state, part, settings.extractive_passages)
+            answers.append(
+                await asyncio.to_thread(
+                    extractive.select, part, sources, retriever.embedder, retriever.tokenizer, limits
+                )
+            )
+    step = _verdict(answers, with_web=bool(web))
+    contexts, _ = select_contexts(state.get("passages", {}), web, settings.context_token_budget)
+    warnings = await log_verdict(ctx, state["question"], contexts_hash(contexts), step)
+    next_step, why, unavailable = after_evaluation(state, ctx, step, state.get("llm_calls", 0))
+    if unavailable:
+        warnings.append(unavailable)
+    update = {
+        "part_answers": answers,
+        "evaluations": [step],
+        "next_step": next_step,
+        "web_unavailable": unavailable,
+        "warnings": warnings,
+    }
+    verdict = "足够" if step.enough else f"不足（缺少 {len(step.missing)} 项）"
+    shown = "quote_answer" if next_step == "generate" else next_step
+    return update, f"{verdict}[extractive]，{why} → {shown}"
+
+
+def _verdict(answers: list[PartAnswer], with_web: bool) -> EvaluationStep:
+    """The evaluator's verdict, made in code: the unanswered parts are what is missing."""
+    missing = [a.part for a in answers if not a.answered]
+    figures = "；".join(
+        f"「{a.part}」相似度 {a.best_similarity:.3f}，关键词覆盖 {a.coverage:.0%}" for a in answers if not a.wants_links
+    )
+    searchable = [part for part in missing if not extractive.wants_links(part)]
+    query = " ".join(searchable or [a.part for a in answers if not a.wants_links])
+    return EvaluationStep(
+        enough=not missing,
+        missing=missing[:MAX_MISSING],
+        reason=figures or "只要求给出链接",
+        web_query=query if missing else None,
+        with_web=with_web,
+        source="extractive",
+    )
+
+
+@traced("quote_answer")
+async def quote_answer(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeResult:
+    answers = state.get("part_answers", [])
+    passages = state.get("passages", {})
+    web = {w.url: w for w in state.get("web_results", [])}
+    contexts: list[NumberedContext] = []
+    quoted: dict[str, Quoted] = {}
+    for extract in (e for answer in answers for e in answer.extracts):
+        if extract.source_id in quoted:
+            continue
+        number = len(quoted) + 1
+        if extract.source_id in web:
+            result = web[extract.source_id]
+            contexts.append(NumberedContext(number, web=result))
+            quoted[extract.source_id] = Quoted(number, url=result.url, title=result.title)
+        else:
+            contexts.append(NumberedContext(number, passage=passages[extract.source_id]))
+            quoted[extract.source_id] = Quoted(number)
+    unavailable = state.get("web_unavailable")
+    searched = state.get("web_searches", 0) > 0 and not unavailable
+    why_not = [unavailable] if unavailable else [WEB_DID_NOT_CONFIRM] if searched else []
+    answer = extractive.compose(answers, quoted, why_not)
+    for line in answer.splitlines(keepends=True):
+        runtime.stream_writer({"event": "token", "data": {"text": line}})
+    cited = citations(answer, contexts)
+    return {"answer": answer, "citations": cited}, f"抽取式回答：{len(answer)} 字，引用 {len(cited)} 条"

@@ -1,0 +1,152 @@
+"""Extractive answers (no model): question parts, sentence selection and the verdict in code, and the
+workflow end to end on a real Elasticsearch with the opening of chapters 1 and 37 of 《三国演义》.
+
+The answer may contain only quotes of the sources and fixed template phrases: `assert_only_quotes`
+checks every line of every answer produced here.
+"""
+
+import asyncio
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from elasticsearch import Elasticsearch
+
+from core.config import Settings
+from core.embeddings import Embedder
+from core.text import get_tokenizer
+from indexing.loaders import split_chapters
+from service import extractive
+from service.graph import QueryOptions, QueryResult, WorkflowDeps, build_deps, run_query
+from service.retrieval import Retriever
+from tests.conftest import SANGUO_PATH, knowledge_base
+
+SLICES = {1: 2700, 37: 1500}
+OATH = "刘备、关羽、张飞在哪里结义？"
+UNANSWERABLE = "诸葛亮的手机号码是多少？"
+EXTRACTIVE_PATH = ["split_question", "retrieve", "select_evidence", "quote_answer"]
+
+
+# --- units ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("question", "parts"),
+    [
+        (OATH, ["刘备、关羽、张飞在哪里结义"]),
+        ("刘备以及关羽在哪里结义？", ["刘备以及关羽在哪里结义"]),  # "刘备" asks nothing: no cut
+        ("诸葛亮住在哪里？另外，关羽用什么兵器？", ["诸葛亮住在哪里", "关羽用什么兵器"]),
+        ("张角是谁；并且董卓在哪个园子召集百官？", ["张角是谁", "董卓在哪个园子召集百官"]),
+        ("张角是谁？他的口号是什么？", ["张角是谁？他的口号是什么"]),  # refers back: kept together
+        ("桃园结义的是哪三个人？请给出来源链接。", ["桃园结义的是哪三个人", "请给出来源链接"]),
+        ("我在读三国。刘备在哪里结义？", ["我在读三国。刘备在哪里结义"]),
+    ],
+)
+def test_split_question_on_conjunctions_and_punctuation(question: str, parts: list[str]) -> None:
+    assert extractive.split_question(question) == parts
+
+
+def test_split_question_keeps_every_part_within_the_limit() -> None:
+    question = "".join(f"第{i}个人是谁？" for i in range(1, 11))
+    parts = extractive.split_question(question, max_parts=3)
+    assert len(parts) == 3 and parts[:2] == ["第1个人是谁", "第2个人是谁"]
+    assert all(f"第{i}个人是谁" in parts[2] for i in range(3, 11))  # merged, not dropped
+
+
+def test_content_terms_drop_question_words_and_coverage_counts_them() -> None:
+    terms = extractive.content_terms("关羽用什么兵器？", get_tokenizer())
+    assert "什么" not in terms and {"关羽", "兵器"} <= set(terms)
+    assert extractive.coverage(["关羽", "兵器"], "关羽提青龙偃月刀") == 0.5
+    assert extractive.coverage(["青龙偃月刀"], "云长造青龙偃月刀") == 1.0
+    assert extractive.coverage(["偃月宝刀"], "云长造青龙偃月刀") == 0.0
+
+
+# --- the workflow ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def corpus(es: Elasticsearch, embedder: Embedder) -> Iterator[str]:
+    chapters = split_chapters(SANGUO_PATH.read_text(encoding="utf-8"), source="sanguo_yanyi.txt", title="三国演义")
+    documents = [replace(d, text=d.text[: SLICES[d.chapter]]) for d in chapters if d.chapter in SLICES]
+    with knowledge_base(es, embedder, documents, "test-extractive") as alias:
+        yield alias
+
+
+@pytest.fixture
+def make_deps(
+    es: Elasticsearch, embedder: Embedder, corpus: str, index_name: Callable[[str], str]
+) -> Callable[..., WorkflowDeps]:
+    judgements = index_name("test-judgements")
+
+    def make(**overrides: Any) -> WorkflowDeps:
+        settings = Settings(_env_file=None, es_index=corpus, judgements_index=judgements, **overrides)
+        return build_deps(settings, es, Retriever(es, embedder, get_tokenizer()))
+
+    return make
+
+
+def ask(deps: WorkflowDeps, question: str, **options: Any) -> QueryResult:
+    return asyncio.run(run_query(deps, question, QueryOptions(**options)))
+
+
+_QUOTE = re.compile(r"「(.+)」\[(\d+)\](?:（(https?://\S+)）)?")
+
+
+def assert_only_quotes(result: QueryResult, deps: WorkflowDeps) -> None:
+    """Every line is a fixed phrase, a numbered question part, a verbatim quote of the source its
+    `[n]` cites, a link line of a web result, or the 无法从上下文确认 line naming question parts."""
+    cited = {c.number: c for c in result.citations}
+    texts = {c.number: (c.snippet if c.kind == "web" else _chunk_text(deps, c)) for c in result.citations}
+    lines = result.answer.split("\n")
+    assert lines[0] == extractive.HEADER
+    for line in lines[1:]:
+        if line == extractive.CLOSEST:
+            continue
+        if numbered := re.fullmatch(r"(\d+)\. (.+)", line):
+            assert numbered.group(2) in result.sub_questions, line
+        elif line.startswith(extractive.UNCONFIRMED):
+            assert re.fullmatch(rf"{extractive.UNCONFIRMED}：(.+)（{extractive.NO_EVIDENCE}.*）。", line), line
+            named = line.split("：", 1)[1].split("（", 1)[0].split("；")
+            assert all(part in result.sub_questions for part in named), line
+        elif quote := _QUOTE.fullmatch(line):
+            number = int(quote.group(2))
+            assert number in cited, line
+            assert quote.group(1) in texts[number], f"{line!r} is not a quote of [{number}]"
+            assert quote.group(3) == cited[number].url
+        else:
+            link = re.fullmatch(r"「(.+)」(https?://\S+)\[(\d+)\]", line)
+            assert link is not None, f"{line!r} is neither a quote nor a template phrase"
+            citation = cited[int(link.group(3))]
+            assert (link.group(1), link.group(2)) == (citation.title, citation.url)
+
+
+def _chunk_text(deps: WorkflowDeps, citation: Any) -> str:
+    hits = deps.retriever.search(deps.index, citation.snippet[:40], "bm25", 50).hits
+    return next(h.text for h in hits if h.text.startswith(citation.snippet))
+
+
+def test_without_a_model_the_answer_quotes_cited_sentences(make_deps) -> None:
+    deps = make_deps()
+    result = ask(deps, OATH)
+
+    assert (result.mode, result.llm_calls, result.web_calls) == ("extractive", 0, 0)
+    assert "未配置大模型" in result.mode_reason
+    assert [s.node for s in result.trace] == EXTRACTIVE_PATH
+    [verdict] = result.evaluations
+    assert (verdict.enough, verdict.source, verdict.missing) == (True, "extractive", [])
+    assert "桃园" in result.answer and extractive.UNCONFIRMED not in result.answer
+    assert result.citations and all(c.kind == "local" and c.chapter == 1 for c in result.citations)
+    assert_only_quotes(result, deps)
+
+
+def test_an_unanswerable_question_says_it_cannot_confirm(make_deps) -> None:
+    deps = make_deps()
+    result = ask(deps, UNANSWERABLE)
+    assert result.mode == "extractive"
+    [verdict] = result.evaluations
+    assert (verdict.enough, verdict.missing) == (False, ["诸葛亮的手机号码是多少"])
+    assert f"{extractive.UNCONFIRMED}：诸葛亮的手机号码是多少" in result.answer
+    assert "网络搜索不可用：未配置 BOCHA_API_KEY" in result.answer
+    assert_only_quotes(result, deps)
