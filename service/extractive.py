@@ -127,6 +127,7 @@ QUESTION_WORDS = frozenset(
     ]
 )
 MIN_SENTENCE_CHARS = 4
+_BLANK = " \t\u3000\n"
 
 
 class Extract(BaseModel):
@@ -166,8 +167,9 @@ class Source:
 class Thresholds:
     min_similarity: float
     min_coverage: float
-    sentences: int = 3  # quoted per part at most
-    candidates: int = 16  # sentences embedded per part at most, the best by keyword coverage first
+    sentences: int = 2  # best windows quoted per part (a window: a sentence and `context` neighbours each side)
+    context: int = 1
+    candidates: int = 16  # windows embedded per part at most, the best by keyword coverage first
     coverage_weight: float = 0.5
 
 
@@ -183,7 +185,7 @@ def split_question(question: str, max_parts: int = 8) -> list[str]:
     pieces = _SPLIT.split(question)
     parts: list[str] = []
     pending, before = "", ""
-    for piece, separator in zip(pieces[::2], [*pieces[1::2], ""]):
+    for piece, separator in zip(pieces[::2], [*pieces[1::2], ""], strict=True):
         text = piece.strip(_TRIM)
         if not text:
             before += separator
@@ -203,7 +205,7 @@ def split_question(question: str, max_parts: int = 8) -> list[str]:
         else:
             parts.append(tail)
     if len(parts) > max_parts:
-        parts = parts[: max_parts - 1] + ["；".join(parts[max_parts - 1 :])]
+        parts = [*parts[: max_parts - 1], "；".join(parts[max_parts - 1 :])]
     return parts or [question.strip()]
 
 
@@ -233,54 +235,99 @@ def coverage(terms: Sequence[str], text: str) -> float:
     return sum(_covers(term, text) for term in terms) / len(terms)
 
 
-def sentences_of(sources: Sequence[Source]) -> list[tuple[Source, int, str]]:
-    """(source, position, sentence) for every quotable sentence, each distinct sentence once."""
+def _span(pieces: list[str], position: int, context: int) -> tuple[int, int]:
+    """Up to `context` sentences either side of `position`, never across a paragraph break."""
+    first, last = position, position
+    while first > 0 and position - first < context and not pieces[first - 1].endswith("\n"):
+        first -= 1
+    while last + 1 < len(pieces) and last - position < context and not pieces[last].endswith("\n"):
+        last += 1
+    return first, last
+
+
+@dataclass(frozen=True)
+class Window:
+    """Sentences `first..last` of a source, verbatim: a sentence with its neighbours."""
+
+    source: Source
+    first: int
+    last: int
+    text: str
+
+
+def windows_of(sources: Sequence[Source], context: int) -> list[Window]:
+    """A window around every quotable sentence of every source, each distinct text once.
+
+    The answer often sits next to the sentence that names the subject (曰…, then what was said),
+    so a sentence is scored and quoted with its neighbours.
+    """
     seen: set[str] = set()
     found = []
     for source in sources:
-        for position, raw in enumerate(split_sentences(source.text)):
-            sentence = raw.strip(" \t\u3000\n")
-            if len(sentence) >= MIN_SENTENCE_CHARS and sentence not in seen:
-                seen.add(sentence)
-                found.append((source, position, sentence))
+        pieces = split_sentences(source.text)
+        for position, raw in enumerate(pieces):
+            if len(raw.strip(_BLANK)) < MIN_SENTENCE_CHARS:
+                continue
+            first, last = _span(pieces, position, context)
+            text = "".join(pieces[first : last + 1]).strip(_BLANK)
+            if text not in seen:
+                seen.add(text)
+                found.append(Window(source, first, last, text))
     return found
+
+
+def _merge(chosen: list[tuple[Window, Extract]]) -> list[Extract]:
+    """Overlapping or adjacent windows of one source become one quote (the better figures kept)."""
+    chosen = sorted(chosen, key=lambda pair: (pair[0].source.id, pair[0].first))
+    merged: list[tuple[Window, Extract]] = []
+    for window, extract in chosen:
+        if merged and merged[-1][0].source.id == window.source.id and window.first <= merged[-1][0].last + 1:
+            previous, best = merged[-1]
+            last = max(previous.last, window.last)
+            text = "".join(split_sentences(window.source.text)[previous.first : last + 1]).strip(_BLANK)
+            better = best if best.score >= extract.score else extract
+            merged[-1] = (Window(window.source, previous.first, last, text), better)
+        else:
+            merged.append((window, extract))
+    return [
+        extract.model_copy(update={"text": window.text, "order": (*extract.order[:3], window.first)})
+        for window, extract in merged
+    ]
 
 
 def select(
     part: str, sources: Sequence[Source], embedder: Embedder, tokenizer: ChineseTokenizer, limits: Thresholds
 ) -> PartAnswer:
-    """The best sentences for `part` (book order) and whether they answer it."""
+    """The best sentence windows for `part`, in book order, and whether they answer it."""
     terms = content_terms(part, tokenizer)
-    candidates = sentences_of(sources)
+    candidates = windows_of(sources, limits.context)
     if not candidates:
         return PartAnswer(part=part, extracts=[], answered=False, best_similarity=0.0, coverage=0.0)
-    covered = [coverage(terms, sentence) for _, _, sentence in candidates]
-    # Only the sentences sharing the most terms with the part are embedded (ties: retrieval order).
+    covered = [coverage(terms, window.text) for window in candidates]
+    # Only the windows sharing the most terms with the part are embedded (ties: retrieval order).
     shortlist = sorted(range(len(candidates)), key=lambda i: -covered[i])[: limits.candidates]
-    vectors = embedder.embed_documents([candidates[i][2] for i in shortlist])
-    query = embedder.embed_query(part)
-    similarities = _cosine(vectors, query)
+    vectors = embedder.embed_documents([candidates[i].text for i in shortlist])
+    similarities = _cosine(vectors, embedder.embed_query(part))
     scored = []
-    for i, similarity in zip(shortlist, similarities):
-        source, position, sentence = candidates[i]
+    for i, similarity in zip(shortlist, similarities, strict=True):
+        window = candidates[i]
+        order = (int(window.source.web), window.source.chapter, window.source.chunk, window.first)
         score = float(similarity) + limits.coverage_weight * covered[i]
-        order = (int(source.web), source.chapter, source.chunk, position)
-        scored.append(
-            Extract(
-                text=sentence,
-                source_id=source.id,
-                order=order,
-                similarity=float(similarity),
-                coverage=covered[i],
-                score=score,
-            )
+        extract = Extract(
+            text=window.text,
+            source_id=window.source.id,
+            order=order,
+            similarity=float(similarity),
+            coverage=covered[i],
+            score=score,
         )
-    best = sorted(scored, key=lambda e: -e.score)[: limits.sentences]
-    kept = [e for e in best if e is best[0] or e.coverage > 0]
+        scored.append((window, extract))
+    scored.sort(key=lambda pair: -pair[1].score)
+    best = [pair for rank, pair in enumerate(scored[: limits.sentences]) if rank == 0 or pair[1].coverage > 0]
+    kept = sorted(_merge(best), key=lambda e: e.order)
     union = coverage(terms, "".join(e.text for e in kept))
-    top_similarity = max(e.similarity for e in scored)
+    top_similarity = max(extract.similarity for _, extract in scored)
     answered = union >= limits.min_coverage and top_similarity >= limits.min_similarity
-    kept.sort(key=lambda e: e.order)
     return PartAnswer(part=part, extracts=kept, answered=answered, best_similarity=top_similarity, coverage=union)
 
 
@@ -308,7 +355,7 @@ def compose(parts: Sequence[PartAnswer], sources: dict[str, Quoted], why_not: Se
         if numbered:
             lines.append(f"{index}. {part.part}")
         if part.wants_links:
-            lines += [f"{quoted.title} {quoted.url}[{quoted.number}]" for quoted in web]
+            lines += [f"「{quoted.title}」{quoted.url}[{quoted.number}]" for quoted in web]
             continue
         if part.extracts and not part.answered:
             lines.append(CLOSEST)

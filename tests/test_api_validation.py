@@ -50,7 +50,7 @@ BAD_REQUESTS = [
 def model() -> Iterator[FakeChatServer]:
     """Scripted with nothing: any request reaching it would be an unscripted call, recorded."""
     with FakeChatServer() as server:
-        yield server  # type: ignore[misc]
+        yield server
 
 
 @pytest.fixture(scope="module", params=list(STATES))

@@ -355,7 +355,7 @@ def test_malformed_structured_output_is_not_enough_and_no_crash(make_deps, chat,
 
     # The seeds' rule: an unparseable verdict searches the web with missing = the sub-questions,
     # and the one-search limit still holds when the second verdict is unparseable too.
-    assert nodes(result) == LOCAL_PATH[:-1] + ["web_search", "evaluate", "generate"]
+    assert nodes(result) == [*LOCAL_PATH[:-1], "web_search", "evaluate", "generate"]
     assert result.route == "complex" and result.sub_questions == [question]
     assert result.llm_calls == len(chat.requests) == 5
     assert [(e.enough, e.missing, e.source) for e in result.evaluations] == [(False, [question], "parse_error")] * 2

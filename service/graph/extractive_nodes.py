@@ -67,7 +67,11 @@ async def select_evidence(state: WorkflowState, runtime: Runtime[RunContext]) ->
     ctx = runtime.context
     settings, retriever = ctx.deps.settings, ctx.deps.retriever
     limits = Thresholds(
-        settings.extractive_min_similarity, settings.extractive_min_coverage, settings.extractive_sentences
+        settings.extractive_min_similarity,
+        settings.extractive_min_coverage,
+        settings.extractive_sentences,
+        settings.extractive_context,
+        settings.extractive_candidates,
     )
     web = state.get("web_results", [])
     before = {answer.part: answer for answer in state.get("part_answers", [])}

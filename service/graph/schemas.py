@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, StrictBool, field_validator
 
 from core.schema import Mode
+from service.extractive import PartAnswer
 
 MAX_SUB_QUESTIONS = 8
 MAX_MISSING = 6
@@ -157,6 +158,9 @@ class QueryResult(BaseModel):
     llm_calls: int
     web_calls: int
     warnings: list[str]
+    parts: list[PartAnswer] = Field(
+        default_factory=list, description="extractive mode: per question part, its quotes and the verdict's figures"
+    )
 
 
 class WorkflowEvent(BaseModel):

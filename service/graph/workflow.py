@@ -253,4 +253,5 @@ def _result(state: dict[str, Any], ctx: RunContext) -> QueryResult:
         llm_calls=state.get("llm_calls", 0),
         web_calls=state.get("web_searches", 0),
         warnings=list(dict.fromkeys(state.get("warnings", []))),
+        parts=state.get("part_answers", []),
     )

@@ -1,0 +1,224 @@
+"""Extractive answers (no model) on the 三国 questions: is the evidence quoted, is the unknown admitted?
+
+    python -m bench.extractive_eval [--index extractive-sanguo] [--book PATH] [--no-build]
+
+Every question of bench/data/sanguo_questions.jsonl (answerable, with a verbatim `evidence`) and
+bench/data/sanguo_unanswerable.jsonl (about things the book does not contain; `compound` ones
+ask one answerable and one unanswerable part) goes through the service's own workflow
+(`run_query`, `ANSWER_MODE=extractive`, no web) over an index of the whole book (800/50 chunks,
+built with the cached embedder unless `--no-build`; sentence vectors are cached too).
+
+The sufficiency thresholds (best similarity, keyword coverage) do not change which sentences
+are quoted, only whether a part counts as answered, so one run per question is judged again
+for every point of a grid. The grid point with the best balanced accuracy on `dev` (answerable
+judged answered, unanswerable said 无法从上下文确认) is chosen; `test` figures use that point.
+Figures: share of answerable questions whose answer contains the evidence (quote markup
+removed), judged answered, both; share of unanswerable ones that say 无法从上下文确认; compound
+ones whose first part is quoted and whose second is admitted. Wilson 95 % intervals.
+"""
+
+import argparse
+import asyncio
+import json
+import math
+import re
+import sys
+import time
+from collections.abc import Sequence
+from itertools import product
+from pathlib import Path
+from typing import Any
+
+from elasticsearch import Elasticsearch, helpers
+
+from bench.datasets import BENCH_DATA, SHARED_DATA, load_sanguo
+from bench.embedding_cache import CachedEmbedder
+from bench.latency import percentile
+from bench.retrieval_eval import RESULTS, ensure_indexed, machine
+from core.config import Settings
+from core.embeddings import load_embedder
+from core.text import get_tokenizer
+from service.graph import QueryOptions, build_deps, run_query
+from service.retrieval import Retriever
+from service.store import create_client
+
+SIMILARITIES = [round(0.80 + 0.005 * i, 3) for i in range(31)]  # 0.800 … 0.950
+COVERAGES = [round(0.1 * i, 1) for i in range(11)]  # 0.0 … 1.0
+_MARKUP = re.compile(r"\[\d+\](?:（https?://[^）]*）)?|[「」\n]")
+
+
+def load_questions() -> list[dict[str, Any]]:
+    answerable = [
+        {**json.loads(line), "kind": "answerable"}
+        for line in (BENCH_DATA / "sanguo_questions.jsonl").read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ]
+    other = [
+        json.loads(line)
+        for line in (BENCH_DATA / "sanguo_unanswerable.jsonl").read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ]
+    return answerable + other
+
+
+def indexed_chunks(es: Elasticsearch, index: str) -> list[str]:
+    """Every chunk of the index: a question whose evidence is in none of them cannot be asked."""
+    es.indices.refresh(index=index)
+    return [hit["_source"]["text"] for hit in helpers.scan(es, index=index, _source=["text"])]
+
+
+def contains(answer: str, evidence: str) -> bool:
+    """The evidence, verbatim, in the answer's quotes (markup removed, so adjacent quotes join)."""
+    return evidence in _MARKUP.sub("", answer)
+
+
+async def run_all(deps: Any, questions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    runs = []
+    for number, item in enumerate(questions, start=1):
+        started = time.perf_counter()
+        result = await run_query(deps, item["question"], QueryOptions(web=False))
+        evidence = item.get("evidence")
+        runs.append(
+            {
+                **item,
+                "ms": round((time.perf_counter() - started) * 1000, 1),
+                "answer": result.answer,
+                "parts": [
+                    p.model_dump(include={"part", "best_similarity", "coverage", "wants_links"}) for p in result.parts
+                ],
+                "quoted": contains(result.answer, evidence) if evidence else None,
+            }
+        )
+        print(f"\r{number}/{len(questions)}", end="", file=sys.stderr, flush=True)
+    print(file=sys.stderr)
+    return runs
+
+
+def answered(part: dict[str, Any], similarity: float, coverage: float) -> bool:
+    return bool(part["wants_links"]) or (part["best_similarity"] >= similarity and part["coverage"] >= coverage)
+
+
+def judge(run: dict[str, Any], similarity: float, coverage: float) -> dict[str, bool]:
+    """What the answer says at these thresholds: all parts answered, or 无法从上下文确认 for some."""
+    verdicts = [answered(p, similarity, coverage) for p in run["parts"]]
+    result = {"all_answered": all(verdicts), "admits": not all(verdicts)}
+    if run["kind"] == "compound":
+        # First part answered and quoted, some later part admitted.
+        result["compound_ok"] = (
+            bool(verdicts) and verdicts[0] and not all(verdicts[1:]) and contains(run["answer"], run["evidence"])
+        )
+    return result
+
+
+def wilson(hits: int, n: int, z: float = 1.96) -> list[float]:
+    if n == 0:
+        return [0.0, 0.0]
+    p = hits / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return [round(max(0.0, centre - half), 3), round(min(1.0, centre + half), 3)]
+
+
+def share(flags: list[bool]) -> dict[str, Any]:
+    hits = sum(flags)
+    return {"share": round(hits / len(flags), 3) if flags else 0.0, "n": len(flags), "ci95": wilson(hits, len(flags))}
+
+
+def figures(runs: list[dict[str, Any]], similarity: float, coverage: float) -> dict[str, Any]:
+    answerable = [r for r in runs if r["kind"] == "answerable"]
+    unanswerable = [r for r in runs if r["kind"] == "unanswerable"]
+    compound = [r for r in runs if r["kind"] == "compound"]
+    judged = {id(r): judge(r, similarity, coverage) for r in runs}
+    return {
+        "answerable_quotes_evidence": share([r["quoted"] for r in answerable]),
+        "answerable_judged_answered": share([judged[id(r)]["all_answered"] for r in answerable]),
+        "answerable_quoted_and_answered": share([r["quoted"] and judged[id(r)]["all_answered"] for r in answerable]),
+        "unanswerable_says_unconfirmed": share([judged[id(r)]["admits"] for r in unanswerable]),
+        "compound_first_quoted_second_admitted": share([judged[id(r)]["compound_ok"] for r in compound]),
+        "compound_says_unconfirmed": share([judged[id(r)]["admits"] for r in compound]),
+    }
+
+
+def tune(dev: list[dict[str, Any]]) -> dict[str, Any]:
+    """The grid point with the best balanced accuracy on dev; ties go to the stricter point."""
+    best: tuple[float, float, float] | None = None
+    for similarity, coverage in product(SIMILARITIES, COVERAGES):
+        found = figures(dev, similarity, coverage)
+        admitted = [judge(r, similarity, coverage)["admits"] for r in dev if r["kind"] != "answerable"]
+        balanced = (found["answerable_judged_answered"]["share"] + sum(admitted) / max(1, len(admitted))) / 2
+        if best is None or (balanced, similarity, coverage) > best:
+            best = (balanced, similarity, coverage)
+    assert best is not None
+    return {"balanced_accuracy": round(best[0], 3), "min_similarity": best[1], "min_coverage": best[2]}
+
+
+def markdown(report: dict[str, Any]) -> str:
+    chosen = report["chosen"]
+    lines = [
+        f"Index `{report['index']}` ({report['chunks']} chunks), "
+        f"{report['questions']} questions asked ({report['skipped']} skipped: evidence not in the index); "
+        f"machine: {report['machine']['cores']} cores, load {report['machine']['load_average']}, {report['machine']['date']}.",
+        f"Thresholds chosen on dev (balanced accuracy {chosen['balanced_accuracy']}): "
+        f"EXTRACTIVE_MIN_SIMILARITY={chosen['min_similarity']}, EXTRACTIVE_MIN_COVERAGE={chosen['min_coverage']}.",
+        "",
+        "| figure | dev | test |",
+        "|---|---|---|",
+    ]
+    for name in report["dev"]:
+        cells = [
+            f"{report[s][name]['share']:.3f} (n={report[s][name]['n']}, 95 % CI {report[s][name]['ci95'][0]:.2f}–{report[s][name]['ci95'][1]:.2f})"
+            for s in ("dev", "test")
+        ]
+        lines.append(f"| {name} | {cells[0]} | {cells[1]} |")
+    lines += [
+        "",
+        f"Latency per question (ms, whole workflow): p50 {report['latency_ms']['p50']}, p95 {report['latency_ms']['p95']}.",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.extractive_eval", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--index", default="extractive-sanguo", help="alias (or index) holding the whole book")
+    parser.add_argument("--book", type=Path, default=SHARED_DATA / "sanguo" / "sanguo_yanyi.txt")
+    parser.add_argument("--no-build", action="store_true", help="use --index as it is (may be partial)")
+    args = parser.parse_args(argv)
+
+    settings = Settings(es_index=args.index, answer_mode="extractive", judgements_index="bench-extractive-judgements")
+    es = create_client(settings)
+    embedder = CachedEmbedder(load_embedder(settings.embedder, settings))
+    tokenizer = get_tokenizer(settings.jieba_user_dict)
+    if not args.no_build:
+        ensure_indexed(es, load_sanguo(path=args.book), args.index, embedder, tokenizer, reindex=False)
+    chunks = indexed_chunks(es, args.index)
+    text = "\x1e".join(chunks)
+    questions = load_questions()
+    askable = [q for q in questions if q.get("evidence") is None or q["evidence"] in text]
+    deps = build_deps(settings, es, Retriever(es, embedder, tokenizer))
+    runs = asyncio.run(run_all(deps, askable))
+    es.options(ignore_status=404).indices.delete(index=settings.judgements_index)
+
+    dev = [r for r in runs if r["split"] == "dev"]
+    chosen = tune(dev)
+    report = {
+        "index": args.index,
+        "chunks": len(chunks),
+        "questions": len(askable),
+        "skipped": len(questions) - len(askable),
+        "machine": machine(es, embedder),
+        "chosen": chosen,
+        "dev": figures(dev, chosen["min_similarity"], chosen["min_coverage"]),
+        "test": figures([r for r in runs if r["split"] == "test"], chosen["min_similarity"], chosen["min_coverage"]),
+        "latency_ms": {"p50": percentile([r["ms"] for r in runs], 50), "p95": percentile([r["ms"] for r in runs], 95)},
+        "runs": runs,
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "extractive_eval.json").write_text(json.dumps(report, ensure_ascii=False, indent=1), encoding="utf-8")
+    table = markdown(report)
+    (RESULTS / "extractive_eval.md").write_text(table + "\n", encoding="utf-8")
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
