@@ -1,12 +1,14 @@
 """Extractive answers (no model) on the 三国 questions: is the evidence quoted, is the unknown admitted?
 
-    python -m bench.extractive_eval [--index extractive-sanguo] [--book PATH] [--no-build]
+    python -m bench.extractive_eval [--index extractive-sanguo] [--book PATH]
 
 Every question of bench/data/sanguo_questions.jsonl (answerable, with a verbatim `evidence`) and
 bench/data/sanguo_unanswerable.jsonl (about things the book does not contain; `compound` ones
 ask one answerable and one unanswerable part) goes through the service's own workflow
-(`run_query`, `ANSWER_MODE=extractive`, no web) over an index of the whole book (800/50 chunks,
-built with the cached embedder unless `--no-build`; sentence vectors are cached too).
+(`run_query`, `ANSWER_MODE=extractive`, no web) over `--index` (built from the whole book, 800/50
+chunks, with the cached embedder when it does not exist; sentence vectors are cached too). A
+question whose evidence is in no indexed chunk is skipped and counted, so a partial index
+(the first N chapters) gives figures on the questions it can answer.
 
 The sufficiency thresholds (best similarity, keyword coverage) do not change which sentences
 are quoted, only whether a part counts as answered, so one run per question is judged again
@@ -31,16 +33,17 @@ from typing import Any
 
 from elasticsearch import Elasticsearch, helpers
 
-from bench.datasets import BENCH_DATA, SHARED_DATA, load_sanguo
+from bench.datasets import BENCH_DATA, load_sanguo, shared_data
 from bench.embedding_cache import CachedEmbedder
 from bench.latency import percentile
-from bench.retrieval_eval import RESULTS, ensure_indexed, machine
+from bench.retrieval_eval import RESULTS, machine
 from core.config import Settings
 from core.embeddings import load_embedder
 from core.text import get_tokenizer
+from indexing.pipeline import index_documents
 from service.graph import QueryOptions, build_deps, run_query
 from service.retrieval import Retriever
-from service.store import create_client
+from service.store import concrete_indices, create_client
 
 SIMILARITIES = [round(0.80 + 0.005 * i, 3) for i in range(31)]  # 0.800 … 0.950
 COVERAGES = [round(0.1 * i, 1) for i in range(11)]  # 0.0 … 1.0
@@ -180,16 +183,16 @@ def markdown(report: dict[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.extractive_eval", description=__doc__.split("\n\n")[0])
     parser.add_argument("--index", default="extractive-sanguo", help="alias (or index) holding the whole book")
-    parser.add_argument("--book", type=Path, default=SHARED_DATA / "sanguo" / "sanguo_yanyi.txt")
-    parser.add_argument("--no-build", action="store_true", help="use --index as it is (may be partial)")
+    parser.add_argument("--book", type=Path, help="the book (default: SHARED_DATA/sanguo/sanguo_yanyi.txt)")
     args = parser.parse_args(argv)
 
     settings = Settings(es_index=args.index, answer_mode="extractive", judgements_index="bench-extractive-judgements")
     es = create_client(settings)
     embedder = CachedEmbedder(load_embedder(settings.embedder, settings))
     tokenizer = get_tokenizer(settings.jieba_user_dict)
-    if not args.no_build:
-        ensure_indexed(es, load_sanguo(path=args.book), args.index, embedder, tokenizer, reindex=False)
+    if not concrete_indices(es, args.index):
+        book = load_sanguo(path=args.book or shared_data() / "sanguo" / "sanguo_yanyi.txt")
+        index_documents(es, book.documents, alias=args.index, embedder=embedder, tokenizer=tokenizer, progress=True)
     chunks = indexed_chunks(es, args.index)
     text = "\x1e".join(chunks)
     questions = load_questions()

@@ -6,10 +6,10 @@ When no chat model is configured or reachable (`ANSWER_MODE=auto`), or always wi
 1. `split_question` cuts a compound question into parts on Chinese conjunctions and
    punctuation (the seeds' decomposition without a model); each part gets its own search.
 2. `select` cuts the part's top passages into sentences (`core.chunking.split_sentences`) and
-   scores each against the part: embedding similarity (the same embedder as retrieval, only
-   for the sentences that share the most terms with the part, to keep it affordable) plus
-   keyword coverage of the part's content terms (the retrieval query analysis, minus stop
-   and question words).
+   scores each (with its neighbours) against the part: embedding similarity (the same
+   embedder as retrieval, only for the windows that share the most terms with the part, to
+   keep it affordable) plus keyword coverage of the part's query terms (the index's own
+   query analysis: `core.text`, stop and question words dropped).
 3. A part is answered when the selected sentences cover enough of its content terms and the
    best similarity clears a threshold, both tuned on dev questions (bench/extractive_eval.py).
 4. `compose` writes only quotes and fixed template phrases: nothing is paraphrased or invented.
@@ -40,92 +40,6 @@ _QUESTION_MARK = re.compile(
 _REFERS_BACK = re.compile(r"(?:他|她|它|其|该|此|这|那|有|是|又|还|在|会|能|用)")
 _LINK_REQUEST = re.compile(r"链接|网址|网页|url|link", re.IGNORECASE)
 _TRIM = " \t\u3000，,、：:"
-# Question and function words: they say what is asked, not what the answer must mention.
-QUESTION_WORDS = frozenset(
-    [
-        "什么",
-        "哪里",
-        "哪儿",
-        "哪个",
-        "哪些",
-        "哪位",
-        "哪年",
-        "哪",
-        "谁",
-        "几",
-        "多少",
-        "怎样",
-        "怎么",
-        "怎么样",
-        "如何",
-        "为什么",
-        "为何",
-        "何",
-        "何人",
-        "何处",
-        "何时",
-        "是否",
-        "吗",
-        "呢",
-        "呀",
-        "吧",
-        "啊",
-        "请问",
-        "请",
-        "给出",
-        "一下",
-        "告诉",
-        "我",
-        "你",
-        "是",
-        "的",
-        "了",
-        "在",
-        "有",
-        "和",
-        "与",
-        "及",
-        "把",
-        "被",
-        "对",
-        "都",
-        "也",
-        "又",
-        "还",
-        "就",
-        "个",
-        "些",
-        "这",
-        "那",
-        "他",
-        "她",
-        "它",
-        "其",
-        "们",
-        "之",
-        "说",
-        "做",
-        "后来",
-        "当时",
-        "时候",
-        "叫",
-        "名叫",
-        "分别",
-        "各自",
-        "一起",
-        "中",
-        "里",
-        "上",
-        "从",
-        "到",
-        "给",
-        "让",
-        "用",
-        "以",
-        "为",
-        "由",
-    ]
-)
 MIN_SENTENCE_CHARS = 4
 _BLANK = " \t\u3000\n"
 
@@ -214,9 +128,8 @@ def wants_links(part: str) -> bool:
 
 
 def content_terms(part: str, tokenizer: ChineseTokenizer) -> list[str]:
-    """The part's query terms (the retrieval analysis) minus question and function words."""
-    terms = [t for t in tokenizer.query_terms(part) if t not in QUESTION_WORDS]
-    return list(dict.fromkeys(terms))
+    """The part's query terms, exactly as retrieval analyses it (stop and question words dropped)."""
+    return list(dict.fromkeys(tokenizer.query_terms(part)))
 
 
 def _covers(term: str, text: str) -> bool:

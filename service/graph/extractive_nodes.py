@@ -74,6 +74,7 @@ async def select_evidence(state: WorkflowState, runtime: Runtime[RunContext]) ->
         settings.extractive_candidates,
     )
     web = state.get("web_results", [])
+    tokenizer = await asyncio.to_thread(retriever.index_tokenizer, ctx.deps.index)
     before = {answer.part: answer for answer in state.get("part_answers", [])}
     answers = []
     for part in state["sub_questions"]:
@@ -84,9 +85,7 @@ async def select_evidence(state: WorkflowState, runtime: Runtime[RunContext]) ->
         else:
             sources = _sources(state, part, settings.extractive_passages)
             answers.append(
-                await asyncio.to_thread(
-                    extractive.select, part, sources, retriever.embedder, retriever.tokenizer, limits
-                )
+                await asyncio.to_thread(extractive.select, part, sources, retriever.embedder, tokenizer, limits)
             )
     step = _verdict(answers, with_web=bool(web))
     contexts, _ = select_contexts(state.get("passages", {}), web, settings.context_token_budget)
