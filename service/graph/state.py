@@ -6,6 +6,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, TypedDict
 
+from core.schema import Mode
 from service.extractive import PartAnswer
 from service.graph.schemas import AnswerMode, ChatTurn, Citation, EvaluationStep, TraceStep
 from service.retrieval import Hit
@@ -51,7 +52,7 @@ class RunContext:
     """Per-query dependencies and limits, handed to every node by LangGraph's runtime."""
 
     deps: "WorkflowDeps"
-    mode: str
+    mode: Mode
     k: int
     web: bool
     max_retrievals: int
