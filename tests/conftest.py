@@ -9,12 +9,15 @@ is removed for every test, tests build `Settings(_env_file=None, ...)`, and subp
 `subprocess_env(...)` and a temporary working directory.
 """
 
+import json
 import os
 import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from elasticsearch import Elasticsearch
@@ -44,6 +47,26 @@ def isolated_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 def subprocess_env(**variables: str) -> dict[str, str]:
     """An explicit environment for a child process: PATH, a UTF-8 locale and `variables`."""
     return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", **variables}
+
+
+def start_indexing(workdir: Path, *args: str | Path, **variables: str) -> subprocess.Popen[str]:
+    """`python -m indexing ARGS` as users run it, in `workdir`, with only `variables` set."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "indexing", *map(str, args)],
+        cwd=workdir,
+        env=subprocess_env(**variables),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def indexing_result(process: subprocess.Popen[str]) -> tuple[int, dict[str, Any], str]:
+    """(exit status, the JSON summary the job prints last, its stderr) once it has ended."""
+    stdout, stderr = process.communicate(timeout=300)
+    lines = stdout.splitlines()
+    return process.returncode, json.loads(lines[-1]) if lines else {}, stderr
 
 
 def delete_indices(es: Elasticsearch, alias: str) -> None:

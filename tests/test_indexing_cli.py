@@ -3,7 +3,6 @@
 import json
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,36 +14,24 @@ from core.chunking import split_text
 from core.schema import chunk_id, content_hash
 from indexing.loaders import load_paths
 from service.store import create_index
-from tests.conftest import subprocess_env
+from tests.conftest import indexing_result, start_indexing
 from tests.test_indexing import OtherEmbedder
 
 SMALL = ["--chunk-size", "60", "--chunk-overlap", "10", "--no-progress"]
 Cli = Callable[..., subprocess.Popen[str]]
 
 
+finish = indexing_result
+
+
 @pytest.fixture
 def cli(es_url: str, tmp_path: Path) -> Cli:
     """Starts `python -m indexing ARGS` in an empty working directory with an explicit environment."""
-    workdir = tmp_path / "cwd"
-    workdir.mkdir()
 
     def start(*args: str | Path, url: str = es_url) -> subprocess.Popen[str]:
-        return subprocess.Popen(
-            [sys.executable, "-m", "indexing", *map(str, args)],
-            cwd=workdir,
-            env=subprocess_env(ES_URL=url, LOG_LEVEL="WARNING"),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        return start_indexing(tmp_path / "cwd", *args, ES_URL=url, LOG_LEVEL="WARNING")
 
     return start
-
-
-def finish(process: subprocess.Popen[str]) -> tuple[int, dict, str]:
-    stdout, stderr = process.communicate(timeout=300)
-    lines = stdout.splitlines()
-    return process.returncode, json.loads(lines[-1]) if lines else {}, stderr
 
 
 def write_novel(path: Path, chapters: int, sentences: int) -> None:

@@ -4,8 +4,6 @@ and the trace; bad files in the error file; `--sync` after an add, an edit and a
 
 import json
 import re
-import subprocess
-import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,7 +17,7 @@ from bench import doc_fixtures as fx
 from core.config import Settings
 from core.embeddings import Embedder
 from service.api import create_app
-from tests.conftest import delete_indices, subprocess_env
+from tests.conftest import delete_indices, indexing_result, start_indexing
 from tests.fakes.openai_server import ANSWER, FakeChatServer
 from tests.serving import serve
 from tests.test_loaders_formats import bad_files
@@ -31,17 +29,7 @@ SMALL = ["--chunk-size", "200", "--chunk-overlap", "20", "--no-progress"]
 
 def run(es_url: str, workdir: Path, *args: str | Path, **env: str) -> tuple[int, dict[str, Any], str]:
     """`python -m indexing ARGS` in `workdir` with an explicit environment: (status, summary, stderr)."""
-    workdir.mkdir(exist_ok=True)
-    process = subprocess.run(
-        [sys.executable, "-m", "indexing", *map(str, args)],
-        cwd=workdir,
-        env=subprocess_env(ES_URL=es_url, LOG_LEVEL="WARNING", **env),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    lines = process.stdout.splitlines()
-    return process.returncode, json.loads(lines[-1]) if lines else {}, process.stderr
+    return indexing_result(start_indexing(workdir, *args, ES_URL=es_url, LOG_LEVEL="WARNING", **env))
 
 
 @pytest.fixture(scope="module")

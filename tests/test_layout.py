@@ -60,3 +60,12 @@ def test_no_project_variable_reaches_a_test() -> None:
     assert "ES_INDEX" in PROJECT_VARIABLES and "OPENAI_API_KEY" in PROJECT_VARIABLES
     leaked = [name for name in PROJECT_VARIABLES if name in os.environ and name != "SHARED_DATA"]
     assert leaked == []
+
+
+def test_the_error_module_does_not_build_the_workflow(tmp_path: Path) -> None:
+    probe = "import json, sys, service.errors; print(json.dumps(sorted(sys.modules)))"
+    loaded = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True, check=True
+    )
+    modules = json.loads(loaded.stdout)
+    assert not [name for name in modules if name.startswith(("langgraph", "service.graph"))]

