@@ -35,6 +35,7 @@ from typing import Any
 
 from elasticsearch import Elasticsearch
 
+from bench.datasets import shared_data
 from bench.embedding_stub import EmbeddingStub
 from core.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, split_text
 from core.config import Settings
@@ -44,7 +45,7 @@ from indexing.pipeline import DEFAULT_BATCH_SIZE
 from service.store import create_client
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-SANGUO = REPO_ROOT.parent / "shared" / "data" / "sanguo" / "sanguo_yanyi.txt"
+SANGUO = shared_data() / "sanguo" / "sanguo_yanyi.txt"
 
 
 def bare_embedding(texts: list[str], batch_size: int, spec: str, every: int) -> tuple[int, float, float]:

@@ -42,7 +42,7 @@ from bench.datasets import Dataset, load_named
 from bench.embedding_cache import CachedEmbedder, cache_path
 from core.config import Settings
 from core.embeddings import Embedder, load_embedder
-from core.schema import LIST_MODES
+from core.schema import LIST_MODES, Mode
 from core.text import ChineseTokenizer
 from indexing.pipeline import index_documents
 from service.fusion import FusionParams, fuse
@@ -52,7 +52,7 @@ from service.store import concrete_indices, create_client, read_index_meta
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
 DOCS = REPO / "docs" / "retrieval.md"
-LISTS: tuple[str, ...] = tuple(LIST_MODES)
+LISTS: tuple[Mode, ...] = LIST_MODES
 METRICS = ("R@1", "R@5", "R@10", "MRR@10")
 GATE = ("R@1", "R@5", "MRR@10")  # hybrid must not be below any single list on these
 DOCS_BEGIN, DOCS_END = "<!-- retrieval-eval:begin -->", "<!-- retrieval-eval:end -->"
@@ -161,7 +161,7 @@ def ranked_lists(retriever: Retriever, alias: str, dataset: Dataset, split: str 
 def fusion_grid() -> list[dict[str, Any]]:
     """The settings compared on dev: plain and weighted RRF, min-max and z-score sums, RRF by score gap."""
     grid: list[dict[str, Any]] = []  # simplest first: on a tie, the earlier setting is chosen
-    for lists in (LISTS, ("vector", "bm25", "bigram")):
+    for lists in (LISTS, (Mode.VECTOR, Mode.BM25, Mode.BIGRAM)):
         for weight in (1.0, 2.0):
             grid += [{"method": "rrf", "k": k, "lists": lists, "vector_weight": weight} for k in (60, 30, 10)]
             grid += [{"method": m, "k": 60, "lists": lists, "vector_weight": weight} for m in ("minmax", "zscore")]
@@ -188,7 +188,9 @@ def label(config: dict[str, Any]) -> str:
 def per_query(dataset: Dataset, lists: dict[str, Lists], config: dict[str, Any] | None) -> dict[str, list[dict]]:
     """Per-query metrics of every single list and (with `config`) of hybrid, over the questions in `lists`."""
     queries = [q for q in dataset.queries if q.id in lists]
-    out = {name: [query_metrics([i for i, _ in lists[q.id][name]], q.relevant) for q in queries] for name in LISTS}
+    out: dict[str, list[dict]] = {
+        name: [query_metrics([i for i, _ in lists[q.id][name]], q.relevant) for q in queries] for name in LISTS
+    }
     if config is not None:
         out["hybrid"] = [query_metrics(fused_ids(lists[q.id], config), q.relevant) for q in queries]
     return out

@@ -91,7 +91,7 @@ class Hit(BaseModel):
 
 
 class SearchResult(BaseModel):
-    mode: str
+    mode: Mode
     took_ms: float
     hits: list[Hit]
 
@@ -99,7 +99,7 @@ class SearchResult(BaseModel):
 class ModeOverlap(BaseModel):
     """How many of the top-k ids two modes share; `overlap_at_k` = shared / k."""
 
-    modes: tuple[str, str]
+    modes: tuple[Mode, Mode]
     shared: list[str]
     overlap_at_k: float
 
@@ -108,8 +108,8 @@ class RankDifference(BaseModel):
     """One chunk's 1-based rank in every compared mode (None: not in that mode's top k)."""
 
     id: str
-    ranks: dict[str, int | None]
-    found_by: list[str]
+    ranks: dict[Mode, int | None]
+    found_by: list[Mode]
     # Worst minus best rank among the modes that found it (0 when only one did).
     spread: int
 
@@ -119,12 +119,12 @@ class Comparison(BaseModel):
 
     query: str
     k: int
-    modes: list[str]
-    results: dict[str, SearchResult]
+    modes: list[Mode]
+    results: dict[Mode, SearchResult]
     overlaps: list[ModeOverlap]
     # Ids every mode found, and ids only one mode found (per mode, in that mode's order).
     common: list[str]
-    only: dict[str, list[str]]
+    only: dict[Mode, list[str]]
     # Every id any mode returned, ordered by its best rank.
     ranks: list[RankDifference]
 

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from elasticsearch import Elasticsearch
 
+from bench.datasets import shared_data
 from core.config import Settings
 from core.documents import Document
 from core.embeddings import Embedder, load_embedder
@@ -29,7 +30,7 @@ from core.text import get_tokenizer
 from indexing.pipeline import index_documents
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-SHARED_DATA = Path(os.environ.get("SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
+SHARED_DATA = shared_data()
 SANGUO_PATH = SHARED_DATA / "sanguo" / "sanguo_yanyi.txt"
 ES_VERSION = "8.19.21"
 _ES_URL = os.environ.get("ES_URL")

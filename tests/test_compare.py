@@ -9,6 +9,7 @@ from elasticsearch import Elasticsearch
 
 from core.documents import Document
 from core.embeddings import Embedder
+from core.schema import Mode
 from core.text import ChineseTokenizer
 from service import search as cli
 from service.retrieval import Comparison, Retriever
@@ -38,7 +39,10 @@ def retriever(es: Elasticsearch, embedder: Embedder) -> Retriever:
 def test_comparison_matches_the_modes_run_separately(retriever: Retriever, kb: str) -> None:
     query, k = "低血糖出汗心慌怎么办", 3
     comparison = retriever.compare(kb, query, k, ["vector", "bm25", "hybrid"])
-    ids = {mode: [h.id for h in retriever.search(kb, query, mode, k).hits] for mode in ("vector", "bm25", "hybrid")}
+    ids = {
+        mode: [h.id for h in retriever.search(kb, query, mode, k).hits]
+        for mode in (Mode.VECTOR, Mode.BM25, Mode.HYBRID)
+    }
     assert {mode: [h.id for h in r.hits] for mode, r in comparison.results.items()} == ids
 
     pairs = {o.modes: o for o in comparison.overlaps}
@@ -47,7 +51,7 @@ def test_comparison_matches_the_modes_run_separately(retriever: Retriever, kb: s
         shared = [i for i in ids[a] if i in ids[b]]
         assert overlap.shared == shared
         assert overlap.overlap_at_k == pytest.approx(len(shared) / k)
-    everywhere = [i for i in ids["vector"] if i in ids["bm25"] and i in ids["hybrid"]]
+    everywhere = [i for i in ids[Mode.VECTOR] if i in ids[Mode.BM25] and i in ids[Mode.HYBRID]]
     assert comparison.common == everywhere
     for mode in ids:
         others = {i for m, found in ids.items() if m != mode for i in found}
@@ -64,12 +68,12 @@ def test_comparison_matches_the_modes_run_separately(retriever: Retriever, kb: s
 def test_overlap_figures_on_a_known_case(retriever: Retriever, kb: str) -> None:
     # bm25 matches only the one passage containing 降压药; vector returns k passages.
     comparison = retriever.compare(kb, "降压药", 2, ["bm25", "vector"])
-    bm25_ids = [h.id for h in comparison.results["bm25"].hits]
-    vector_ids = [h.id for h in comparison.results["vector"].hits]
-    assert [h.doc_id for h in comparison.results["bm25"].hits] == ["bp"]
-    assert comparison.only["bm25"] == ([] if bm25_ids[0] in vector_ids else bm25_ids)
+    bm25_ids = [h.id for h in comparison.results[Mode.BM25].hits]
+    vector_ids = [h.id for h in comparison.results[Mode.VECTOR].hits]
+    assert [h.doc_id for h in comparison.results[Mode.BM25].hits] == ["bp"]
+    assert comparison.only[Mode.BM25] == ([] if bm25_ids[0] in vector_ids else bm25_ids)
     assert comparison.overlaps[0].overlap_at_k == (0.5 if bm25_ids[0] in vector_ids else 0.0)
-    assert comparison.only["vector"] == [i for i in vector_ids if i not in bm25_ids]
+    assert comparison.only[Mode.VECTOR] == [i for i in vector_ids if i not in bm25_ids]
 
 
 def test_comparison_is_json_friendly(retriever: Retriever, kb: str) -> None:
