@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import openai
@@ -102,88 +102,95 @@ def _describe(error: dict[str, Any]) -> str:
     return f"{'.'.join(str(part) for part in error['loc'] if part != 'body') or 'body'}: {error['msg']}"
 
 
+async def _validation(request: Request, err: RequestValidationError) -> JSONResponse:
+    errors = [
+        {"loc": list(e.get("loc", ())), "msg": str(e.get("msg", "")), "type": str(e.get("type", ""))}
+        for e in err.errors()
+    ]
+    message = "; ".join(_describe(e) for e in errors)
+    request.app.state.metrics.record_error(endpoint_label(request.scope), "validation")
+    return JSONResponse({"detail": errors, "message": message}, status_code=422)
+
+
+async def _http_error(request: Request, err: HTTPException) -> JSONResponse:
+    return _error(request, err.status_code, f"http_{err.status_code}", str(err.detail), err.headers)
+
+
+async def _index_not_found(request: Request, err: IndexNotFoundError) -> JSONResponse:
+    return _error(request, 404, "index_not_found", str(err))
+
+
+async def _embedder_mismatch(request: Request, err: EmbedderMismatchError) -> JSONResponse:
+    return _error(request, 409, "embedder_mismatch", str(err))
+
+
+def _es_unavailable(request: Request, kind: str, reason: str, cause: str = "") -> JSONResponse:
+    outage_logger.warning("%s", reason, extra={"kind": f"{kind}:{cause}"})
+    detail = f"{reason}; retry in {RETRY_AFTER_S} s"
+    return _error(request, 503, kind, detail, headers={"Retry-After": str(RETRY_AFTER_S)})
+
+
+async def _es_unreachable(request: Request, err: ESConnectionError) -> JSONResponse:
+    url = redact_url(request.app.state.settings.es_url)
+    reason = f"Elasticsearch unreachable at {url} ({type(err).__name__})"
+    return _es_unavailable(request, "elasticsearch_unreachable", reason)
+
+
+async def _es_timeout(request: Request, err: ESConnectionTimeout) -> JSONResponse:
+    settings = request.app.state.settings
+    reason = f"Elasticsearch at {redact_url(settings.es_url)} did not answer within {settings.es_request_timeout:g} s"
+    return _es_unavailable(request, "elasticsearch_timeout", reason)
+
+
+async def _es_search_failed(request: Request, err: SearchError) -> JSONResponse:
+    reason = f"Elasticsearch could not search {err.index!r}: {err.type}: {_one_line(err.reason)}"
+    if err.transient:
+        return _es_unavailable(request, "elasticsearch_unavailable", reason, err.type)
+    logger.error("%s", reason)
+    return _error(request, 502, "elasticsearch_error", reason)
+
+
+async def _es_api_error(request: Request, err: ApiError) -> JSONResponse:
+    reason = f"Elasticsearch answered {err.meta.status}: {_one_line(str(err.message))}"
+    if _transient(err):
+        return _es_unavailable(request, "elasticsearch_unavailable", reason, str(err.meta.status))
+    logger.error("%s", reason)
+    return _error(request, 502, "elasticsearch_error", reason)
+
+
+async def _llm_not_configured(request: Request, err: LLMNotConfiguredError) -> JSONResponse:
+    return _error(request, 503, "llm_not_configured", str(err))
+
+
+async def _llm_failed(request: Request, err: openai.APIError) -> JSONResponse:
+    url = redact_url(request.app.state.settings.openai_base_url or "https://api.openai.com/v1")
+    logger.warning("LLM endpoint %s failed: %s", url, err)
+    name = type(err).__name__
+    if isinstance(err, openai.APIStatusError):
+        return _error(request, 502, "llm_error", f"the LLM endpoint at {url} answered HTTP {err.status_code} ({name})")
+    return _error(request, 503, "llm_unreachable", f"the LLM endpoint at {url} is unreachable ({name}); retry later")
+
+
+# Exception type → its answer; Starlette picks the handler of the nearest class in the MRO.
+_HANDLERS: list[tuple[type[Exception], Callable[[Request, Any], Awaitable[JSONResponse]]]] = [
+    (RequestValidationError, _validation),
+    (HTTPException, _http_error),
+    (IndexNotFoundError, _index_not_found),
+    (EmbedderMismatchError, _embedder_mismatch),
+    (ESConnectionError, _es_unreachable),
+    (ESConnectionTimeout, _es_timeout),
+    (SearchError, _es_search_failed),
+    (ApiError, _es_api_error),
+    (LLMNotConfiguredError, _llm_not_configured),
+    (openai.APIError, _llm_failed),
+]
+
+
 def add_error_handlers(app: FastAPI) -> None:
+    """The mapping above, quiet outage logs, and `UnexpectedErrors` for anything else."""
     quiet_outage_logs()
-
-    @app.exception_handler(RequestValidationError)
-    async def validation(request: Request, err: RequestValidationError) -> JSONResponse:
-        errors = [
-            {"loc": list(e.get("loc", ())), "msg": str(e.get("msg", "")), "type": str(e.get("type", ""))}
-            for e in err.errors()
-        ]
-        message = "; ".join(_describe(e) for e in errors)
-        request.app.state.metrics.record_error(endpoint_label(request.scope), "validation")
-        return JSONResponse({"detail": errors, "message": message}, status_code=422)
-
-    @app.exception_handler(HTTPException)
-    async def http_error(request: Request, err: HTTPException) -> JSONResponse:
-        return _error(request, err.status_code, f"http_{err.status_code}", str(err.detail), err.headers)
-
-    @app.exception_handler(IndexNotFoundError)
-    async def index_not_found(request: Request, err: IndexNotFoundError) -> JSONResponse:
-        return _error(request, 404, "index_not_found", str(err))
-
-    @app.exception_handler(EmbedderMismatchError)
-    async def embedder_mismatch(request: Request, err: EmbedderMismatchError) -> JSONResponse:
-        return _error(request, 409, "embedder_mismatch", str(err))
-
-    def es_unavailable(request: Request, kind: str, reason: str, cause: str = "") -> JSONResponse:
-        outage_logger.warning("%s", reason, extra={"kind": f"{kind}:{cause}"})
-        detail = f"{reason}; retry in {RETRY_AFTER_S} s"
-        return _error(request, 503, kind, detail, headers={"Retry-After": str(RETRY_AFTER_S)})
-
-    @app.exception_handler(ESConnectionError)
-    async def es_unreachable(request: Request, err: ESConnectionError) -> JSONResponse:
-        url = redact_url(request.app.state.settings.es_url)
-        reason = f"Elasticsearch unreachable at {url} ({type(err).__name__})"
-        return es_unavailable(request, "elasticsearch_unreachable", reason)
-
-    @app.exception_handler(ESConnectionTimeout)
-    async def es_timeout(request: Request, err: ESConnectionTimeout) -> JSONResponse:
-        settings = request.app.state.settings
-        reason = (
-            f"Elasticsearch at {redact_url(settings.es_url)} did not answer within {settings.es_request_timeout:g} s"
-        )
-        return es_unavailable(request, "elasticsearch_timeout", reason)
-
-    @app.exception_handler(SearchError)
-    async def es_search_failed(request: Request, err: SearchError) -> JSONResponse:
-        reason = f"Elasticsearch could not search {err.index!r}: {err.type}: {_one_line(err.reason)}"
-        if err.transient:
-            return es_unavailable(request, "elasticsearch_unavailable", reason, err.type)
-        logger.error("%s", reason)
-        return _error(request, 502, "elasticsearch_error", reason)
-
-    @app.exception_handler(ApiError)
-    async def es_api_error(request: Request, err: ApiError) -> JSONResponse:
-        reason = f"Elasticsearch answered {err.meta.status}: {_one_line(str(err.message))}"
-        if _transient(err):
-            return es_unavailable(request, "elasticsearch_unavailable", reason, str(err.meta.status))
-        logger.error("%s", reason)
-        return _error(request, 502, "elasticsearch_error", reason)
-
-    @app.exception_handler(LLMNotConfiguredError)
-    async def llm_not_configured(request: Request, err: LLMNotConfiguredError) -> JSONResponse:
-        return _error(request, 503, "llm_not_configured", str(err))
-
-    @app.exception_handler(openai.APIError)
-    async def llm_failed(request: Request, err: openai.APIError) -> JSONResponse:
-        url = redact_url(request.app.state.settings.openai_base_url or "https://api.openai.com/v1")
-        logger.warning("LLM endpoint %s failed: %s", url, err)
-        if isinstance(err, openai.APIStatusError):
-            return _error(
-                request,
-                502,
-                "llm_error",
-                f"the LLM endpoint at {url} answered HTTP {err.status_code} ({type(err).__name__})",
-            )
-        return _error(
-            request,
-            503,
-            "llm_unreachable",
-            f"the LLM endpoint at {url} is unreachable ({type(err).__name__}); retry later",
-        )
-
+    for exception, handler in _HANDLERS:
+        app.exception_handler(exception)(handler)
     app.add_middleware(UnexpectedErrors)
 
 
