@@ -46,12 +46,13 @@ import numpy as np
 from elasticsearch import ApiError, ConnectionTimeout, Elasticsearch, helpers
 from elasticsearch import ConnectionError as ESConnectionError
 from pydantic import BaseModel
-from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 from tqdm import tqdm
 
 from core.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, split_text
 from core.documents import Chunk, Document, document_chunks
 from core.embeddings import Embedder
+from core.retry import log_retry
 from core.schema import chunk_source
 from core.text import ChineseTokenizer
 from indexing.dictionary import corpus_tokenizer
@@ -259,12 +260,6 @@ def _transient(error: BaseException) -> bool:
     return isinstance(error, ApiError) and error.meta.status in _RETRY_STATUSES
 
 
-def _log_retry(state: RetryCallState) -> None:
-    error = state.outcome.exception() if state.outcome else None
-    delay = state.next_action.sleep if state.next_action else 0
-    logger.warning("Elasticsearch bulk write failed (%s): retrying the batch in %.0f s", error, delay)
-
-
 def _bulk_once(es: Elasticsearch, actions: list[dict[str, Any]]) -> list[tuple[bool, dict[str, Any]]]:
     """One `_bulk` request, no retries anywhere; (ok, item) per action in order (404 on delete is ok)."""
     results = []
@@ -305,7 +300,7 @@ def bulk_write(
         stop=stop_after_attempt(attempts),
         wait=wait_exponential(multiplier=1, max=16),
         retry=retry_if_exception(_transient),
-        before_sleep=_log_retry,
+        before_sleep=log_retry(logger, "Elasticsearch bulk write"),
         reraise=True,
     )
     with suppress(TransientBulkItems):  # the last answers stand, reported as failures by the caller

@@ -1,13 +1,14 @@
 """A real 3-node Elasticsearch cluster of the tests' own, started with `scripts/es-local`.
 
 It runs on HTTP 9250-9252 and transport 9350-9352 (or the next free block of ten, when another
-checkout's tests hold those) with 512 MB heaps and its node folders in a fresh directory, so
+test session holds those: blocks are claimed with a lock file) with 512 MB heaps and its node folders in a fresh directory, so
 the shared single node on 9200 is never touched; it is stopped and deleted at the end of the
 session. Every figure a fault test measures goes to `report` and
 is printed in pytest's terminal summary.
 """
 
 import contextlib
+import fcntl
 import os
 import shutil
 import socket
@@ -71,28 +72,45 @@ class LocalCluster:
             self.run("start", "--nodes", str(NODES))
 
 
-def _free_block() -> int:
-    """The first HTTP base port from 9250 (step 10) whose HTTP and transport ports nobody uses."""
+def _claim_block(stack: contextlib.ExitStack) -> int:
+    """The first HTTP base port from 9250 (step 10) that this session can own.
+
+    A block is owned through an exclusive lock on /tmp/es-cluster-test-<port>.lock, held until
+    the session ends, so test sessions of several checkouts started together never pick the
+    same ports; ports another program already listens on are skipped too.
+    """
     for base in range(HTTP_PORT, HTTP_PORT + 50, 10):
+        lock_path = Path(tempfile.gettempdir(), f"es-cluster-test-{base}.lock")
+        lock = stack.enter_context(lock_path.open("w"))  # held until the session ends
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            continue
         ports = [port for i in range(NODES) for port in (base + i, base + TRANSPORT_OFFSET + i)]
-        with contextlib.ExitStack() as stack:
-            probes = [stack.enter_context(socket.socket()) for _ in ports]
-            if all(probe.connect_ex(("127.0.0.1", port)) != 0 for probe, port in zip(probes, ports, strict=True)):
-                return base
+        if all(_free(port) for port in ports):
+            return base
+        fcntl.flock(lock, fcntl.LOCK_UN)
     pytest.fail(f"no free block of ports for a test cluster between {HTTP_PORT} and {HTTP_PORT + 50}")
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) != 0
 
 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[LocalCluster]:
-    # Directly under /tmp: when the tests run as root, the nodes run as another user who must reach it.
-    data = Path(tempfile.mkdtemp(prefix="es-cluster-test-"))
-    cluster = LocalCluster(data, _free_block())
-    try:
-        cluster.run("start", "--nodes", str(NODES))
-        yield cluster
-    finally:
-        cluster.run("stop")
-        shutil.rmtree(data, ignore_errors=True)
+    with contextlib.ExitStack() as stack:
+        port = _claim_block(stack)
+        # Directly under /tmp: when the tests run as root, the nodes run as another user who must reach it.
+        data = Path(tempfile.mkdtemp(prefix="es-cluster-test-"))
+        cluster = LocalCluster(data, port)
+        try:
+            cluster.run("start", "--nodes", str(NODES))
+            yield cluster
+        finally:
+            cluster.run("stop")
+            shutil.rmtree(data, ignore_errors=True)
 
 
 @pytest.fixture

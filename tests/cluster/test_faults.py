@@ -155,7 +155,7 @@ def test_a_a_node_killed_during_indexing_loses_and_duplicates_nothing(
     report.append(
         f"(a) kill -9 of node {victim} (a primary's holder) after {written}/{len(expected)} chunks: exit {code}, "
         f"{summary['indexed']} indexed, {summary['failed']} failed, ids equal to the uninterrupted run, 0 duplicates; "
-        f"{stderr.count('retrying the batch')} bulk retries; job {summary['seconds']} s"
+        f"{stderr.count('Elasticsearch bulk write failed')} bulk retries; job {summary['seconds']} s"
     )
 
 
