@@ -2,6 +2,7 @@ FROM python:3.11-slim
 WORKDIR /app
 RUN apt-get update && apt-get install -y --no-install-recommends curl && rm -rf /var/lib/apt/lists/*
 COPY pyproject.toml README.md ./
+COPY core ./core
 COPY service ./service
 COPY indexing ./indexing
 COPY bench ./bench
