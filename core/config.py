@@ -71,11 +71,11 @@ class Settings(BaseSettings):
     llm_probe_timeout: float = 3.0
     # Extractive answers, tuned by bench/extractive_eval.py on the dev questions (docs/workflow.md)
     extractive_passages: int = 3  # top passages per part whose sentences are scored
-    extractive_sentences: int = 2  # best sentences per part, each quoted with its neighbours
+    extractive_sentences: int = 3  # best sentences per part, each quoted with its neighbours
     extractive_context: int = 1  # neighbouring sentences quoted on either side of a chosen one
     extractive_candidates: int = 16  # windows embedded per part (the best by keyword coverage): the cost
-    extractive_min_similarity: float = 0.85
-    extractive_min_coverage: float = 0.6
+    extractive_min_similarity: float = 0.895
+    extractive_min_coverage: float = 0.2
 
     # HTTP service
     host: str = "127.0.0.1"

@@ -10,8 +10,8 @@ When no chat model is configured or reachable (`ANSWER_MODE=auto`), or always wi
    embedder as retrieval, only for the windows that share the most terms with the part, to
    keep it affordable) plus keyword coverage of the part's query terms (the index's own
    query analysis: `core.text`, stop and question words dropped).
-3. A part is answered when the selected sentences cover enough of its content terms and the
-   best similarity clears a threshold, both tuned on dev questions (bench/extractive_eval.py).
+3. A part is answered when the quoted windows cover enough of its query terms and the best
+   similarity clears a threshold, both tuned on dev questions (bench/extractive_eval.py).
 4. `compose` writes only quotes and fixed template phrases: nothing is paraphrased or invented.
 """
 
@@ -37,7 +37,8 @@ _SPLIT = re.compile(rf"({_SENTENCE_ENDS}|{_CONJUNCTIONS})")
 _QUESTION_MARK = re.compile(
     r"什么|哪|谁|几|多[少重长大高久远]|怎|如何|为何|为什么|何人|何处|何时|何故|何以|吗|呢|是否|是不是|有没有|介绍|说说|讲讲|列出|给出"
 )
-_REFERS_BACK = re.compile(r"(?:他|她|它|其|该|此|这|那|有|是|又|还|在|会|能|用)")
+_ELLIPTICAL = re.compile(r"(?:有|是|又|还|在|会|能|用)")  # no subject of its own: 有多重…
+_PRONOUN = re.compile(r"(?:他|她|它|其|该|此|这|那)")  # a subject named in the part before: 他的…
 _LINK_REQUEST = re.compile(r"链接|网址|网页|url|link", re.IGNORECASE)
 _TRIM = " \t\u3000，,、：:"
 MIN_SENTENCE_CHARS = 4
@@ -45,7 +46,8 @@ _BLANK = " \t\u3000\n"
 
 
 class Extract(BaseModel):
-    """One quoted sentence and where it comes from (`source_id`: a chunk id or a URL)."""
+    """One quote (a chosen sentence with its neighbours) and where it comes from (`source_id`: a
+    chunk id or a URL), with the figures that chose it."""
 
     text: str
     source_id: str
@@ -79,9 +81,11 @@ class Source:
 
 @dataclass(frozen=True)
 class Thresholds:
+    """The verdict's thresholds and the selection's sizes (settings `EXTRACTIVE_*`)."""
+
     min_similarity: float
     min_coverage: float
-    sentences: int = 2  # best windows quoted per part (a window: a sentence and `context` neighbours each side)
+    sentences: int = 3  # best windows quoted per part (a window: a sentence and `context` neighbours each side)
     context: int = 1
     candidates: int = 16  # windows embedded per part at most, the best by keyword coverage first
     coverage_weight: float = 0.5
@@ -91,9 +95,10 @@ def split_question(question: str, max_parts: int = 8) -> list[str]:
     """Parts of a compound question, in order, each searched on its own.
 
     Cuts at sentence ends and conjunctions, then glues back what cannot stand alone: a fragment
-    that asks nothing joins the next part ("刘备以及关羽在哪里结义？" stays whole), and one that
-    refers back (他…, 有多重…) stays with the part before, since without a model its pronoun
-    cannot be resolved. A request for links is a part of its own. Past `max_parts`, the rest
+    that asks nothing joins the next part ("刘备以及关羽在哪里结义？" stays whole), one without a
+    subject (有多重…) stays with the part before. A part that opens with a pronoun (他…, 这把刀…)
+    stays a part (it is judged on its own words) and is searched with the part before
+    (`search_texts`). A request for links is a part of its own. Past `max_parts`, the rest
     joins the last part (nothing is dropped).
     """
     pieces = _SPLIT.split(question)
@@ -108,7 +113,7 @@ def split_question(question: str, max_parts: int = 8) -> list[str]:
         if not (_QUESTION_MARK.search(text) or wants_links(text)):
             pending = text + separator
             continue
-        if parts and _REFERS_BACK.match(text) and not wants_links(text) and not wants_links(parts[-1]):
+        if parts and _ELLIPTICAL.match(text) and not wants_links(text) and not wants_links(parts[-1]):
             parts[-1] += before + text
         else:
             parts.append(text)
@@ -121,6 +126,15 @@ def split_question(question: str, max_parts: int = 8) -> list[str]:
     if len(parts) > max_parts:
         parts = [*parts[: max_parts - 1], "；".join(parts[max_parts - 1 :])]
     return parts or [question.strip()]
+
+
+def search_texts(parts: list[str]) -> list[str]:
+    """What to search for each part: a part opening with a pronoun carries the part before it,
+    so 他的口号是什么 is searched with 张角是谁 (without a model the pronoun is not resolved)."""
+    return [
+        f"{parts[i - 1]} {part}" if i and _PRONOUN.match(part) and not wants_links(parts[i - 1]) else part
+        for i, part in enumerate(parts)
+    ]
 
 
 def wants_links(part: str) -> bool:

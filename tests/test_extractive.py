@@ -39,13 +39,24 @@ EXTRACTIVE_PATH = ["split_question", "retrieve", "select_evidence", "quote_answe
         ("刘备以及关羽在哪里结义？", ["刘备以及关羽在哪里结义"]),  # "刘备" asks nothing: no cut
         ("诸葛亮住在哪里？另外，关羽用什么兵器？", ["诸葛亮住在哪里", "关羽用什么兵器"]),
         ("张角是谁；并且董卓在哪个园子召集百官？", ["张角是谁", "董卓在哪个园子召集百官"]),
-        ("张角是谁？他的口号是什么？", ["张角是谁？他的口号是什么"]),  # refers back: kept together
+        ("张角是谁？他的口号是什么？", ["张角是谁", "他的口号是什么"]),
+        ("关羽用什么兵器，并且有多重？", ["关羽用什么兵器并且有多重"]),  # no subject of its own: kept together
         ("桃园结义的是哪三个人？请给出来源链接。", ["桃园结义的是哪三个人", "请给出来源链接"]),
         ("我在读三国。刘备在哪里结义？", ["我在读三国。刘备在哪里结义"]),
     ],
 )
 def test_split_question_on_conjunctions_and_punctuation(question: str, parts: list[str]) -> None:
     assert extractive.split_question(question) == parts
+
+
+def test_a_part_opening_with_a_pronoun_is_searched_with_the_part_before() -> None:
+    parts = ["张角是谁", "他的口号是什么", "请给出来源链接", "这把刀有多重"]
+    assert extractive.search_texts(parts) == [
+        "张角是谁",
+        "张角是谁 他的口号是什么",
+        "请给出来源链接",
+        "这把刀有多重",  # the part before is a link request: nothing to carry
+    ]
 
 
 def test_split_question_keeps_every_part_within_the_limit() -> None:

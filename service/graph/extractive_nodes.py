@@ -28,6 +28,7 @@ async def split_question(state: WorkflowState, runtime: Runtime[RunContext]) -> 
     parts = extractive.split_question(state["question"], ctx.max_retrievals)
     update = {
         "sub_questions": parts,
+        "search_texts": extractive.search_texts(parts),
         "cursor": 0,
         "route": "complex",
         "route_reason": ROUTE_REASON,

@@ -145,7 +145,8 @@ async def retrieve(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeRe
     ctx = runtime.context
     cursor = state.get("cursor", 0)
     sub_question = state["sub_questions"][cursor]
-    result = await asyncio.to_thread(ctx.deps.retriever.search, ctx.deps.index, sub_question, ctx.mode, ctx.k)
+    query = state.get("search_texts", state["sub_questions"])[cursor]
+    result = await asyncio.to_thread(ctx.deps.retriever.search, ctx.deps.index, query, ctx.mode, ctx.k)
     passages = dict(state.get("passages", {}))
     found = {**state.get("found", {}), sub_question: [hit.id for hit in result.hits]}
     new = 0

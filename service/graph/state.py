@@ -30,6 +30,7 @@ class WorkflowState(TypedDict, total=False):
     route: str
     route_reason: str
     sub_questions: list[str]
+    search_texts: list[str]  # extractive mode: what to search per sub-question (default: itself)
     cursor: int  # index of the next sub-question to retrieve for
     retrievals: int
     passages: dict[str, Passage]  # merged by chunk id, best score and rank kept
