@@ -24,6 +24,7 @@ from service.retrieval import Retriever
 from tests.conftest import knowledge_base
 from tests.fakes.bocha_server import API_KEY, FakeBochaServer, page
 from tests.fakes.openai_server import ANSWER, FakeChatServer
+from tests.test_workflow import SEED_PATH
 
 # 青岚镇 and everyone in it are invented for this test.
 CORPUS = [
@@ -110,18 +111,7 @@ def test_seed_scenario_with_the_model(es, embedder, corpus, bocha, index_name) -
         result = ask(deps, AGENTIC_QUESTION)
 
     assert result.mode == "llm" and result.sub_questions == SUBS
-    assert [s.node for s in result.trace] == [
-        "route_question",
-        "decompose_question",
-        "retrieve",
-        "plan_next_step",
-        "retrieve",
-        "plan_next_step",
-        "evaluate",
-        "web_search",
-        "evaluate",
-        "generate",
-    ]
+    assert [s.node for s in result.trace] == SEED_PATH
     assert chat.names() == ["RouteDecision", "Decomposition", "PlanDecision", "Evaluation", "EvaluationWithWeb", ANSWER]
     assert [r.body["query"] for r in bocha.requests] == ["林晚舟 毕业 大学"]  # one search, the evaluator's query
     first, second = (c.body for c in chat.calls("Evaluation") + chat.calls("EvaluationWithWeb"))
