@@ -548,8 +548,8 @@ def index_documents(
     documents are all of their sources' documents (True: every source; or the sources named),
     so chunks of other doc_ids from those sources are deleted (a file that lost chapters);
     `remove_sources` deletes every chunk of those sources (files deleted from a synced folder);
-    `prune` deletes every chunk whose doc_id is not among `documents`. `partition` restricts the run to its share of the documents
-    (not with `recreate`: workers share one index). `shards`/`replicas` apply when an index
+    `prune` deletes every chunk whose doc_id is not among `documents`. `partition` restricts
+    the run to its share of the documents (not with `recreate`: workers share one index). `shards`/`replicas` apply when an index
     is created. `concurrency` is the number of embedding batches in flight. Failed chunks go to
     `error_file` (JSON lines, appended).
     Raises `store.EmbedderMismatchError` when `alias` was built with another embedder.
@@ -569,17 +569,12 @@ def index_documents(
         tokenizer = corpus_tokenizer(es, index, documents, tokenizer, fresh=empty)
         plan = _plan(es, index, documents, chunk_size, chunk_overlap, empty)
         logger.info(
-            "%d chunks: %d to embed, %d unchanged, %d stale",
-            plan.chunks,
-            len(plan.new),
-            plan.unchanged,
-            len(plan.stale),
+            "%d chunks: %d new, %d unchanged, %d stale", plan.chunks, len(plan.new), plan.unchanged, len(plan.stale)
         )
         with tqdm(
             total=len(plan.new), unit="chunk", desc=f"indexing {alias}", disable=not progress, file=sys.stderr
         ) as bar:
-            embedding = _Embedding(embedder, errors, bar)
-            writer = _Writer(es, index, tokenizer, errors, bar)
+            embedding, writer = _Embedding(embedder, errors, bar), _Writer(es, index, tokenizer, errors, bar)
             _embed_and_write(plan.new, batch_size, concurrency, embedding, writer)
         orphans = _orphans(
             es, index, documents, partition, replace_sources=replace_sources, remove_sources=remove_sources, prune=prune

@@ -52,7 +52,8 @@ class SearchError(Exception):
     def __init__(self, index: str, error: dict[str, Any], status: int | None) -> None:
         self.index = index
         self.type = str(error.get("type", "unknown"))
-        self.reason = str(error.get("reason") or error)
+        causes = error.get("root_cause") or [{}]
+        self.reason = str(error.get("reason") or causes[0].get("reason") or "no reason given")
         self.status = status
         super().__init__(f"search of {index!r} failed ({self.type}, status {status}): {self.reason}")
 

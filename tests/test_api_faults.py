@@ -134,3 +134,8 @@ def test_search_errors_that_pass_are_told_from_those_that_do_not(
     error: dict, status: int | None, transient: bool
 ) -> None:
     assert SearchError("kb", error, status).transient is transient
+
+
+def test_a_search_error_without_a_reason_still_gives_one() -> None:
+    error = SearchError("kb", {"type": "search_phase_execution_exception", "root_cause": []}, 503)
+    assert error.reason == "no reason given" and error.transient
