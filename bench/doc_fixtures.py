@@ -111,13 +111,12 @@ def table_rows() -> list[tuple[str, ...]]:
 # --- PDF -------------------------------------------------------------------------------
 
 
-def write_pdf(path: Path, *, outline: bool = False, encrypt_password: str | None = None) -> Path:
-    """The guide as a four-page PDF (reportlab, embedded CJK font), header and footer on every page."""
-    return _build_pdf(path, GUIDE, outline=outline, encrypt_password=encrypt_password)
+def write_pdf(
+    path: Path, pages: list[list[Block]] = GUIDE, *, outline: bool = False, encrypt_password: str | None = None
+) -> Path:
+    """The guide (or `pages`) as a PDF (reportlab, embedded CJK font), header and footer on every page.
 
-
-def _build_pdf(path: Path, pages: list[list[Block]], *, outline: bool, encrypt_password: str | None = None) -> Path:
-    """`pages` laid out with platypus (a page break between them); a page may overflow onto the next."""
+    A page break separates `pages`; a long one overflows onto further pages."""
     from reportlab.lib import colors
     from reportlab.lib.pagesizes import A4
     from reportlab.lib.styles import ParagraphStyle
@@ -185,7 +184,7 @@ def _filler(number: int) -> str:
 
 def write_long_pdf(path: Path) -> Path:
     """Two pages where `LONG_PARAGRAPH` starts on page 1 and ends on page 2."""
-    return _build_pdf(path, [[_p(_filler(n)) for n in range(1, 13)] + [_p(LONG_PARAGRAPH)]], outline=False)
+    return write_pdf(path, [[_p(_filler(n)) for n in range(1, 13)] + [_p(LONG_PARAGRAPH)]])
 
 
 def write_scanned_pdf(path: Path) -> Path:
@@ -205,8 +204,8 @@ def write_scanned_pdf(path: Path) -> Path:
 # --- DOCX ------------------------------------------------------------------------------
 
 
-def write_docx(path: Path, *, comment: bool = True) -> Path:
-    """The guide as Word: Heading 1-3, body paragraphs, a table, a header, a footer, a comment."""
+def write_docx(path: Path, pages: list[list[Block]] = GUIDE, *, comment: bool = True) -> Path:
+    """The guide (or `pages`) as Word: Heading 1-3, paragraphs, a table, a header, a footer, a comment."""
     import docx
 
     document = docx.Document()
@@ -214,7 +213,7 @@ def write_docx(path: Path, *, comment: bool = True) -> Path:
     section = document.sections[0]
     section.header.paragraphs[0].text = HEADER
     section.footer.paragraphs[0].text = "页脚：仅供内部培训使用"
-    for page in GUIDE:
+    for page in pages:
         for block in page:
             if block.rows:
                 table = document.add_table(rows=0, cols=len(block.rows[0]))
@@ -237,18 +236,23 @@ def write_docx(path: Path, *, comment: bool = True) -> Path:
 NAV = "首页 | 疾病百科 | 在线问诊 | 登录注册"
 AD = "限时特惠：进口血糖仪买一送一，点击立即抢购！"
 SITE_FOOTER = "版权所有 2026 健康网 京ICP备12345678号 联系我们 隐私政策"
-SIDEBAR = "热门文章：十种降糖水果排行榜 | 专家在线答疑"
-BOILERPLATE = [NAV, AD, SITE_FOOTER, SIDEBAR]
+SIDEBAR = "热门文章："
+BOILERPLATE = [*NAV.split(" | "), AD, SITE_FOOTER, SIDEBAR, "十种降糖水果排行榜", "血糖仪选购指南"]
 
 
-def guide_html(charset: str = "utf-8", *, semantic: bool = True) -> str:
-    """The guide as a saved web page with navigation, an ad, a sidebar and a footer.
+RELATED = ["十种降糖水果排行榜", "专家在线答疑", "血糖仪选购指南", "糖尿病人能吃西瓜吗"]
+LAYOUTS = ("semantic", "classes", "plain")
 
-    `semantic` pages use <nav>/<aside>/<footer>; the others only <div class=...>, as many
-    older Chinese sites do.
+
+def guide_html(charset: str = "utf-8", *, layout: str = "semantic", pages: list[list[Block]] = GUIDE) -> str:
+    """The guide as a saved web page with navigation, an ad, related links and a footer.
+
+    `semantic` marks them with <nav>/<aside>/<footer>; `classes` only with telling class names
+    (<div class="banner-ad">), as many older Chinese sites do; `plain` with neither (class
+    names c1, c2...), so only the text and link density tell boilerplate from content.
     """
     parts: list[str] = []
-    for page in GUIDE:
+    for page in pages:
         for block in page:
             if block.rows:
                 cells = "".join("<tr>" + "".join(f"<td>{value}</td>" for value in row) + "</tr>" for row in block.rows)
@@ -259,16 +263,25 @@ def guide_html(charset: str = "utf-8", *, semantic: bool = True) -> str:
                 parts.append(f"<p>{block.text}</p>")
     article = "\n".join(parts)
     links = "".join(f'<a href="/{i}">{item.strip()}</a> ' for i, item in enumerate(NAV.split("|")))
-    if semantic:
-        frame = (
-            f"<nav>{links}</nav>\n<div class='ad'>{AD}</div>\n<main><article>\n{article}\n</article></main>\n"
-            f"<aside><a href='/hot'>{SIDEBAR}</a></aside>\n<footer>{SITE_FOOTER}</footer>"
-        )
-    else:
-        frame = (
-            f"<div id='menu'>{links}</div>\n<div class='banner-ad'>{AD}</div>\n<div class='content'>\n{article}\n</div>\n"
-            f"<div class='sidebar'><a href='/hot'>{SIDEBAR}</a></div>\n<div id='copyright'>{SITE_FOOTER}</div>"
-        )
+    related = "".join(f'<li><a href="/r{i}">{title}</a></li>' for i, title in enumerate(RELATED))
+    wrap = {
+        "semantic": ("nav", "div class='ad'", "main", "aside", "footer"),
+        "classes": (
+            "div id='menu'",
+            "div class='banner-ad'",
+            "div class='content'",
+            "div class='sidebar'",
+            "div id='copyright'",
+        ),
+        "plain": ("div class='c1'", "div class='c2'", "div class='c3'", "div class='c4'", "div class='c5'"),
+    }[layout]
+    nav, ad, main, side, foot = wrap
+    close = [tag.split()[0] for tag in wrap]
+    frame = (
+        f"<{nav}>{links}</{close[0]}>\n<{ad}><a href='/buy'>{AD}</a></{close[1]}>\n"
+        f"<{main}>\n{article}\n</{close[2]}>\n"
+        f"<{side}><p>{SIDEBAR}</p><ul>{related}</ul></{close[3]}>\n<{foot}>{SITE_FOOTER}</{close[4]}>"
+    )
     return (
         f'<!DOCTYPE html>\n<html><head><meta charset="{charset}"><title>{TITLE} - 健康网</title>'
         f"<script>var tracker = '统计代码';</script><style>p {{ color: #333; }}</style></head>\n"
@@ -276,6 +289,8 @@ def guide_html(charset: str = "utf-8", *, semantic: bool = True) -> str:
     )
 
 
-def write_html(path: Path, charset: str = "utf-8", *, semantic: bool = True) -> Path:
-    path.write_bytes(guide_html(charset, semantic=semantic).encode(charset))
+def write_html(
+    path: Path, charset: str = "utf-8", *, layout: str = "semantic", pages: list[list[Block]] = GUIDE
+) -> Path:
+    path.write_bytes(guide_html(charset, layout=layout, pages=pages).encode(charset))
     return path

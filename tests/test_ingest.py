@@ -38,7 +38,7 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     fx.write_pdf(folder / "guide.pdf", outline=True)
     (folder / "word").mkdir()
     fx.write_docx(folder / "word" / "guide.docx")
-    fx.write_html(folder / "guide.html", "gbk", semantic=False)
+    fx.write_html(folder / "guide.html", "gbk", layout="classes")
     (folder / "thyroid.md").write_text(
         "# 甲亢饮食\n\n## 碘\n\n甲亢病人应当少吃含碘食物，例如海带和紫菜。\n", encoding="utf-8"
     )

@@ -1,4 +1,4 @@
-"""PDF with a text layer (pdfplumber, on pdfminer.six): pages, headings, paragraphs, tables.
+"""PDF with a text layer: PDFium (pypdfium2) for characters, pdfplumber for ruled tables.
 
 - Every line keeps its page; a chunk knows the pages it spans.
 - Lines that repeat at the top or bottom of most pages (running headers, footers, page
@@ -8,16 +8,19 @@
   lines join without a space, Latin words with one, a hyphenated word is made whole.
 - Headings come from the outline (bookmarks) when the file has one, else from font size:
   lines clearly larger than the body text, the largest size being level 1.
-- Ruled tables become one line per row, cells separated by ` | `.
+- Ruled tables become one line per row, cells separated by ` | ` (pdfplumber, only on pages
+  that draw lines: it is ten times slower than PDFium at reading characters).
 
-Why pdfplumber: docs/indexing.md has the measurement against pypdf and bare pdfminer.six.
+Why these libraries: docs/indexing.md has the measurement against pypdf and pdfminer.six.
 """
 
 import io
 import logging
 import re
+import unicodedata
 from collections import Counter
 from dataclasses import dataclass, replace
+from itertools import pairwise
 from typing import Any
 
 from core.documents import Document
@@ -29,11 +32,22 @@ logger = logging.getLogger(__name__)
 _CJK = "\u2e80-\u2fff\u3000-\u303f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef"
 _CJK_CHAR = re.compile(f"[{_CJK}]")
 _DIGITS = re.compile(r"\d+")
-_CID = re.compile(r"\(cid:\d+\)")  # pdfminer's stand-in for a glyph that maps to no character
-_MAX_CID_SHARE = 0.05
 _EDGE_LINES = 2  # lines at the top and at the bottom of a page that may be running headers/footers
 _HEADING_RATIO = 1.1  # a heading's font is at least this much larger than the body's (12 pt over 10.5 pt)
 _MAX_HEADING_CHARS = 40
+_MAX_UNDECODABLE_SHARE = 0.05
+_TABLE_PATHS = 4  # a page drawing at least this many paths may hold a ruled table
+_WORD_GAP = 0.25  # a gap wider than this many em between two Latin characters is a space
+
+
+@dataclass(frozen=True)
+class _Char:
+    text: str
+    left: float
+    top: float
+    right: float
+    bottom: float
+    size: float
 
 
 @dataclass(frozen=True)
@@ -60,8 +74,7 @@ def parse_pdf(data: bytes, source: str, stem: str) -> list[Document]:
             f"no text layer on any of its {len(pages)} pages (a scanned PDF?): OCR is not supported, "
             "run the file through an OCR tool first",
         )
-    text = "".join(line.text for lines in pages for line in lines)
-    if undecodable_share(text) > _MAX_CID_SHARE:
+    if undecodable_share("".join(line.text for lines in pages for line in lines)) > _MAX_UNDECODABLE_SHARE:
         raise BadFileError(
             "undecodable_text",
             "its text layer cannot be decoded (fonts without a Unicode map): OCR is not supported, "
@@ -82,67 +95,121 @@ def parse_pdf(data: bytes, source: str, stem: str) -> list[Document]:
 
 
 def undecodable_share(text: str) -> float:
-    """Share of `text` made of `(cid:N)` placeholders (glyphs without a character)."""
-    return sum(len(match) for match in _CID.findall(text)) / len(text) if text else 0.0
+    """Share of `text` that is glyph numbers rather than characters (control, private-use, U+FFFD)."""
+    bad = sum(1 for char in text if char == "\ufffd" or unicodedata.category(char) in ("Cc", "Co"))
+    return bad / len(text) if text else 0.0
 
 
 def _read(data: bytes) -> tuple[list[list[_Line]], list[tuple[int, str]], str]:
     """Lines of every page, the outline as (level, title), and the metadata title."""
-    import pdfplumber
-    from pdfminer.pdfdocument import PDFPasswordIncorrect
-    from pdfplumber.utils.exceptions import PdfminerException
+    import pypdfium2 as pdfium
 
     try:
-        with pdfplumber.open(io.BytesIO(data)) as pdf:
-            pages = [_page_lines(page, number) for number, page in enumerate(pdf.pages, start=1)]
-            outline = _outline(pdf.doc)
-            title = pdf.metadata.get("Title")
-    except PdfminerException as err:
-        cause = err.args[0] if err.args else err
-        if isinstance(cause, PDFPasswordIncorrect):
+        pdf = pdfium.PdfDocument(data)
+    except pdfium.PdfiumError as err:
+        if "password" in str(err).lower():
             raise BadFileError(
                 "encrypted", "encrypted PDF (it needs a password to open): save an unprotected copy and index that"
             ) from err
-        raise BadFileError("corrupt", f"corrupt PDF: {type(cause).__name__}: {cause}") from err
-    except Exception as err:  # pdfminer raises many kinds on broken objects
-        raise BadFileError("corrupt", f"corrupt PDF: {type(err).__name__}: {err}") from err
-    return pages, outline, title if isinstance(title, str) else ""
-
-
-def _outline(doc: Any) -> list[tuple[int, str]]:
-    from pdfminer.pdfdocument import PDFNoOutlines
-
+        raise BadFileError("corrupt", f"corrupt PDF: {err}") from err
+    tables = _Tables(data)
     try:
-        return [(level, str(title).strip()) for level, title, *_ in doc.get_outlines()]
-    except PDFNoOutlines:
-        return []
+        pages = [_page_lines(pdf[index], index + 1, tables) for index in range(len(pdf))]
+        outline = [(item.level + 1, (item.get_title() or "").strip()) for item in pdf.get_toc()]
+        title = pdf.get_metadata_dict().get("Title", "")
+    except pdfium.PdfiumError as err:
+        raise BadFileError("corrupt", f"corrupt PDF: {err}") from err
+    finally:
+        tables.close()
+        pdf.close()
+    return pages, outline, title
 
 
-def _page_lines(page: Any, number: int) -> list[_Line]:
+class _Tables:
+    """Ruled tables found by pdfplumber, opened only when a page draws enough lines to hold one."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+        self._pdf: Any = None
+
+    def find(self, index: int) -> list[tuple[tuple[float, float, float, float], list[list[str | None]]]]:
+        import pdfplumber
+
+        try:
+            if self._pdf is None:
+                self._pdf = pdfplumber.open(io.BytesIO(self._data))
+            return [(table.bbox, table.extract()) for table in self._pdf.pages[index].find_tables()]
+        except Exception as err:  # pdfminer is stricter than PDFium: keep the text, lose the table layout
+            logger.warning(
+                "page %d: tables not read (%s: %s); their cells stay as text lines", index + 1, type(err).__name__, err
+            )
+            return []
+
+    def close(self) -> None:
+        if self._pdf is not None:
+            self._pdf.close()
+
+
+def _chars(page: Any) -> list[_Char]:
+    """The page's characters in content order (PDFium's inserted spaces and line breaks left out)."""
+    import pypdfium2.raw as raw
+
+    textpage = page.get_textpage()
+    height = page.get_height()
+    chars = []
+    for index in range(textpage.count_chars()):
+        char = chr(raw.FPDFText_GetUnicode(textpage, index))
+        if raw.FPDFText_IsGenerated(textpage, index) or char in "\r\n":
+            continue
+        left, bottom, right, top = textpage.get_charbox(index, loose=True)
+        size = raw.FPDFText_GetFontSize(textpage, index) or top - bottom
+        chars.append(_Char(char, left, height - top, right, height - bottom, round(size * 2) / 2))
+    textpage.close()
+    return chars
+
+
+def _line(chars: list[_Char], page: int) -> _Line:
+    """One line of characters on a baseline, left to right; spaces where Latin words have a gap."""
+    chars = sorted(chars, key=lambda char: char.left)
+    text = chars[0].text
+    for previous, char in pairwise(chars):
+        gap = char.left - previous.right
+        cjk = _CJK_CHAR.match(previous.text) or _CJK_CHAR.match(char.text)
+        if gap > _WORD_GAP * char.size and not cjk and " " not in (previous.text, char.text):
+            text += " "
+        text += char.text
+    sizes = Counter(char.size for char in chars if not char.text.isspace())
+    return _Line(
+        text=" ".join(text.split()),
+        page=page,
+        x0=chars[0].left,
+        x1=max(char.right for char in chars),
+        top=min(char.top for char in chars),
+        bottom=max(char.bottom for char in chars),
+        size=sizes.most_common(1)[0][0] if sizes else chars[0].size,
+    )
+
+
+def _page_lines(page: Any, number: int, tables: _Tables) -> list[_Line]:
     """Text lines (tables excluded) and table rows of one page, top to bottom."""
-    tables = page.find_tables() if page.rects or page.lines else []
-    text_page = page
-    for table in tables:
-        text_page = text_page.outside_bbox(table.bbox)
-    lines = [
-        _Line(
-            text=raw["text"].strip(),
-            page=number,
-            x0=raw["x0"],
-            x1=raw["x1"],
-            top=raw["top"],
-            bottom=raw["bottom"],
-            size=Counter(round(char["size"] * 2) / 2 for char in raw["chars"]).most_common(1)[0][0],
-        )
-        for raw in text_page.extract_text_lines(return_chars=True)
-        if raw["text"].strip()
-    ]
-    for table in tables:
-        top = table.bbox[1]
-        for row, cells in enumerate(table.extract()):
+    import pypdfium2.raw as raw
+
+    groups: list[list[_Char]] = []
+    for char in _chars(page):  # consecutive characters on one baseline make a line
+        if groups and abs(char.bottom - groups[-1][-1].bottom) <= 0.3 * max(char.size, 1.0):
+            groups[-1].append(char)
+        else:
+            groups.append([char])
+    lines = [line for line in (_line(group, number) for group in groups) if line.text]
+    paths = sum(1 for _ in page.get_objects(filter=[raw.FPDF_PAGEOBJ_PATH]))
+    for bbox, rows in tables.find(number - 1) if paths >= _TABLE_PATHS else []:
+        x0, top, x1, bottom = bbox
+        lines = [line for line in lines if not (x0 <= (line.x0 + line.x1) / 2 <= x1 and top <= line.top < bottom)]
+        for row_number, cells in enumerate(rows):
             text = CELL_SEPARATOR.join(_join_cell(cell) for cell in cells if cell and cell.strip())
             if text:
-                lines.append(_Line(text, number, table.bbox[0], table.bbox[2], top + row, top + row, 0.0, table=True))
+                row_top = top + row_number * 0.01  # rows keep their order among the page's lines
+                lines.append(_Line(text, number, x0, x1, row_top, row_top, 0.0, table=True))
     return sorted(lines, key=lambda line: line.top)
 
 
