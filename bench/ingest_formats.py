@@ -28,6 +28,8 @@ from typing import Any
 
 from bench import doc_fixtures as fx
 from bench.datasets import shared_data
+from core.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE
+from core.documents import document_chunks
 from indexing.loaders import load_paths, split_chapters
 from indexing.loaders.epub import html_to_text
 
@@ -58,6 +60,16 @@ def _pdfplumber(data: bytes) -> str:
 
     with pdfplumber.open(io.BytesIO(data)) as pdf:
         return "\n".join(page.extract_text() for page in pdf.pages)
+
+
+def _pypdfium2(data: bytes) -> str:
+    import pypdfium2 as pdfium
+
+    pdf = pdfium.PdfDocument(data)
+    try:
+        return "\n".join(page.get_textpage().get_text_range() for page in pdf)
+    finally:
+        pdf.close()
 
 
 def _trafilatura(data: bytes) -> str:
@@ -146,7 +158,8 @@ def quality() -> dict[str, Any]:
                 "pypdf": _pypdf,
                 "pdfminer.six": _pdfminer,
                 "pdfplumber": _pdfplumber,
-                "this loader (pdfplumber + rules)": _loader(".pdf"),
+                "pypdfium2 (PDFium)": _pypdfium2,
+                "this loader (PDFium + rules, pdfplumber tables)": _loader(".pdf"),
             },
             running,
         ),
@@ -195,7 +208,7 @@ def share(chapters: int, alias: str) -> dict[str, Any]:
         fx.write_pdf(root / "sanguo.pdf", book)
         fx.write_docx(root / "sanguo.docx", book, comment=False)
         fx.write_html(root / "sanguo.html", pages=book)
-        sizes = {path.name: path.stat().st_size for path in sorted(root.iterdir())}
+        per_file = _parse_per_file(sorted(root.iterdir()))
         command = [sys.executable, "-m", "indexing", str(root), "--index", alias, "--recreate", "--no-progress"]
         started = time.perf_counter()
         done = subprocess.run(command, capture_output=True, text=True, cwd=folder, env=os.environ, check=False)
@@ -204,14 +217,31 @@ def share(chapters: int, alias: str) -> dict[str, Any]:
         raise SystemExit(f"indexing failed ({done.returncode}):\n{done.stderr}")
     summary = json.loads(done.stdout.splitlines()[-1])
     _delete_alias(alias)
+    embed_per_chunk = summary["embed_seconds"] / summary["indexed"]
+    for row in per_file.values():
+        row["share_of_its_embedding"] = round(row["parse_seconds"] / (row["chunks"] * embed_per_chunk), 4)
     return {
         "chapters": chapters,
-        "files": sizes,
+        "files": per_file,
+        "embed_seconds_per_chunk": round(embed_per_chunk, 3),
         "summary": summary,
         "wall_seconds": round(wall, 1),
         "parse_share_of_embedding": round(summary["parse_seconds"] / summary["embed_seconds"], 4),
         "load_average_at_end": os.getloadavg(),
     }
+
+
+def _parse_per_file(paths: list[Path]) -> dict[str, dict[str, Any]]:
+    """Each file loaded alone in this process (imports already done): bytes, chunks, parse seconds."""
+    load_paths(paths)  # imports and first-call caches
+    rows = {}
+    for path in paths:
+        started = time.perf_counter()
+        documents = load_paths([path]).documents
+        seconds = time.perf_counter() - started
+        chunks = sum(len(document_chunks(d, DEFAULT_CHUNK_SIZE, DEFAULT_CHUNK_OVERLAP)) for d in documents)
+        rows[path.name] = {"bytes": path.stat().st_size, "chunks": chunks, "parse_seconds": round(seconds, 3)}
+    return rows
 
 
 def _delete_alias(alias: str) -> None:
