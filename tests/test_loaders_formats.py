@@ -171,3 +171,21 @@ def test_a_zip_that_is_not_a_word_file_is_reported(tmp_path: Path) -> None:
         archive.writestr("readme.txt", "不是 Word 文件")
     [error] = load_paths([path]).errors
     assert "corrupt or truncated Word file" in error.message
+
+
+def test_paragraphs_join_on_pages_with_mirrored_margins() -> None:
+    from indexing.loaders.pdf import _blocks, _Line
+
+    def line(text: str, page: int, x0: float, x1: float, top: float) -> _Line:
+        return _Line(text, page, x0, x1, top, top + 10, 10.0)
+
+    pages = [
+        [line("一个段落从左页开始，写满一整行。", 1, 72, 500, 100), line("左页最后一行也写满", 1, 62, 500, 115)],
+        [line("右页的版心更靠右，这一行接着写完。", 2, 95, 530, 100), line("新的段落缩进两格。", 2, 115, 300, 115)],
+    ]
+    blocks = _blocks(pages)
+    assert [(b.text, b.page, b.glue) for b in blocks] == [
+        ("一个段落从左页开始，写满一整行。左页最后一行也写满", 1, None),
+        ("右页的版心更靠右，这一行接着写完。", 2, ""),
+        ("新的段落缩进两格。", 2, None),
+    ]

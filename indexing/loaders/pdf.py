@@ -304,17 +304,24 @@ def _title(meta_title: str, pages: list[list[_Line]], stem: str) -> str:
     return first or stem
 
 
+def _margins(pages: list[list[_Line]]) -> dict[int, tuple[float, float]]:
+    """Left and right edge of the body text, page by page (books mirror their margins)."""
+    margins = {}
+    for lines in pages:
+        body = [line for line in lines if not line.table and not line.level]
+        if body:
+            margins[body[0].page] = (min(line.x0 for line in body), max(line.x1 for line in body))
+    return margins
+
+
 def _blocks(pages: list[list[_Line]]) -> list[Block]:
     """Paragraphs (lines joined by layout, across pages too), headings and table rows, in order."""
-    lines = [line for page in pages for line in page]
-    body = [line for line in lines if not line.table and not line.level]
-    left = min((line.x0 for line in body), default=0.0)
-    right = max((line.x1 for line in body), default=0.0)
+    margins = _margins(pages)
     blocks: list[Block] = []
     current: Block | None = None
     previous: _Line | None = None
-    for line in lines:
-        if current is None or previous is None or not _continues(previous, line, left, right):
+    for line in (line for lines in pages for line in lines):
+        if current is None or previous is None or not _continues(previous, line, margins):
             if current is not None:
                 blocks.append(current)
             current = Block(line.text, line.level, line.page)
@@ -329,14 +336,14 @@ def _blocks(pages: list[list[_Line]]) -> list[Block]:
     return blocks
 
 
-def _continues(previous: _Line, line: _Line, left: float, right: float) -> bool:
-    """Whether `line` goes on with the paragraph that `previous` ends."""
+def _continues(previous: _Line, line: _Line, margins: dict[int, tuple[float, float]]) -> bool:
+    """Whether `line` goes on with the paragraph that `previous` ends (each judged on its own page)."""
     if previous.table or line.table or previous.level or line.level:
         return False
     if abs(previous.size - line.size) > 0.5:
         return False
-    reaches_margin = previous.x1 >= right - 2 * previous.size
-    indented = line.x0 > left + line.size / 2
+    reaches_margin = previous.x1 >= margins[previous.page][1] - 2 * previous.size
+    indented = line.x0 > margins[line.page][0] + line.size / 2
     if line.page == previous.page and line.top - previous.bottom > line.size:
         return False
     return reaches_margin and not indented
