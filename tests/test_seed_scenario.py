@@ -24,6 +24,7 @@ from service.retrieval import Retriever
 from tests.conftest import knowledge_base
 from tests.fakes.bocha_server import API_KEY, FakeBochaServer, page
 from tests.fakes.openai_server import ANSWER, FakeChatServer
+from tests.test_extractive import assert_only_quotes
 from tests.test_workflow import SEED_PATH
 
 # 青岚镇 and everyone in it are invented for this test.
@@ -162,3 +163,4 @@ def test_seed_scenario_without_a_model(es, embedder, corpus, bocha, index_name) 
     assert f"「林晚舟 - 示例百科」{WEB_URL}[2]" in lines  # the link request, answered by the web result
     assert extractive.UNCONFIRMED not in result.answer
     assert [(c.number, c.kind, c.url) for c in result.citations] == [(1, "local", None), (2, "web", WEB_URL)]
+    assert_only_quotes(result, {0: "\n".join(d.text for d in CORPUS)})
