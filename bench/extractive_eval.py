@@ -40,11 +40,11 @@ from bench.latency import percentile
 from bench.retrieval_eval import REPO, RESULTS, machine, update_docs
 from core.config import Settings
 from core.embeddings import load_embedder
+from core.store import concrete_indices, create_client
 from core.text import get_tokenizer
 from indexing.pipeline import index_documents
 from service.graph import QueryOptions, build_deps, run_query
 from service.retrieval import Retriever
-from service.store import concrete_indices, create_client
 
 SIMILARITIES = [round(0.80 + 0.005 * i, 3) for i in range(31)]  # 0.800 … 0.950
 COVERAGES = [round(0.1 * i, 1) for i in range(11)]  # 0.0 … 1.0

@@ -40,9 +40,9 @@ from bench.embedding_stub import EmbeddingStub
 from core.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, split_text
 from core.config import Settings
 from core.embeddings import load_embedder
+from core.store import create_client
 from indexing.loaders import load_paths
 from indexing.pipeline import DEFAULT_BATCH_SIZE
-from service.store import create_client
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SANGUO = shared_data() / "sanguo" / "sanguo_yanyi.txt"

@@ -246,7 +246,7 @@ def _parse_per_file(paths: list[Path]) -> dict[str, dict[str, Any]]:
 
 def _delete_alias(alias: str) -> None:
     from core.config import Settings
-    from service.store import create_client
+    from core.store import create_client
 
     es = create_client(Settings())
     try:

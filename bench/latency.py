@@ -27,9 +27,9 @@ from bench.retrieval_eval import RESULTS, SERVICE, machine, update_docs
 from core.config import Settings
 from core.embeddings import load_embedder
 from core.schema import Mode
+from core.store import IndexNotFoundError, create_client
 from core.text import get_tokenizer
 from service.retrieval import RetrievalParams, Retriever
-from service.store import IndexNotFoundError, create_client
 
 DOCS_BEGIN, DOCS_END = "<!-- latency:begin -->", "<!-- latency:end -->"
 

@@ -33,9 +33,9 @@ from bench.embedding_cache import CachedEmbedder
 from bench.latency import percentile
 from core.config import get_settings
 from core.embeddings import load_embedder
+from core.store import create_client
 from core.text import get_tokenizer
 from indexing.pipeline import index_documents
-from service.store import create_client
 
 
 def build_index(alias: str, chapters: int) -> tuple[int, list[str]]:

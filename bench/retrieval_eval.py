@@ -43,11 +43,11 @@ from bench.embedding_cache import CachedEmbedder, cache_path
 from core.config import Settings
 from core.embeddings import Embedder, load_embedder
 from core.schema import LIST_MODES, Mode
+from core.store import concrete_indices, create_client, read_index_meta
 from core.text import ChineseTokenizer
 from indexing.pipeline import index_documents
 from service.fusion import FusionParams, fuse
 from service.retrieval import RetrievalParams, Retriever
-from service.store import concrete_indices, create_client, read_index_meta
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"

@@ -20,10 +20,10 @@ from core.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE
 from core.config import Settings
 from core.embeddings import load_embedder
 from core.redact import redact_url
+from core.store import EmbedderMismatchError, create_client
 from core.text import get_tokenizer
 from indexing.loaders import SUPPORTED_SUFFIXES, LoadError, LoadResult, SourceFile, find_files, load_files
 from indexing.pipeline import FileCounts, IndexSummary, Partition, index_documents, indexed_files
-from service.store import EmbedderMismatchError, create_client
 
 logger = logging.getLogger("indexing")
 

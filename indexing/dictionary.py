@@ -13,8 +13,8 @@ from elasticsearch import Elasticsearch
 
 from core.documents import Document
 from core.lexicon import discover_terms
+from core.store import read_index_meta, write_corpus_terms
 from core.text import ChineseTokenizer, stopwords
-from service.store import read_index_meta, write_corpus_terms
 
 logger = logging.getLogger(__name__)
 

@@ -54,9 +54,9 @@ from core.documents import Chunk, Document, document_chunks
 from core.embeddings import Embedder
 from core.retry import log_retry
 from core.schema import chunk_source
+from core.store import create_index, ensure_index, swap_alias, versioned_name
 from core.text import ChineseTokenizer
 from indexing.dictionary import corpus_tokenizer
-from service.store import create_index, ensure_index, swap_alias, versioned_name
 
 logger = logging.getLogger(__name__)
 

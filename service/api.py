@@ -32,6 +32,11 @@ from core.config import Settings
 from core.embeddings import Embedder, load_embedder
 from core.redact import redact_url
 from core.schema import Mode
+from core.store import (
+    IndexNotFoundError,
+    create_client,
+    read_index_meta,
+)
 from service.errors import add_error_handlers
 from service.graph import (
     GapReport,
@@ -57,11 +62,6 @@ from service.schemas_api import (
     ReadyResponse,
     SearchRequest,
     ValidationErrorResponse,
-)
-from service.store import (
-    IndexNotFoundError,
-    create_client,
-    read_index_meta,
 )
 
 logger = logging.getLogger(__name__)

@@ -28,9 +28,9 @@ from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from core.redact import redact_url
+from core.store import TRANSIENT_STATUSES, TRANSIENT_TYPES, EmbedderMismatchError, IndexNotFoundError, SearchError
 from service.llm import LLMNotConfiguredError
 from service.metrics import endpoint_label
-from service.store import TRANSIENT_STATUSES, TRANSIENT_TYPES, EmbedderMismatchError, IndexNotFoundError, SearchError
 
 logger = logging.getLogger(__name__)
 outage_logger = logging.getLogger("service.outage")

@@ -25,9 +25,9 @@ from core.config import Settings
 from core.documents import page_label, source_label
 from core.embeddings import Embedder
 from core.schema import HIT_SOURCE_FIELDS, LIST_MODES, Mode
+from core.store import IndexMeta, IndexNotFoundError, check_embedder_meta, msearch, read_index_meta
 from core.text import ChineseTokenizer, bigram_terms, get_tokenizer, join_terms
 from service.fusion import FusionParams, ListEvidence, fuse
-from service.store import IndexMeta, IndexNotFoundError, check_embedder_meta, msearch, read_index_meta
 
 _META_TTL_S = 30.0  # how long an index's embedder and dictionary are trusted before re-reading
 

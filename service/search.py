@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from core.config import Settings
 from core.embeddings import load_embedder
 from core.schema import Mode
+from core.store import EmbedderMismatchError, IndexNotFoundError, create_client
 from service.retrieval import Comparison, Hit, SearchResult, build_retriever
-from service.store import EmbedderMismatchError, IndexNotFoundError, create_client
 
 _COLUMN = 44  # display columns per mode (a CJK character takes two)
 

@@ -13,9 +13,9 @@ from elasticsearch import Elasticsearch
 from core.config import Settings
 from core.documents import Document
 from core.embeddings import Embedder
+from core.store import SearchError
 from service.api import create_app
 from service.errors import OncePerKind
-from service.store import SearchError
 from tests.conftest import knowledge_base
 from tests.serving import TcpProxy, serve
 

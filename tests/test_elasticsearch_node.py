@@ -7,7 +7,7 @@ import pytest
 from elasticsearch import Elasticsearch, helpers
 
 from core.embeddings import Embedder
-from service.store import (
+from core.store import (
     EmbedderMismatchError,
     IndexNotFoundError,
     check_embedder,

@@ -14,9 +14,9 @@ from elasticsearch import Elasticsearch
 from core.documents import Document
 from core.embeddings import Embedder
 from core.schema import chunk_id, content_hash
+from core.store import EmbedderMismatchError, concrete_indices, create_index
 from core.text import get_tokenizer
 from indexing.pipeline import Partition, index_documents
-from service.store import EmbedderMismatchError, concrete_indices, create_index
 
 SIZE, OVERLAP = 60, 10
 

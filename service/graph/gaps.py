@@ -9,8 +9,8 @@ import argparse
 import sys
 
 from core.config import Settings
+from core.store import create_client
 from service.graph.memory import knowledge_gap_report
-from service.store import create_client
 
 
 def main(argv: list[str] | None = None) -> int:

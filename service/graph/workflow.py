@@ -31,13 +31,13 @@ from langchain_core.language_models import BaseChatModel
 from langgraph.graph import END, START, StateGraph
 
 from core.config import Settings
+from core.store import EmbedderMismatchError, IndexNotFoundError, SearchError
 from service.graph import extractive_nodes, nodes
 from service.graph.memory import JudgementMemory
 from service.graph.schemas import AnswerMode, QueryOptions, QueryResult, WorkflowEvent
 from service.graph.state import RunContext, WorkflowState
 from service.llm import LLMNotConfiguredError, LLMProbe, build_llms
 from service.retrieval import Retriever
-from service.store import EmbedderMismatchError, IndexNotFoundError, SearchError
 from service.websearch import WebSearch, build_web_search
 
 logger = logging.getLogger(__name__)
