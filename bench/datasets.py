@@ -59,6 +59,7 @@ class Dataset:
     chunk_size: int
     chunk_overlap: int
     chunks: dict[str, str] = field(default_factory=dict)  # chunk id -> text, as the pipeline will index them
+    skipped: list[str] = field(default_factory=list)  # ids of questions left out: blank in the source
 
     @property
     def alias(self) -> str:
@@ -96,11 +97,12 @@ def load_cmrc(limit: int | None = None, root: Path | None = None) -> Dataset:
         paragraphs = paragraphs[::stride][:limit]
     documents = [Document(doc_id=p["id"], text=p["context"], source="cmrc2018") for p in paragraphs]
     chunks, of_doc = _by_document(documents, CMRC_CHUNK_SIZE, 0)
-    queries = [
-        Query(qa["id"], qa["question"], of_doc[p["id"]], seeded_split(p["id"])) for p in paragraphs for qa in p["qas"]
-    ]
+    questions = [(p["id"], qa) for p in paragraphs for qa in p["qas"]]
+    queries = [Query(qa["id"], qa["question"], of_doc[pid], seeded_split(pid)) for pid, qa in questions]
     name = "cmrc" if limit is None else f"cmrc{len(paragraphs)}"
-    return Dataset(name, documents, queries, CMRC_CHUNK_SIZE, 0, chunks)
+    blank = [query.id for query in queries if not query.text.strip()]  # two in the trial set
+    kept = [query for query in queries if query.text.strip()]
+    return Dataset(name, documents, kept, CMRC_CHUNK_SIZE, 0, chunks, skipped=blank)
 
 
 def _split_of(item: dict[str, str]) -> str:

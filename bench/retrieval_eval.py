@@ -275,9 +275,11 @@ def markdown(report: dict[str, Any]) -> str:
         "",
     ]
     for name, result in report["datasets"].items():
+        skipped = f" ({len(result['skipped'])} blank questions left out: {', '.join(result['skipped'])})"
         lines += [
             f"### {name}: {result['documents']} documents, {result['chunks']} chunks, "
-            + f"{result['dev_queries']} dev / {result['test_queries']} test questions",
+            + f"{result['dev_queries']} dev / {result['test_queries']} test questions"
+            + (skipped if result["skipped"] else ""),
             "",
         ]
         for split in ("test", "dev"):
@@ -389,6 +391,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         report["datasets"][dataset.name] = {
             "documents": len(dataset.documents),
             "chunks": len(dataset.chunks),
+            "skipped": dataset.skipped,
             "dev_queries": len(dev["hybrid"]),
             "test_queries": len(test["hybrid"]),
             "dev": {mode: mean_metrics(found) for mode, found in dev.items()},

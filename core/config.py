@@ -10,6 +10,8 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+FusionMethod = Literal["rrf", "minmax", "zscore", "rrf-gap"]  # service/fusion.py
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_file=".env", env_file_encoding="utf-8", extra="ignore")
@@ -34,8 +36,8 @@ class Settings(BaseSettings):
 
     # Retrieval
     # Hybrid fusion (service/fusion.py), chosen on the dev questions by bench/retrieval_eval.py.
-    fusion: str = "rrf"
-    rrf_k: int = 60
+    fusion: FusionMethod = "zscore"
+    rrf_k: int = 60  # rank constant of rrf and rrf-gap
     rrf_depth: int = 50
     num_candidates: int = 100
 

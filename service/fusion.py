@@ -17,8 +17,11 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import get_args
 
-FUSION_METHODS = ("rrf", "minmax", "zscore", "rrf-gap")
+from core.config import FusionMethod
+
+FUSION_METHODS: tuple[str, ...] = get_args(FusionMethod)
 
 Ranked = Sequence[tuple[str, float]]  # (chunk id, list score), best first
 

@@ -1,7 +1,8 @@
 """BM25, vector and hybrid search over one knowledge base, fused in the service.
 
-A single mode is one Elasticsearch round trip. Hybrid sends its lists (kNN, jieba BM25,
-bigram BM25, standard) in one `_msearch` that returns ids and scores only (`_source: false`),
+A single mode is one Elasticsearch round trip. Hybrid asks its lists (kNN, jieba BM25,
+bigram BM25, standard) for ids and scores only (`_source: false`): the keyword lists in one
+`_msearch` sent while the query is being embedded, the kNN list once the vector is there. It
 fuses them here (service/fusion.py; no server-side RRF, absent from the minimal distribution
 and from unlicensed clusters), then fetches the fused top k in one `mget`. Every hybrid hit
 carries its explanation: its rank and score in each list and that list's contribution.
@@ -13,6 +14,7 @@ dictionary stored in the index's `_meta` (core/text.py, indexing/dictionary.py).
 
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Any
@@ -133,7 +135,7 @@ class Comparison(BaseModel):
 class RetrievalParams:
     """Search parameters; the hybrid defaults are the choice of the dev questions (docs/retrieval.md)."""
 
-    fusion: str = "rrf"
+    fusion: str = "zscore"  # parameter-free; chosen on dev over RRF, weighted RRF, min-max, RRF by gap
     rrf_k: int = 60
     depth: int = 50
     num_candidates: int = 100
@@ -183,6 +185,8 @@ class Retriever:
         self.tokenizer = tokenizer
         self.params = params or RetrievalParams()
         self._indices: dict[str, tuple[float, IndexMeta, ChineseTokenizer]] = {}
+        # Runs a hybrid request's keyword lists beside its embedding (see `_lists`).
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="keyword-lists")
 
     def search(
         self, index: str, query: str, mode: Mode | str = Mode.HYBRID, k: int = 10, filters: Filters | None = None
@@ -197,6 +201,18 @@ class Retriever:
         return self._lists(index, query, lists, size, filters, _QueryVector(self.embedder, query))
 
     def _lists(
+        self, index: str, query: str, lists: Sequence[Mode], size: int, filters: Filters | None, vector: _QueryVector
+    ) -> dict[str, list[tuple[str, float]]]:
+        """Every list of `lists`; the keyword lists are searched while the query is being embedded."""
+        keyword = [name for name in lists if name != Mode.VECTOR]
+        if len(keyword) in (0, len(lists)):
+            return self._run_lists(index, query, lists, size, filters, vector)
+        pending = self._pool.submit(self._run_lists, index, query, keyword, size, filters, vector)
+        found = self._run_lists(index, query, [Mode.VECTOR], size, filters, vector)
+        found.update(pending.result())
+        return {name: found[name] for name in lists}
+
+    def _run_lists(
         self, index: str, query: str, lists: Sequence[Mode], size: int, filters: Filters | None, vector: _QueryVector
     ) -> dict[str, list[tuple[str, float]]]:
         bodies = [self._body(index, name, query, size, filters, vector, source=False) for name in lists]

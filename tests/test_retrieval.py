@@ -167,7 +167,7 @@ def test_hybrid_hits_explain_their_rank_and_contribution(retriever: Retriever, c
 
 
 def test_hybrid_lists_and_weights_are_selectable(es: Elasticsearch, embedder: Embedder, corpus: str) -> None:
-    bm25_only = Retriever(es, embedder, ChineseTokenizer(), RetrievalParams(hybrid_lists=(Mode.BM25,)))
+    bm25_only = Retriever(es, embedder, ChineseTokenizer(), RetrievalParams("rrf", hybrid_lists=(Mode.BM25,)))
     hits = bm25_only.search(corpus, "乌巢", "hybrid", 5).hits
     assert [hit.doc_id for hit in hits] == ["wuchao"]  # one list: only what BM25 matched
     explain = hits[0].explain or {}

@@ -80,7 +80,8 @@ def test_fusion_choice_never_picks_a_setting_below_a_single_list_on_dev() -> Non
 
 def test_cmrc_split_keeps_a_paragraph_whole_and_is_fixed() -> None:
     cmrc = load_cmrc()
-    assert len(cmrc.documents) == 1104 and len(cmrc.queries) == 4221
+    assert len(cmrc.documents) == 1104 and len(cmrc.queries) + len(cmrc.skipped) == 4221
+    assert sorted(cmrc.skipped) == ["TRIAL_20_QUERY_0", "TRIAL_776_QUERY_4"]  # blank in the source
     by_paragraph: dict[str, set[str]] = {}
     for query in cmrc.queries:
         by_paragraph.setdefault(query.id.split("_QUERY_")[0], set()).add(query.split)
