@@ -27,7 +27,10 @@ print(json.dumps({
     "jieba_dictionary_loaded": jieba.dt.initialized,
     "settings_read": get_settings.cache_info().currsize,
     "tokenizers": get_tokenizer.cache_info().currsize,
-    "objects": sorted({type(o).__name__ for o in gc.get_objects() if type(o).__module__.startswith(("elasticsearch", "httpx"))}),
+    "objects": sorted({
+        type(o).__name__ for o in gc.get_objects()
+        if str(getattr(type(o), "__module__", "")).startswith(("elasticsearch", "httpx"))
+    }),
 }))
 """
 
