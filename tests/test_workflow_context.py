@@ -1,6 +1,9 @@
 """Numbered contexts: ordering across hops, the token budget, citations, untrusted web text."""
 
+from collections.abc import Callable
+
 import pytest
+from elasticsearch import Elasticsearch
 from pydantic import ValidationError
 
 from core.config import Settings
@@ -13,7 +16,7 @@ from service.graph.context import (
     select_contexts,
 )
 from service.graph.memory import JudgementMemory
-from service.graph.schemas import Decomposition, Evaluation
+from service.graph.schemas import Decomposition, Evaluation, EvaluationStep
 from service.graph.state import Passage
 from service.websearch import WebResult
 
@@ -124,3 +127,16 @@ def test_judgement_cache_entries_expire_after_the_ttl() -> None:
     now[0] += 1
     assert memory.cached("问题", "hash") is None  # 600 s old: asked again
     assert Settings(_env_file=None).judgement_cache_ttl_s == 3600
+
+
+def test_the_judgement_log_is_created_with_the_configured_replicas(
+    es: Elasticsearch, index_name: Callable[[str], str]
+) -> None:
+    """On a cluster the log must survive a node loss like the knowledge base does (ES_REPLICAS)."""
+    name = index_name("judgements")
+    memory = JudgementMemory(es, name, knowledge_base="kb", replicas=1)
+    memory.log("q1", "孟获是谁？", "hash", EvaluationStep(enough=True, missing=[], reason="够了"))
+    settings = es.indices.get_settings(index=name).body[name]["settings"]["index"]
+    assert settings["number_of_replicas"] == "1"
+    es.indices.refresh(index=name)
+    assert es.count(index=name).body["count"] == 1

@@ -53,8 +53,10 @@ class JudgementMemory:
         cache_size: int = 1024,
         ttl_s: float = 3600.0,
         clock: Callable[[], float] = time.monotonic,
+        replicas: int = 0,
     ) -> None:
         self.es = es
+        self.replicas = replicas
         self.index = index
         self.knowledge_base = knowledge_base
         self._cache: OrderedDict[str, tuple[float, Judgement]] = OrderedDict()
@@ -113,7 +115,9 @@ class JudgementMemory:
         if self._index_ready or self.es is None:
             return
         try:
-            self.es.indices.create(index=self.index, mappings=JUDGEMENTS_MAPPING, settings={"number_of_replicas": 0})
+            self.es.indices.create(
+                index=self.index, mappings=JUDGEMENTS_MAPPING, settings={"number_of_replicas": self.replicas}
+            )
         except ApiError as err:
             if err.meta.status != 400 or "resource_already_exists" not in str(err):
                 raise

@@ -66,7 +66,11 @@ def build_deps(settings: Settings, es: Elasticsearch, retriever: Retriever) -> W
         answer_llm=answer,
         web_search=build_web_search(settings),
         judgements=JudgementMemory(
-            es, settings.judgements_index, knowledge_base=settings.es_index, ttl_s=settings.judgement_cache_ttl_s
+            es,
+            settings.judgements_index,
+            knowledge_base=settings.es_index,
+            ttl_s=settings.judgement_cache_ttl_s,
+            replicas=settings.es_replicas,
         ),
         probe=LLMProbe(settings) if settings.llm_configured else None,
     )
