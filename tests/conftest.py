@@ -16,6 +16,7 @@ import sys
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +28,23 @@ from core.config import Settings
 from core.documents import Document
 from core.embeddings import Embedder, load_embedder
 from core.text import get_tokenizer
+from indexing.loaders import split_chapters
 from indexing.pipeline import index_documents
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = shared_data()
 SANGUO_PATH = SHARED_DATA / "sanguo" / "sanguo_yanyi.txt"
+# The workflow tests' small corpus: chapter -> how many of its first characters are indexed.
+SANGUO_SLICES = {1: 2700, 37: 1500}
 ES_VERSION = "8.19.21"
 _ES_URL = os.environ.get("ES_URL")
 PROJECT_VARIABLES = sorted(name.upper() for name in Settings.model_fields)
+
+
+def sanguo_slices() -> list[Document]:
+    """The chapters of `SANGUO_SLICES`, each cut to its first characters, as the indexing job loads them."""
+    chapters = split_chapters(SANGUO_PATH.read_text(encoding="utf-8"), source="sanguo_yanyi.txt", title="三国演义")
+    return [replace(d, text=d.text[: SANGUO_SLICES[d.chapter]]) for d in chapters if d.chapter in SANGUO_SLICES]
 
 
 @pytest.fixture(autouse=True)

@@ -8,7 +8,6 @@ checks every line of every answer produced here.
 import asyncio
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -17,13 +16,11 @@ from elasticsearch import Elasticsearch
 from core.config import Settings
 from core.embeddings import Embedder
 from core.text import get_tokenizer
-from indexing.loaders import split_chapters
 from service import extractive
 from service.graph import QueryOptions, QueryResult, WorkflowDeps, build_deps, run_query
 from service.retrieval import Retriever
-from tests.conftest import SANGUO_PATH, knowledge_base
+from tests.conftest import knowledge_base, sanguo_slices
 
-SLICES = {1: 2700, 37: 1500}
 OATH = "刘备、关羽、张飞在哪里结义？"
 UNANSWERABLE = "诸葛亮的手机号码是多少？"
 EXTRACTIVE_PATH = ["split_question", "retrieve", "select_evidence", "quote_answer"]
@@ -79,15 +76,12 @@ def test_content_terms_drop_question_words_and_coverage_counts_them() -> None:
 
 def slices() -> dict[int, str]:
     """Chapter -> the indexed text: what every local quote must be a verbatim part of."""
-    chapters = split_chapters(SANGUO_PATH.read_text(encoding="utf-8"), source="sanguo_yanyi.txt", title="三国演义")
-    return {d.chapter: d.text[: SLICES[d.chapter]] for d in chapters if d.chapter in SLICES}
+    return {d.chapter: d.text for d in sanguo_slices() if d.chapter is not None}
 
 
 @pytest.fixture(scope="module")
 def corpus(es: Elasticsearch, embedder: Embedder) -> Iterator[str]:
-    chapters = split_chapters(SANGUO_PATH.read_text(encoding="utf-8"), source="sanguo_yanyi.txt", title="三国演义")
-    documents = [replace(d, text=d.text[: SLICES[d.chapter]]) for d in chapters if d.chapter in SLICES]
-    with knowledge_base(es, embedder, documents, "test-extractive") as alias:
+    with knowledge_base(es, embedder, sanguo_slices(), "test-extractive") as alias:
         yield alias
 
 

@@ -9,7 +9,6 @@ import asyncio
 import re
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -19,7 +18,6 @@ from pydantic import SecretStr
 from core.config import Settings
 from core.embeddings import Embedder
 from core.text import get_tokenizer
-from indexing.loaders import split_chapters
 from service.graph import (
     ChatTurn,
     LLMNotConfiguredError,
@@ -34,13 +32,12 @@ from service.graph import (
 )
 from service.graph.gaps import main as gaps_main
 from service.retrieval import Retriever
-from tests.conftest import SANGUO_PATH, knowledge_base
+from tests.conftest import knowledge_base, sanguo_slices
 from tests.fakes.bocha_server import API_KEY, BAD_JSON, TIMEOUT, FakeBochaServer, page
 from tests.fakes.openai_server import ANSWER, FakeChatServer, Text
 
 # 桃园结义 (and 青龙偃月刀) in chapter 1, 三顾草庐 and 卧龙 in chapter 37: two hops in two chapters.
 # Only the opening of each chapter is indexed (~10 chunks) to keep the embedding cost small.
-SLICES = {1: 2700, 37: 1500}
 
 LOCAL_PATH = ["route_question", "decompose_question", "retrieve", "plan_next_step", "evaluate", "generate"]
 TWO_HOPS_PATH = [*LOCAL_PATH[:4], "retrieve", "plan_next_step", "evaluate", "generate"]  # two sub-questions
@@ -52,9 +49,7 @@ LUO_PAGE = page(
 @pytest.fixture(scope="module")
 def corpus(es: Elasticsearch, embedder: Embedder) -> Iterator[str]:
     """Two chapter slices indexed once for the module with the team's indexing pipeline."""
-    chapters = split_chapters(SANGUO_PATH.read_text(encoding="utf-8"), source="sanguo_yanyi.txt", title="三国演义")
-    documents = [replace(d, text=d.text[: SLICES[d.chapter]]) for d in chapters if d.chapter in SLICES]
-    with knowledge_base(es, embedder, documents, "test-wf") as alias:
+    with knowledge_base(es, embedder, sanguo_slices(), "test-wf") as alias:
         yield alias
 
 
