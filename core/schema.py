@@ -103,6 +103,19 @@ def chunk_id(doc_id: str, chunk_index: int, text_hash: str) -> str:
     return hashlib.sha1(f"{doc_id}\x1f{chunk_index}\x1f{text_hash}".encode()).hexdigest()
 
 
+# The doc-value fields a chunk's id is derived from (`chunk_id_from_fields`).
+ID_FIELDS = ["doc_id", "chunk_index", "content_hash"]
+
+
+def chunk_id_from_fields(fields: dict[str, list[Any]]) -> str:
+    """A hit's chunk id from its `ID_FIELDS` doc values, without reading its stored fields.
+
+    Reading `_id` makes Elasticsearch decompress the stored document (with its embedding) of
+    every hit; the three doc values cost a fraction of that on a 50-deep list.
+    """
+    return chunk_id(fields["doc_id"][0], fields["chunk_index"][0], fields["content_hash"][0])
+
+
 def chunk_source(
     *,
     tokenizer: ChineseTokenizer,

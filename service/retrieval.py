@@ -1,9 +1,8 @@
 """BM25, vector and hybrid search over one knowledge base, fused in the service.
 
 A single mode is one Elasticsearch round trip. Hybrid asks its lists (kNN, jieba BM25,
-bigram BM25, standard) for ids and scores only (`_source: false`): the keyword lists in one
-`_msearch` sent while the query is being embedded, the kNN list once the vector is there. It
-fuses them here (service/fusion.py; no server-side RRF, absent from the minimal distribution
+bigram BM25, standard) for ids and scores only (doc values, no stored fields), all in one
+`_msearch` once the query is embedded. It fuses them here (service/fusion.py; no server-side RRF, absent from the minimal distribution
 and from unlicensed clusters), then fetches the fused top k in one `mget`. Every hybrid hit
 carries its explanation: its rank and score in each list and that list's contribution.
 The query is embedded once per request, in `compare` too.
@@ -14,7 +13,6 @@ dictionary stored in the index's `_meta` (core/text.py, indexing/dictionary.py).
 
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Any
@@ -26,7 +24,7 @@ from pydantic import BaseModel, computed_field, model_validator
 from core.config import Settings
 from core.documents import page_label, source_label
 from core.embeddings import Embedder
-from core.schema import HIT_SOURCE_FIELDS, LIST_MODES, Mode
+from core.schema import HIT_SOURCE_FIELDS, ID_FIELDS, LIST_MODES, Mode, chunk_id_from_fields
 from core.store import IndexMeta, IndexNotFoundError, check_embedder_meta, msearch, read_index_meta
 from core.text import ChineseTokenizer, bigram_terms, get_tokenizer, join_terms
 from service.fusion import FusionParams, ListEvidence, fuse
@@ -185,8 +183,6 @@ class Retriever:
         self.tokenizer = tokenizer
         self.params = params or RetrievalParams()
         self._indices: dict[str, tuple[float, IndexMeta, ChineseTokenizer]] = {}
-        # Runs a hybrid request's keyword lists beside its embedding (see `_lists`).
-        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="keyword-lists")
 
     def search(
         self, index: str, query: str, mode: Mode | str = Mode.HYBRID, k: int = 10, filters: Filters | None = None
@@ -203,22 +199,15 @@ class Retriever:
     def _lists(
         self, index: str, query: str, lists: Sequence[Mode], size: int, filters: Filters | None, vector: _QueryVector
     ) -> dict[str, list[tuple[str, float]]]:
-        """Every list of `lists`; the keyword lists are searched while the query is being embedded."""
-        keyword = [name for name in lists if name != Mode.VECTOR]
-        if len(keyword) in (0, len(lists)):
-            return self._run_lists(index, query, lists, size, filters, vector)
-        pending = self._pool.submit(self._run_lists, index, query, keyword, size, filters, vector)
-        found = self._run_lists(index, query, [Mode.VECTOR], size, filters, vector)
-        found.update(pending.result())
-        return {name: found[name] for name in lists}
+        """Every list of `lists` in one `_msearch`, which Elasticsearch runs concurrently.
 
-    def _run_lists(
-        self, index: str, query: str, lists: Sequence[Mode], size: int, filters: Filters | None, vector: _QueryVector
-    ) -> dict[str, list[tuple[str, float]]]:
+        The query is embedded first: searching the keyword lists on a thread while embedding
+        was slower on two cores, where the embedder's threads and Elasticsearch compete.
+        """
         bodies = [self._body(index, name, query, size, filters, vector, source=False) for name in lists]
         responses = self._msearch(index, bodies)
         return {
-            name: [(raw["_id"], raw["_score"]) for raw in response["hits"]["hits"]]
+            name: [(chunk_id_from_fields(raw["fields"]), raw["_score"]) for raw in response["hits"]["hits"]]
             for name, response in zip(lists, responses, strict=True)
         }
 
@@ -314,7 +303,8 @@ class Retriever:
         if not ids:
             return {}
         try:
-            docs = self.es.mget(index=index, ids=ids, source=HIT_SOURCE_FIELDS)["docs"]
+            # realtime=False reads the refreshed view the search just saw, without a refresh check.
+            docs = self.es.mget(index=index, ids=ids, source=HIT_SOURCE_FIELDS, realtime=False)["docs"]
         except NotFoundError as err:
             raise IndexNotFoundError(index) from err
         return {doc["_id"]: doc["_source"] for doc in docs if doc.get("found")}
@@ -334,7 +324,11 @@ class Retriever:
         source: bool,
     ) -> dict[str, Any]:
         clauses = filters.to_es() if filters else []
-        body: dict[str, Any] = {"size": size, "_source": HIT_SOURCE_FIELDS if source else False}
+        body: dict[str, Any] = {"size": size}
+        if source:
+            body["_source"] = HIT_SOURCE_FIELDS
+        else:  # ids from doc values only (core.schema.chunk_id_from_fields)
+            body |= {"stored_fields": "_none_", "docvalue_fields": ID_FIELDS}
         if name == Mode.VECTOR:
             meta = self._index(index)[0]
             check_embedder_meta(meta, index, self.embedder)

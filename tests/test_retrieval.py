@@ -11,7 +11,7 @@ from elasticsearch import Elasticsearch
 from core.config import Settings
 from core.documents import Document
 from core.embeddings import Embedder
-from core.schema import Mode
+from core.schema import ID_FIELDS, Mode, chunk_id_from_fields
 from core.store import EmbedderMismatchError, IndexNotFoundError
 from core.text import ChineseTokenizer, bigram_terms, stopwords
 from service.fusion import FusionParams, ListEvidence, fuse
@@ -164,6 +164,15 @@ def test_hybrid_hits_explain_their_rank_and_contribution(retriever: Retriever, c
     assert hybrid.hits[0].doc_id == "wuchao"
     assert [hit.score for hit in hybrid.hits] == sorted((hit.score for hit in hybrid.hits), reverse=True)
     assert all(hit.explain is None for hit in retriever.search(corpus, query, "bm25", 3).hits)
+
+
+def test_list_ids_from_doc_values_are_the_stored_ids(es: Elasticsearch, retriever: Retriever, corpus: str) -> None:
+    """The lists never read `_id`; the ids they derive must be exactly the indexed ones."""
+    every = es.search(index=corpus, size=100, source=False, docvalue_fields=ID_FIELDS)["hits"]["hits"]
+    assert len(every) == len(CORPUS)
+    assert [chunk_id_from_fields(hit["fields"]) for hit in every] == [hit["_id"] for hit in every]
+    lists = retriever.ranked_lists(corpus, "曹操烧袁绍的粮草", ["vector", "bm25"], 5)
+    assert {chunk_id for ranked in lists.values() for chunk_id, _ in ranked} <= {hit["_id"] for hit in every}
 
 
 def test_hybrid_lists_and_weights_are_selectable(es: Elasticsearch, embedder: Embedder, corpus: str) -> None:
