@@ -168,10 +168,12 @@ def test_hybrid_hits_explain_their_rank_and_contribution(retriever: Retriever, c
 
 def test_list_ids_from_doc_values_are_the_stored_ids(es: Elasticsearch, retriever: Retriever, corpus: str) -> None:
     """The lists never read `_id`; the ids they derive must be exactly the indexed ones."""
-    every = es.search(index=corpus, size=100, source=False, docvalue_fields=ID_FIELDS)["hits"]["hits"]
+    every = es.search(index=corpus, size=100, source=False, docvalue_fields=[{"field": name} for name in ID_FIELDS])[
+        "hits"
+    ]["hits"]
     assert len(every) == len(CORPUS)
     assert [chunk_id_from_fields(hit["fields"]) for hit in every] == [hit["_id"] for hit in every]
-    lists = retriever.ranked_lists(corpus, "曹操烧袁绍的粮草", ["vector", "bm25"], 5)
+    lists = retriever.ranked_lists(corpus, "曹操烧袁绍的粮草", [Mode.VECTOR, Mode.BM25], 5)
     assert {chunk_id for ranked in lists.values() for chunk_id, _ in ranked} <= {hit["_id"] for hit in every}
 
 
