@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from elasticsearch import BadRequestError, Elasticsearch, NotFoundError
+from elasticsearch.serializer import OrjsonSerializer
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_fixed
 
 from core.config import Settings
@@ -111,10 +112,12 @@ def create_client(settings: Settings) -> Elasticsearch:
     The transport is the retry layer for reads: a connection error or time-out marks the node
     dead for a while and the request goes to the next node (2 retries), so one lost node of a
     cluster costs no failed request. Bulk writes turn this off and retry themselves
-    (`indexing.pipeline.bulk_write`).
+    (`indexing.pipeline.bulk_write`). Responses are decoded with orjson, several times faster
+    than the standard library on a hybrid search's hundreds of hits.
     """
     return Elasticsearch(
         settings.es_urls,
+        serializer=OrjsonSerializer(),
         request_timeout=settings.es_request_timeout,
         retry_on_timeout=True,
         max_retries=2,
