@@ -71,6 +71,8 @@ class ChineseTokenizer:
         self.learn_corpus_terms = learn_corpus_terms
         self._ready = False
         self._lock = threading.Lock()
+        # A hybrid query is cut once for its three keyword lists, not once per list.
+        self._cut = lru_cache(maxsize=256)(self._cut_uncached)
 
     def with_corpus_terms(self, terms: Sequence[str]) -> "ChineseTokenizer":
         """This tokenizer with the corpus dictionary `terms` (shared per process for the default options)."""
@@ -116,8 +118,11 @@ class ChineseTokenizer:
 
     def words(self, text: str) -> list[str]:
         """jieba's accurate cut, punctuation dropped, lower-cased (no sub-words)."""
+        return list(self._cut(text))
+
+    def _cut_uncached(self, text: str) -> tuple[str, ...]:
         self._ensure_ready()
-        return [t.lower() for t in self._jieba.cut(text) if _is_term(t)]
+        return tuple(t.lower() for t in self._jieba.cut(text) if _is_term(t))
 
     def index_terms(self, text: str) -> list[str]:
         """Terms of the indexed `tokens` field: every word and its sub-words, stop words kept."""
