@@ -78,6 +78,22 @@ def test_fusion_choice_never_picks_a_setting_below_a_single_list_on_dev() -> Non
     assert chosen["mean_MRR@10"] == max(row["mean_MRR@10"] for row in rows if row["worst_margin"] >= 0)
 
 
+def test_fusion_depth_is_the_shallowest_within_the_cost_tolerance() -> None:
+    # The relevant chunk is 11th in every list: no single list has it in its top 10, a fusion of
+    # lists cut at depth 10 never sees it, and every deeper fusion puts it first (it is the only
+    # chunk all four lists share).
+    def ranked(prefix: str) -> list[tuple[str, float]]:
+        return [(f"{prefix}{i}", 20.0 - i) for i in range(10)] + [("r", 9.5)]
+
+    lists = {"q": {name: ranked(name) for name in ("vector", "bm25", "bigram", "standard")}}
+    dataset = Dataset("toy", [], [Query("q", "", {"r"}, "dev")], 100, 0)
+    exact, rows = choose({"toy": (dataset, lists)}, tolerance=0.0, cost_tolerance=0.0)
+    assert exact["depth"] > 10
+    assert next(row for row in rows if row["config"] == exact)["mean_MRR@10"] == 1.0
+    cheap, _ = choose({"toy": (dataset, lists)}, tolerance=0.0, cost_tolerance=1.0)
+    assert cheap["depth"] == 10
+
+
 def test_cmrc_split_keeps_a_paragraph_whole_and_is_fixed() -> None:
     cmrc = load_cmrc()
     assert len(cmrc.documents) == 1104 and len(cmrc.queries) + len(cmrc.skipped) == 4221
