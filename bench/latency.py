@@ -96,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--out", type=Path, default=RESULTS / "latency")
     parser.add_argument("--update-docs", action="store_true")
-    parser.add_argument("--extra-depths", default="20", help="also time hybrid at these fusion depths (hybrid@N)")
+    parser.add_argument("--extra-depths", default="50", help="also time hybrid at these fusion depths (hybrid@N)")
     args = parser.parse_args(argv)
 
     settings = Settings()

@@ -38,7 +38,7 @@ class Settings(BaseSettings):
     # Hybrid fusion (service/fusion.py), chosen on the dev questions by bench/retrieval_eval.py.
     fusion: FusionMethod = "zscore"
     rrf_k: int = 60  # rank constant of rrf and rrf-gap
-    rrf_depth: int = 50
+    rrf_depth: int = 10  # each list's hits fused; chosen on dev with the fusion (docs/retrieval.md)
     num_candidates: int = 100
 
     # LLM (any OpenAI-compatible endpoint)
