@@ -228,7 +228,7 @@ def readyz(request: Request, settings: SettingsDep, es: ESDep) -> JSONResponse:
 
 @api.post("/search", response_model=SearchResult, tags=["retrieval"])
 def search(body: SearchRequest, settings: SettingsDep, retriever: RetrieverDep) -> SearchResult:
-    """One retrieval mode over the knowledge base (hybrid = jieba BM25 + bigram BM25 + kNN, fused by RRF)."""
+    """One retrieval mode over the knowledge base (hybrid: kNN + jieba BM25 + bigram + standard, fused)."""
     check_length(settings, "query", body.query)
     return retriever.search(settings.es_index, body.query, body.mode, body.k, body.filters)
 

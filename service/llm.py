@@ -138,6 +138,10 @@ class LLMProbe:
         self._last = (self._clock(), why)
         return why
 
+    def report_failure(self, why: str) -> None:
+        """A model call failed: trust that verdict, as a failed probe's, for `ttl_s`."""
+        self._last = (self._clock(), why)
+
     async def _check(self) -> str | None:
         where = redact_url(self.url.removesuffix("/models"))
         headers = {"Authorization": f"Bearer {self._key.get_secret_value()}"} if self._key else {}

@@ -270,20 +270,46 @@ def test_web_failure_degrades_to_a_local_answer(
         assert result["warnings"]
 
 
-def test_answer_model_failure_is_502_naming_the_endpoint(
-    url: str, llm: FakeChatServer, caplog: pytest.LogCaptureFixture
+def test_answer_model_failure_in_auto_mode_falls_back_to_quotes_and_says_why(
+    url: str, llm: FakeChatServer, bocha: FakeBochaServer
 ) -> None:
     llm.on(ANSWER, 500)
     response = httpx.post(f"{url}/query", json={"question": QUESTION}, timeout=120)
-    assert response.status_code == 502
-    assert llm.base_url in response.json()["detail"]
-    caplog.clear()
-    stream = httpx.post(f"{url}/query/stream", json={"question": QUESTION}, timeout=120)
-    assert stream.status_code == 200  # already streaming when the model failed: an error event ends it
-    kind, data = sse(stream)[-1]
-    # The client learns the status and an error id, not the endpoint or the exception's text.
-    assert kind == "error" and "HTTP 500" in data["message"] and data["error_id"] in data["message"]
-    assert llm.base_url not in data["message"] and "scripted" not in data["message"]
-    # The log has the failure once, with its traceback and the same id.
-    [logged] = [r for r in caplog.records if r.exc_info]
-    assert data["error_id"] in logged.getMessage()
+    assert response.status_code == 200, response.text
+    result = response.json()
+    assert result["mode"] == "extractive" and result["mode_reason"] == "大模型服务返回 HTTP 500，改用抽取式回答"
+    assert "七擒孟获" in result["answer"] and result["citations"]
+    assert llm.base_url not in result["mode_reason"]
+    # The failure counts as a failed probe: the next question does not try the model again.
+    calls = len(llm.requests)
+    stream = sse(httpx.post(f"{url}/query/stream", json={"question": QUESTION}, timeout=120))
+    assert len(llm.requests) == calls
+    assert stream[0] == ("mode", {"mode": "extractive", "reason": result["mode_reason"]})
+    assert stream[-1][0] == "final" and stream[-1][1]["mode"] == "extractive"
+
+
+def test_answer_model_failure_in_llm_mode_is_502_naming_the_endpoint(
+    es_url: str,
+    alias: str,
+    judgements: str,
+    llm: FakeChatServer,
+    bocha: FakeBochaServer,
+    embedder: Embedder,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    llm.on(ANSWER, 500)
+    settings = settings_for(es_url, alias, judgements, llm, bocha, answer_mode="llm")
+    with serve(create_app(settings, embedder=embedder)) as url:
+        response = httpx.post(f"{url}/query", json={"question": QUESTION}, timeout=120)
+        assert response.status_code == 502
+        assert llm.base_url in response.json()["detail"]
+        caplog.clear()
+        stream = httpx.post(f"{url}/query/stream", json={"question": QUESTION}, timeout=120)
+        assert stream.status_code == 200  # already streaming when the model failed: an error event ends it
+        kind, data = sse(stream)[-1]
+        # The client learns the status and an error id, not the endpoint or the exception's text.
+        assert kind == "error" and "HTTP 500" in data["message"] and data["error_id"] in data["message"]
+        assert llm.base_url not in data["message"] and "scripted" not in data["message"]
+        # The log has the failure once, with its traceback and the same id.
+        [logged] = [r for r in caplog.records if r.exc_info]
+        assert data["error_id"] in logged.getMessage()

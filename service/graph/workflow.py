@@ -199,7 +199,29 @@ async def run_query(deps: WorkflowDeps, question: str, options: QueryOptions) ->
 
 
 async def _run(deps: WorkflowDeps, question: str, options: QueryOptions) -> AsyncIterator[WorkflowEvent]:
+    """The run in the chosen mode. In `auto` mode a model that fails mid-run, before any answer
+    text went out, is reported to the probe and the question is answered extractively instead,
+    with a second "mode" event saying why; in `llm` mode, or once text has streamed, it fails."""
     mode, why = await choose_mode(deps)
+    streamed = False
+    try:
+        async for event in _run_in_mode(deps, question, options, mode, why):
+            streamed = streamed or event.event == "token"
+            yield event
+    except openai.APIError as err:
+        if mode != "llm" or deps.settings.answer_mode != "auto" or streamed:
+            raise
+        failure = _stream_failure(err)
+        logger.warning("answer model failed mid-run (%s): answering extractively", failure)
+        if deps.probe is not None:
+            deps.probe.report_failure(failure)
+        async for event in _run_in_mode(deps, question, options, "extractive", f"{failure}，改用抽取式回答"):
+            yield event
+
+
+async def _run_in_mode(
+    deps: WorkflowDeps, question: str, options: QueryOptions, mode: AnswerMode, why: str
+) -> AsyncIterator[WorkflowEvent]:
     yield WorkflowEvent(event="mode", data={"mode": mode, "reason": why})
     settings = deps.settings
     ctx = RunContext(
