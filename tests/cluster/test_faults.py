@@ -171,7 +171,10 @@ def stub_settings(cluster: LocalCluster, stub: EmbeddingStub, alias: str) -> Set
 
 
 class SearchLoad:
-    """`workers` threads sending hybrid /search requests until stopped (`pause` s apart); statuses and latencies."""
+    """`workers` threads sending hybrid /search requests until stopped (`pause` s apart); statuses and latencies.
+
+    A request that gets no answer (a time-out, a refused connection) counts as status 0.
+    """
 
     def __init__(self, url: str, workers: int, pause: float = 0.0) -> None:
         self.url, self.workers, self.pause = url, workers, pause
@@ -190,19 +193,27 @@ class SearchLoad:
             while not self._stop.is_set():
                 query = QUERIES[(worker + sent) % len(QUERIES)]
                 started = time.perf_counter()
-                response = client.post(f"{self.url}/search", json={"query": query, "mode": "hybrid", "k": 5})
-                with self._lock:
-                    self.latencies.append(time.perf_counter() - started)
-                    self.statuses[response.status_code] += 1
-                    if response.status_code == 200:
-                        self.empty += not response.json()["hits"]
-                        self.ok_times.append(time.monotonic())
-                    else:
-                        self.failures.append(
-                            f"{response.status_code} {response.headers.get('retry-after')} {response.text}"
-                        )
+                try:
+                    response = client.post(f"{self.url}/search", json={"query": query, "mode": "hybrid", "k": 5})
+                except httpx.TransportError as err:  # no answer at all (a 60 s time-out): status 0, an outcome too
+                    with self._lock:
+                        self.latencies.append(time.perf_counter() - started)
+                        self.statuses[0] += 1
+                        self.failures.append(f"0 - {type(err).__name__}")
+                else:
+                    self._record(response, time.perf_counter() - started)
                 sent += 1
                 self._stop.wait(self.pause)
+
+    def _record(self, response: httpx.Response, seconds: float) -> None:
+        with self._lock:
+            self.latencies.append(seconds)
+            self.statuses[response.status_code] += 1
+            if response.status_code == 200:
+                self.empty += not response.json()["hits"]
+                self.ok_times.append(time.monotonic())
+            else:
+                self.failures.append(f"{response.status_code} {response.headers.get('retry-after')} {response.text}")
 
     def first_ok_after(self, moment: float) -> float | None:
         with self._lock:
