@@ -77,7 +77,7 @@ class Settings(BaseSettings):
     extractive_context: int = 1  # neighbouring sentences quoted on either side of a chosen one
     extractive_candidates: int = 16  # windows embedded per part (the best by keyword coverage): the cost
     extractive_min_similarity: float = 0.895
-    extractive_min_coverage: float = 0.1
+    extractive_min_coverage: float = 0.2
 
     # HTTP service
     host: str = "127.0.0.1"
