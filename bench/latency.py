@@ -56,7 +56,7 @@ def markdown(report: dict[str, Any]) -> str:
     m = report["machine"]
     lines = [
         f"Machine: {m['cores']} cores ({m['cpu']}), {m['memory_gib']} GiB, load average {m['load_average']} "
-        f"(shared with other jobs), Elasticsearch {m['elasticsearch']}, embedder `{m['embedder']}`, {m['date']}. "
+        f"(1, 5, 15 min), Elasticsearch {m['elasticsearch']}, embedder `{m['embedder']}`, {m['date']}. "
         f"Command: `{report['command']}`. {report['warmup']} warm-up queries per mode, then every query in every "
         "mode and variant (shuffled order); wall-clock per `Retriever.search` call. `hybrid@N`: hybrid with "
         "fusion depth N instead of the default.",

@@ -277,7 +277,7 @@ def markdown(report: dict[str, Any]) -> str:
     m = report["machine"]
     lines = [
         f"Machine: {m['cores']} cores ({m['cpu']}), {m['memory_gib']} GiB, load average {m['load_average']} "
-        + f"(shared with other jobs), Elasticsearch {m['elasticsearch']}, embedder `{m['embedder']}`, "
+        + f"(1, 5, 15 min), Elasticsearch {m['elasticsearch']}, embedder `{m['embedder']}`, "
         + f"{m['date']}. Command: `{report['command']}`. Lists {report['depth']} deep.",
         "",
         f"**Chosen fusion (on dev): {label(report['chosen'])}.**",
