@@ -2,8 +2,9 @@
 
 A single mode is one Elasticsearch round trip. Hybrid asks its lists (kNN, jieba BM25,
 bigram BM25, standard) for ids and scores only (doc values, no stored fields), all in one
-`_msearch` once the query is embedded. It fuses them here (service/fusion.py; no server-side RRF, absent from the minimal distribution
-and from unlicensed clusters), then fetches the fused top k in one `mget`. Every hybrid hit
+`_msearch` once the query is embedded. It fuses them here (service/fusion.py; no server-side
+RRF, absent from the minimal distribution and from unlicensed clusters), then fetches the fused
+top k in one `mget`. Every hybrid hit
 carries its explanation: its rank and score in each list and that list's contribution.
 The query is embedded once per request, in `compare` too.
 
