@@ -4,9 +4,8 @@ A single mode is one Elasticsearch round trip. Hybrid asks its lists (kNN, jieba
 bigram BM25, standard) for ids and scores only (doc values, no stored fields), all in one
 `_msearch` once the query is embedded. It fuses them here (service/fusion.py; no server-side
 RRF, absent from the minimal distribution and from unlicensed clusters), then fetches the fused
-top k in one `mget`. Every hybrid hit
-carries its explanation: its rank and score in each list and that list's contribution.
-The query is embedded once per request, in `compare` too.
+top k in one `mget`. Every hybrid hit carries its explanation: its rank and score in each list
+and that list's contribution. The query is embedded once per request, in `compare` too.
 
 Keyword queries are cut by the index's own tokenizer: the user dictionary plus the corpus
 dictionary stored in the index's `_meta` (core/text.py, indexing/dictionary.py).
