@@ -313,18 +313,20 @@ def markdown(report: dict[str, Any]) -> str:
             + " |"
         )
     chosen = report["chosen"]
-    same_method = {key: value for key, value in chosen.items() if key != "depth"}
     tables = {
         f"Fusion methods at depth {chosen['depth']}": [
             r for r in report["fusion"] if r["config"]["depth"] == chosen["depth"]
         ],
-        f"Depths of {label(same_method)}": [
-            r for r in report["fusion"] if {k: v for k, v in r["config"].items() if k != "depth"} == same_method
-        ],
+        f"Depths of {label(_method(chosen))}": [r for r in report["fusion"] if _method(r["config"]) == _method(chosen)],
     }
     for title, rows in tables.items():
         lines += fusion_table(title, rows, names, chosen)
     return "\n".join(lines) + "\n"
+
+
+def _method(config: dict[str, Any]) -> dict[str, Any]:
+    """A grid setting without its depth: the fusion method and its parameters."""
+    return {key: value for key, value in config.items() if key != "depth"}
 
 
 def fusion_table(title: str, rows: list[dict[str, Any]], names: list[str], chosen: dict[str, Any]) -> list[str]:
