@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from elasticsearch import Elasticsearch
+from elasticsearch import ApiError, Elasticsearch
 
 from bench.datasets import shared_data
 from core.config import Settings
@@ -78,6 +78,23 @@ def indexing_result(process: subprocess.Popen[str]) -> tuple[int, dict[str, Any]
     stdout, stderr = process.communicate(timeout=300)
     lines = stdout.splitlines()
     return process.returncode, json.loads(lines[-1]) if lines else {}, stderr
+
+
+def chunks_written(es: Elasticsearch, alias: str) -> int:
+    """Chunks a running indexing job has written behind `alias` so far; 0 until every node can search it.
+
+    A node may answer that the alias exists before another node has applied that cluster state
+    (404 there) or before the new index's primaries have started (503): both mean "not yet".
+    """
+    try:
+        if not es.indices.exists_alias(name=alias):
+            return 0
+        es.indices.refresh(index=alias)
+        return int(es.count(index=alias)["count"])
+    except ApiError as error:
+        if error.meta.status in (404, 503):
+            return 0
+        raise
 
 
 def delete_indices(es: Elasticsearch, alias: str) -> None:

@@ -14,7 +14,7 @@ from core.chunking import split_text
 from core.schema import chunk_id, content_hash
 from core.store import create_index
 from indexing.loaders import load_paths
-from tests.conftest import indexing_result, start_indexing
+from tests.conftest import chunks_written, indexing_result, start_indexing
 from tests.test_indexing import OtherEmbedder
 
 SMALL = ["--chunk-size", "60", "--chunk-overlap", "10", "--no-progress"]
@@ -102,9 +102,7 @@ def test_a_killed_run_completes_on_rerun_with_no_duplicates_and_no_gaps(
     while written < 2:
         assert process.poll() is None, "the run ended before it could be killed: make the corpus larger"
         time.sleep(0.05)
-        if es.indices.exists_alias(name=alias):
-            es.indices.refresh(index=alias)
-            written = es.count(index=alias)["count"]
+        written = chunks_written(es, alias)
     process.send_signal(signal.SIGKILL)
     process.wait()
     es.indices.refresh(index=alias)

@@ -26,7 +26,7 @@ from bench.embedding_stub import EmbeddingStub
 from core.config import Settings
 from service.api import create_app
 from tests.cluster.conftest import NODES, LocalCluster
-from tests.conftest import SANGUO_PATH, indexing_result, start_indexing
+from tests.conftest import SANGUO_PATH, chunks_written, indexing_result, start_indexing
 from tests.serving import serve
 
 pytestmark = pytest.mark.cluster
@@ -64,11 +64,9 @@ def wait_for_chunks(es: Elasticsearch, alias: str, at_least: int, job: subproces
     """Chunks written so far, once there are `at_least` (the job must still be running)."""
     while True:
         assert job.poll() is None, "the job ended before the fault: it needs more batches"
-        if es.indices.exists_alias(name=alias):
-            es.indices.refresh(index=alias)
-            written = int(es.count(index=alias)["count"])
-            if written >= at_least:
-                return written
+        written = chunks_written(es, alias)
+        if written >= at_least:
+            return written
         time.sleep(0.1)
 
 
