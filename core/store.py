@@ -47,14 +47,25 @@ TRANSIENT_TYPES = frozenset(
 )
 
 
+def _first_reason(error: dict[str, Any]) -> str:
+    """The first reason an Elasticsearch error body gives: its own, a root cause's, its cause's or a failed shard's.
+
+    A search phase that fails while shards recover often leaves `reason` empty and names the cause
+    only further down.
+    """
+    candidates = [error, *(error.get("root_cause") or []), error.get("caused_by") or {}]
+    candidates += [shard.get("reason") or {} for shard in error.get("failed_shards") or []]
+    reason = next((str(c["reason"]) for c in candidates if isinstance(c, dict) and c.get("reason")), None)
+    return reason or f"no reason given (phase {error.get('phase', 'unknown')})"
+
+
 class SearchError(Exception):
     """One search of an `_msearch` failed; `transient` when retrying later can succeed."""
 
     def __init__(self, index: str, error: dict[str, Any], status: int | None) -> None:
         self.index = index
         self.type = str(error.get("type", "unknown"))
-        causes = error.get("root_cause") or [{}]
-        self.reason = str(error.get("reason") or causes[0].get("reason") or "no reason given")
+        self.reason = _first_reason(error)
         self.status = status
         super().__init__(f"search of {index!r} failed ({self.type}, status {status}): {self.reason}")
 

@@ -137,5 +137,17 @@ def test_search_errors_that_pass_are_told_from_those_that_do_not(
 
 
 def test_a_search_error_without_a_reason_still_gives_one() -> None:
-    error = SearchError("kb", {"type": "search_phase_execution_exception", "root_cause": []}, 503)
-    assert error.reason == "no reason given" and error.transient
+    error = SearchError("kb", {"type": "search_phase_execution_exception", "root_cause": [], "phase": "query"}, 503)
+    assert error.reason == "no reason given (phase query)" and error.transient
+
+
+def test_a_search_error_names_the_reason_a_failed_shard_gives() -> None:
+    body = {
+        "type": "search_phase_execution_exception",
+        "reason": "",
+        "root_cause": [],
+        "failed_shards": [
+            {"shard": 0, "reason": {"type": "no_shard_available_action_exception", "reason": "shard 0 lost"}}
+        ],
+    }
+    assert SearchError("kb", body, 503).reason == "shard 0 lost"
