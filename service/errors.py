@@ -103,10 +103,11 @@ def _describe(error: dict[str, Any]) -> str:
 
 
 async def _validation(request: Request, err: RequestValidationError) -> JSONResponse:
-    errors = [
-        {"loc": list(e.get("loc", ())), "msg": str(e.get("msg", "")), "type": str(e.get("type", ""))}
-        for e in err.errors()
-    ]
+    """422 with each error once: FastAPI validates a body that two dependencies share once per use."""
+    unique = dict.fromkeys(
+        (tuple(e.get("loc", ())), str(e.get("msg", "")), str(e.get("type", ""))) for e in err.errors()
+    )
+    errors = [{"loc": list(loc), "msg": msg, "type": kind} for loc, msg, kind in unique]
     message = "; ".join(_describe(e) for e in errors)
     request.app.state.metrics.record_error(endpoint_label(request.scope), "validation")
     return JSONResponse({"detail": errors, "message": message}, status_code=422)

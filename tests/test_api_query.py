@@ -183,6 +183,7 @@ def test_query_stream_sends_nodes_then_tokens_then_final(url: str) -> None:
         ({"question": "孟获", "web": "maybe"}, "web"),
         ({"question": "孟获", "history": [{"role": "system", "content": "x"}]}, "history.0.role"),
         ({"question": "孟获", "temperature": 2}, "temperature"),
+        ({"query": "孟获"}, "question"),  # a /search body sent to /query
     ],
 )
 @pytest.mark.parametrize("path", ["/query", "/query/stream"])
@@ -192,6 +193,8 @@ def test_query_bad_input_is_422_naming_the_field(
     response = httpx.post(f"{idle_url}{path}", json=body)
     assert response.status_code == 422
     assert response.json()["message"].startswith(f"{field}:")
+    errors = [(tuple(e["loc"]), e["type"]) for e in response.json()["detail"]]
+    assert len(errors) == len(set(errors)), errors  # each error told once
     assert idle.requests == []  # refused before any model call
 
 
