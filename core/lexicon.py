@@ -20,7 +20,9 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-_CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+from core.text import CJK_CHARS
+
+_CJK_RUN = re.compile(rf"[{CJK_CHARS}]+")
 _BOUNDARY = ""  # no neighbour: whitespace or the start or end of a text
 
 Run = tuple[str, str, str]  # a CJK run and the characters just before and after it

@@ -29,10 +29,10 @@ import jieba
 logger = logging.getLogger(__name__)
 
 STOPWORDS_PATH = Path(__file__).resolve().parent / "data" / "stopwords.txt"
-_CJK = r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+CJK_CHARS = r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"  # a regex character range: CJK ideographs
 # A CJK run, or a run of other letters/digits (without CJK, so 1型 gives "1" then "型").
-_CJK_RUN_OR_WORD = re.compile(rf"[{_CJK}]+|[^\W_{_CJK}]+", re.UNICODE)
-_IS_CJK = re.compile(rf"[{_CJK}]")
+_CJK_RUN_OR_WORD = re.compile(rf"[{CJK_CHARS}]+|[^\W_{CJK_CHARS}]+", re.UNICODE)
+_IS_CJK = re.compile(rf"[{CJK_CHARS}]")
 
 
 @lru_cache(maxsize=1)
@@ -101,10 +101,15 @@ class ChineseTokenizer:
                 self._jieba.load_userdict(self.user_dict)
                 logger.info("loaded jieba user dictionary %s", self.user_dict)
             for term in self.corpus_terms:
-                if not self._jieba.FREQ.get(term):
+                if not self._known(term):
                     # The frequency that makes jieba keep the term whole.
                     self._jieba.add_word(term, self._jieba.suggest_freq(term, tune=False))
             self._ready = True
+
+    @property
+    def _stopwords(self) -> frozenset[str]:
+        """The words kept out of keyword queries: the shipped list, or none when `drop_stopwords` is off."""
+        return stopwords() if self.drop_stopwords else frozenset()
 
     def _known(self, word: str) -> bool:
         return bool(self._jieba.FREQ.get(word))
@@ -134,8 +139,7 @@ class ChineseTokenizer:
 
     def content_words(self, text: str) -> list[str]:
         """The query's words without stop words (stop words kept when `drop_stopwords` is off)."""
-        stop = stopwords() if self.drop_stopwords else frozenset()
-        return [word for word in self.words(text) if word not in stop]
+        return [word for word in self.words(text) if word not in self._stopwords]
 
     def keyword_text(self, text: str) -> str:
         """The query for the character-based lists (bigram, standard): stop words become spaces.
@@ -143,10 +147,9 @@ class ChineseTokenizer:
         Runs of content words stay glued (甲亢病人 keeps its bigram 病人), but no bigram bridges
         a removed stop word.
         """
-        stop = stopwords() if self.drop_stopwords else frozenset()
         runs: list[str] = [""]
         for word in self.words(text):
-            if word in stop:
+            if word in self._stopwords:
                 runs.append("")
             else:
                 runs[-1] += word
@@ -157,10 +160,7 @@ class ChineseTokenizer:
 
         That list matches character by character, so 有 inside jieba's 人有 would reach it otherwise.
         """
-        kept = self.keyword_text(text)
-        if not self.drop_stopwords:
-            return kept
-        return "".join(ch for ch in kept if ch not in stopwords())
+        return "".join(ch for ch in self.keyword_text(text) if ch not in self._stopwords)
 
 
 def bigram_terms(text: str) -> list[str]:
