@@ -47,6 +47,11 @@ TRANSIENT_TYPES = frozenset(
 )
 
 
+def is_transient(status: int | None, error_type: str | None) -> bool:
+    """Whether an Elasticsearch failure (HTTP status, error type) may pass if retried later."""
+    return status in TRANSIENT_STATUSES or error_type in TRANSIENT_TYPES
+
+
 def _first_reason(error: dict[str, Any]) -> str:
     """The first reason an Elasticsearch error body gives: its own, a root cause's, its cause's or a failed shard's.
 
@@ -71,7 +76,7 @@ class SearchError(Exception):
 
     @property
     def transient(self) -> bool:
-        return self.status in TRANSIENT_STATUSES or self.type in TRANSIENT_TYPES
+        return is_transient(self.status, self.type)
 
 
 def msearch(es: Elasticsearch, index: str, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:

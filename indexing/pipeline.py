@@ -54,7 +54,7 @@ from core.documents import Chunk, Document, document_chunks
 from core.embeddings import Embedder
 from core.retry import log_retry
 from core.schema import chunk_source
-from core.store import create_index, ensure_index, swap_alias, versioned_name
+from core.store import TRANSIENT_STATUSES, create_index, ensure_index, swap_alias, versioned_name
 from core.text import ChineseTokenizer
 from indexing.dictionary import corpus_tokenizer
 
@@ -64,7 +64,6 @@ DEFAULT_BATCH_SIZE = 16
 _LOOKUP_GROUP = 256  # documents per existing-chunk lookup
 _WRITES_PER_WORKER = 2  # embedded batches waiting for a writer, per embedding worker (bounds memory)
 _WRITE_ATTEMPTS = 6  # waits of 1+2+4+8+16 s before a batch counts as failed
-_RETRY_STATUSES = frozenset({429, 502, 503, 504})
 
 
 class FileCounts(BaseModel):
@@ -257,7 +256,7 @@ class TransientBulkItems(Exception):
 def _transient(error: BaseException) -> bool:
     if isinstance(error, (ESConnectionError, ConnectionTimeout, TransientBulkItems)):
         return True
-    return isinstance(error, ApiError) and error.meta.status in _RETRY_STATUSES
+    return isinstance(error, ApiError) and error.meta.status in TRANSIENT_STATUSES
 
 
 def _bulk_once(es: Elasticsearch, actions: list[dict[str, Any]]) -> list[tuple[bool, dict[str, Any]]]:
@@ -291,7 +290,7 @@ def bulk_write(
         nonlocal pending
         answers = _bulk_once(es, [actions[i] for i in pending])
         results.update(zip(pending, answers, strict=True))
-        pending = [i for i in pending if not results[i][0] and results[i][1].get("status") in _RETRY_STATUSES]
+        pending = [i for i in pending if not results[i][0] and results[i][1].get("status") in TRANSIENT_STATUSES]
         if pending:
             statuses = sorted({int(results[i][1]["status"]) for i in pending})
             raise TransientBulkItems(f"{len(pending)} of {len(actions)} items answered {statuses}")
@@ -549,9 +548,9 @@ def index_documents(
     so chunks of other doc_ids from those sources are deleted (a file that lost chapters);
     `remove_sources` deletes every chunk of those sources (files deleted from a synced folder);
     `prune` deletes every chunk whose doc_id is not among `documents`. `partition` restricts
-    the run to its share of the documents (not with `recreate`: workers share one index). `shards`/`replicas` apply when an index
-    is created. `concurrency` is the number of embedding batches in flight. Failed chunks go to
-    `error_file` (JSON lines, appended).
+    the run to its share of the documents (not with `recreate`: workers share one index).
+    `shards`/`replicas` apply when an index is created. `concurrency` is the number of embedding
+    batches in flight. Failed chunks go to `error_file` (JSON lines, appended).
     Raises `store.EmbedderMismatchError` when `alias` was built with another embedder.
     """
     if batch_size <= 0 or concurrency <= 0:

@@ -28,7 +28,7 @@ from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from core.redact import redact_url
-from core.store import TRANSIENT_STATUSES, TRANSIENT_TYPES, EmbedderMismatchError, IndexNotFoundError, SearchError
+from core.store import EmbedderMismatchError, IndexNotFoundError, SearchError, is_transient
 from service.llm import LLMNotConfiguredError
 from service.metrics import endpoint_label
 
@@ -85,7 +85,7 @@ def _one_line(text: str, limit: int = 200) -> str:
 def _transient(err: ApiError) -> bool:
     error = err.body.get("error") if isinstance(err.body, dict) else None
     kind = error.get("type") if isinstance(error, dict) else None
-    return err.meta.status in TRANSIENT_STATUSES or kind in TRANSIENT_TYPES
+    return is_transient(err.meta.status, kind)
 
 
 def _error(
@@ -143,20 +143,22 @@ async def _es_timeout(request: Request, err: ESConnectionTimeout) -> JSONRespons
     return _es_unavailable(request, "elasticsearch_timeout", reason)
 
 
-async def _es_search_failed(request: Request, err: SearchError) -> JSONResponse:
-    reason = f"Elasticsearch could not search {err.index!r}: {err.type}: {_one_line(err.reason)}"
-    if err.transient:
-        return _es_unavailable(request, "elasticsearch_unavailable", reason, err.type)
+def _es_failed(request: Request, reason: str, *, transient: bool, cause: str) -> JSONResponse:
+    """A transient failure is a 503 with Retry-After (quietly logged); any other a logged 502."""
+    if transient:
+        return _es_unavailable(request, "elasticsearch_unavailable", reason, cause)
     logger.error("%s", reason)
     return _error(request, 502, "elasticsearch_error", reason)
+
+
+async def _es_search_failed(request: Request, err: SearchError) -> JSONResponse:
+    reason = f"Elasticsearch could not search {err.index!r}: {err.type}: {_one_line(err.reason)}"
+    return _es_failed(request, reason, transient=err.transient, cause=err.type)
 
 
 async def _es_api_error(request: Request, err: ApiError) -> JSONResponse:
     reason = f"Elasticsearch answered {err.meta.status}: {_one_line(str(err.message))}"
-    if _transient(err):
-        return _es_unavailable(request, "elasticsearch_unavailable", reason, str(err.meta.status))
-    logger.error("%s", reason)
-    return _error(request, 502, "elasticsearch_error", reason)
+    return _es_failed(request, reason, transient=_transient(err), cause=str(err.meta.status))
 
 
 async def _llm_not_configured(request: Request, err: LLMNotConfiguredError) -> JSONResponse:
