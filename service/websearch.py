@@ -14,12 +14,12 @@ slow down) nor on a refused connection (the service is not there).
 import logging
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import httpx
+from cachetools import TTLCache
 from pydantic import BaseModel, SecretStr
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_fixed
 
@@ -202,33 +202,25 @@ class CachedWebSearch:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.inner = inner
-        self.ttl_s = ttl_s
         self.sites = sites or SiteFilter()
-        self._size = size
-        self._clock = clock
-        self._cache: OrderedDict[tuple[str, int | None], tuple[float, list[WebResult]]] = OrderedDict()
-        self._lock = threading.Lock()
+        self._cache: TTLCache[tuple[str, int | None], list[WebResult]] = TTLCache(maxsize=size, ttl=ttl_s, timer=clock)
+        self._lock = threading.Lock()  # cachetools caches are not thread-safe
 
-    def _cached(self, key: tuple[str, int | None]) -> list[WebResult] | None:
-        with self._lock:
-            entry = self._cache.get(key)
-            if entry is None or self._clock() - entry[0] >= self.ttl_s:
-                self._cache.pop(key, None)
-                return None
-            self._cache.move_to_end(key)
-            return list(entry[1])
+    @property
+    def ttl_s(self) -> float:
+        return float(self._cache.ttl)
 
     async def search(self, query: str, count: int | None = None) -> list[WebResult]:
         key = (query.strip(), count)
-        results = self._cached(key)
-        if results is None:
+        with self._lock:
+            cached = self._cache.get(key)
+        if cached is None:
             results = await self.inner.search(query, count)
             with self._lock:
-                self._cache[key] = (self._clock(), list(results))
-                while len(self._cache) > self._size:
-                    self._cache.popitem(last=False)
+                self._cache[key] = list(results)
         else:
             logger.info("web results for %r from the cache", query)
+            results = list(cached)
         return self.sites.apply(results)
 
 

@@ -11,11 +11,11 @@ import hashlib
 import logging
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from cachetools import TTLCache
 from elasticsearch import ApiError, Elasticsearch, NotFoundError
 
 from core.config import Settings
@@ -59,11 +59,8 @@ class JudgementMemory:
         self.replicas = replicas
         self.index = index
         self.knowledge_base = knowledge_base
-        self._cache: OrderedDict[str, tuple[float, Judgement]] = OrderedDict()
-        self._cache_size = cache_size
-        self.ttl_s = ttl_s
-        self._clock = clock
-        self._lock = threading.Lock()
+        self._cache: TTLCache[str, Judgement] = TTLCache(maxsize=cache_size, ttl=ttl_s, timer=clock)
+        self._lock = threading.Lock()  # cachetools caches are not thread-safe
         self._index_ready = False
 
     @staticmethod
@@ -73,20 +70,12 @@ class JudgementMemory:
     def cached(self, question: str, contexts_hash: str) -> Judgement | None:
         key = self._key(question, contexts_hash)
         with self._lock:
-            entry = self._cache.get(key)
-            if entry is None:
-                return None
-            if self._clock() - entry[0] >= self.ttl_s:
-                del self._cache[key]
-                return None
-            self._cache.move_to_end(key)
-            return entry[1].model_copy()
+            found = self._cache.get(key)
+        return found.model_copy() if found is not None else None
 
     def remember(self, question: str, contexts_hash: str, evaluation: Judgement) -> None:
         with self._lock:
-            self._cache[self._key(question, contexts_hash)] = (self._clock(), evaluation.model_copy())
-            while len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
+            self._cache[self._key(question, contexts_hash)] = evaluation.model_copy()
 
     def log(self, query_id: str, question: str, contexts_hash: str, step: EvaluationStep) -> None:
         """Append one verdict to the log (blocking: call it from a worker thread)."""
