@@ -21,7 +21,7 @@ import numpy as np
 from elasticsearch import Elasticsearch, NotFoundError
 from pydantic import BaseModel, computed_field, model_validator
 
-from core.config import Settings
+from core.config import FusionMethod, Settings
 from core.documents import page_label, source_label
 from core.embeddings import Embedder
 from core.schema import HIT_SOURCE_FIELDS, ID_FIELDS, LIST_MODES, Mode, chunk_id_from_fields
@@ -133,9 +133,9 @@ class Comparison(BaseModel):
 class RetrievalParams:
     """Search parameters; the hybrid defaults are the choice of the dev questions (docs/retrieval.md)."""
 
-    fusion: str = "zscore"  # parameter-free; chosen on dev over RRF, weighted RRF, min-max, RRF by gap
+    fusion: FusionMethod = "zscore"  # parameter-free; chosen on dev over RRF, weighted RRF, min-max, RRF by gap
     rrf_k: int = 60
-    depth: int = 50
+    depth: int = 10  # each list's hits fused (RRF_DEPTH), chosen on dev with the fusion
     num_candidates: int = 100
     hybrid_lists: tuple[Mode, ...] = LIST_MODES
     weights: dict[str, float] = field(default_factory=dict)

@@ -103,6 +103,7 @@ def test_params_from_settings() -> None:
     settings = Settings(_env_file=None, rrf_k=10, rrf_depth=20, num_candidates=200)
     params = RetrievalParams.from_settings(settings)
     assert (params.rrf_k, params.depth, params.num_candidates) == (10, 20, 200)
+    assert RetrievalParams() == RetrievalParams.from_settings(Settings(_env_file=None))  # one set of defaults
 
 
 @pytest.fixture(scope="module")
