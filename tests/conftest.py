@@ -9,10 +9,12 @@ is removed for every test, tests build `Settings(_env_file=None, ...)`, and subp
 `subprocess_env(...)` and a temporary working directory.
 """
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -30,6 +32,7 @@ from core.embeddings import Embedder, load_embedder
 from core.text import get_tokenizer
 from indexing.loaders import split_chapters
 from indexing.pipeline import index_documents
+from service.graph import QueryOptions, QueryResult, WorkflowDeps, run_query
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = shared_data()
@@ -61,12 +64,13 @@ def subprocess_env(**variables: str) -> dict[str, str]:
 
 
 def start_indexing(workdir: Path, *args: str | Path, **variables: str) -> subprocess.Popen[str]:
-    """`python -m indexing ARGS` as users run it, in `workdir`, with only `variables` set."""
+    """`python -m indexing ARGS` as users run it, in `workdir`, with only `variables` set (and
+    LOG_LEVEL=WARNING unless given: the JSON summary, warnings and errors)."""
     workdir.mkdir(parents=True, exist_ok=True)
     return subprocess.Popen(
         [sys.executable, "-m", "indexing", *map(str, args)],
         cwd=workdir,
-        env=subprocess_env(**variables),
+        env=subprocess_env(**{"LOG_LEVEL": "WARNING", **variables}),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -97,6 +101,16 @@ def chunks_written(es: Elasticsearch, alias: str) -> int:
         raise
 
 
+def wait_for_chunks(es: Elasticsearch, alias: str, at_least: int, job: subprocess.Popen[str]) -> int:
+    """Chunks the running indexing `job` has written behind `alias`, once there are `at_least`."""
+    while True:
+        assert job.poll() is None, "the job ended before it could be interrupted: it needs more batches"
+        written = chunks_written(es, alias)
+        if written >= at_least:
+            return written
+        time.sleep(0.05)
+
+
 def delete_indices(es: Elasticsearch, alias: str) -> None:
     """Delete `alias` and every versioned index behind it."""
     es.options(ignore_status=404).indices.delete(index=f"{alias}*", expand_wildcards="all")
@@ -112,6 +126,18 @@ def knowledge_base(es: Elasticsearch, embedder: Embedder, documents: Sequence[Do
         yield alias
     finally:
         delete_indices(es, alias)
+
+
+@pytest.fixture(scope="session")
+def sanguo_kb(es: Elasticsearch, embedder: Embedder) -> Iterator[str]:
+    """`sanguo_slices()` indexed once per session by the real pipeline; tests only read it."""
+    with knowledge_base(es, embedder, sanguo_slices(), "test-sanguo") as alias:
+        yield alias
+
+
+def ask(deps: WorkflowDeps, question: str, **options: Any) -> QueryResult:
+    """`run_query` with `QueryOptions(**options)`, from synchronous test code."""
+    return asyncio.run(run_query(deps, question, QueryOptions(**options)))
 
 
 def _docker_engine_reachable() -> bool:

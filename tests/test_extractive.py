@@ -5,10 +5,8 @@ The answer may contain only quotes of the sources and fixed template phrases: `a
 checks every line of every answer produced here.
 """
 
-import asyncio
 import re
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable
 
 import pytest
 from elasticsearch import Elasticsearch
@@ -17,9 +15,9 @@ from core.config import Settings
 from core.embeddings import Embedder
 from core.text import get_tokenizer
 from service import extractive
-from service.graph import QueryOptions, QueryResult, WorkflowDeps, build_deps, run_query
+from service.graph import QueryResult, WorkflowDeps, build_deps
 from service.retrieval import Retriever
-from tests.conftest import knowledge_base, sanguo_slices
+from tests.conftest import ask, sanguo_slices
 
 OATH = "刘备、关羽、张飞在哪里结义？"
 UNANSWERABLE = "诸葛亮的手机号码是多少？"
@@ -79,27 +77,17 @@ def slices() -> dict[int, str]:
     return {d.chapter: d.text for d in sanguo_slices() if d.chapter is not None}
 
 
-@pytest.fixture(scope="module")
-def corpus(es: Elasticsearch, embedder: Embedder) -> Iterator[str]:
-    with knowledge_base(es, embedder, sanguo_slices(), "test-extractive") as alias:
-        yield alias
-
-
 @pytest.fixture
 def make_deps(
-    es: Elasticsearch, embedder: Embedder, corpus: str, index_name: Callable[[str], str]
+    es: Elasticsearch, embedder: Embedder, sanguo_kb: str, index_name: Callable[[str], str]
 ) -> Callable[..., WorkflowDeps]:
     judgements = index_name("test-judgements")
 
-    def make(**overrides: Any) -> WorkflowDeps:
-        settings = Settings(_env_file=None, es_index=corpus, judgements_index=judgements, **overrides)
+    def make() -> WorkflowDeps:
+        settings = Settings(_env_file=None, es_index=sanguo_kb, judgements_index=judgements)
         return build_deps(settings, es, Retriever(es, embedder, get_tokenizer()))
 
     return make
-
-
-def ask(deps: WorkflowDeps, question: str, **options: Any) -> QueryResult:
-    return asyncio.run(run_query(deps, question, QueryOptions(**options)))
 
 
 _QUOTE = re.compile(r"「(.+)」\[(\d+)\](?:（(https?://\S+)）)?")

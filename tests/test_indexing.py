@@ -22,11 +22,11 @@ SIZE, OVERLAP = 60, 10
 
 
 class CountingEmbedder:
-    """The real embedder, counting what it embeds; `interrupt_after` batches simulates Ctrl-C."""
+    """The real embedder, counting what it embeds (batches, texts, queries); `interrupt_after` batches simulates Ctrl-C."""
 
     def __init__(self, inner: Embedder, interrupt_after: int | None = None) -> None:
         self.inner, self.name = inner, inner.name
-        self.calls, self.texts = 0, 0
+        self.calls, self.texts, self.queries = 0, 0, 0
         self.interrupt_after = interrupt_after
 
     @property
@@ -41,6 +41,7 @@ class CountingEmbedder:
         return self.inner.embed_documents(texts)
 
     def embed_query(self, text: str) -> np.ndarray:
+        self.queries += 1
         return self.inner.embed_query(text)
 
 

@@ -3,7 +3,6 @@
 import json
 import signal
 import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,14 +13,11 @@ from core.chunking import split_text
 from core.schema import chunk_id, content_hash
 from core.store import create_index
 from indexing.loaders import load_paths
-from tests.conftest import chunks_written, indexing_result, start_indexing
+from tests.conftest import indexing_result, start_indexing, wait_for_chunks
 from tests.test_indexing import OtherEmbedder
 
 SMALL = ["--chunk-size", "60", "--chunk-overlap", "10", "--no-progress"]
 Cli = Callable[..., subprocess.Popen[str]]
-
-
-finish = indexing_result
 
 
 @pytest.fixture
@@ -29,7 +25,7 @@ def cli(es_url: str, tmp_path: Path) -> Cli:
     """Starts `python -m indexing ARGS` in an empty working directory with an explicit environment."""
 
     def start(*args: str | Path, url: str = es_url) -> subprocess.Popen[str]:
-        return start_indexing(tmp_path / "cwd", *args, ES_URL=url, LOG_LEVEL="WARNING")
+        return start_indexing(tmp_path / "cwd", *args, ES_URL=url)
 
     return start
 
@@ -48,7 +44,7 @@ def test_cli_indexes_a_folder_reports_bad_lines_and_exits_non_zero(
     (folder / "faq.jsonl").write_text('{"id": "f1", "text": "低血糖时应立即进食。"}\n{broken\n', encoding="utf-8")
     alias, error_file = index_name("cli"), tmp_path / "errors.jsonl"
 
-    code, summary, _ = finish(cli(folder, "--index", alias, "--error-file", error_file, *SMALL))
+    code, summary, _ = indexing_result(cli(folder, "--index", alias, "--error-file", error_file, *SMALL))
     assert code == 1  # a malformed line is a failure worth a non-zero status
     assert summary["alias"] == alias and summary["documents"] == 3 and summary["load_errors"] == 1
     assert summary["indexed"] == summary["chunks"] == es.count(index=alias)["count"] > 3
@@ -56,7 +52,7 @@ def test_cli_indexes_a_folder_reports_bad_lines_and_exits_non_zero(
     assert (record["stage"], record["path"], record["line"]) == ("load", str(folder / "faq.jsonl"), 2)
 
     (folder / "faq.jsonl").write_text('{"id": "f1", "text": "低血糖时应立即进食。"}\n', encoding="utf-8")
-    code, again, _ = finish(cli(folder, "--index", alias, "--error-file", error_file, *SMALL))
+    code, again, _ = indexing_result(cli(folder, "--index", alias, "--error-file", error_file, *SMALL))
     assert code == 0 and again["error_file"] is None and not error_file.exists()
     assert (again["indexed"], again["unchanged"], again["deleted"]) == (0, summary["chunks"], 0)
 
@@ -66,7 +62,7 @@ def test_cli_limit_takes_the_first_chapters(
 ) -> None:
     write_novel(tmp_path / "novel.txt", chapters=4, sentences=1)
     alias = index_name("limit")
-    code, summary, _ = finish(cli(tmp_path / "novel.txt", "--index", alias, "--limit", "2", *SMALL))
+    code, summary, _ = indexing_result(cli(tmp_path / "novel.txt", "--index", alias, "--limit", "2", *SMALL))
     assert code == 0 and summary["documents"] == 2
     chapters = es.search(index=alias, size=0, aggs={"c": {"terms": {"field": "chapter"}}})["aggregations"]["c"]
     assert sorted(bucket["key"] for bucket in chapters["buckets"]) == [1, 2]
@@ -78,7 +74,7 @@ def test_cli_refuses_an_index_built_by_another_embedder(
     alias = index_name("cli-mismatch")
     create_index(es, alias, OtherEmbedder())
     write_novel(tmp_path / "novel.txt", chapters=1, sentences=1)
-    code, summary, stderr = finish(cli(tmp_path / "novel.txt", "--index", alias, *SMALL))
+    code, summary, stderr = indexing_result(cli(tmp_path / "novel.txt", "--index", alias, *SMALL))
     assert code == 1 and summary == {}
     assert "built with embedder 'other-8d' (8 dims)" in stderr and "--recreate" in stderr
 
@@ -98,18 +94,14 @@ def test_a_killed_run_completes_on_rerun_with_no_duplicates_and_no_gaps(
 
     alias = index_name("killed")
     process = cli(novel, "--index", alias, "--batch-size", "1", *SMALL)
-    written = 0
-    while written < 2:
-        assert process.poll() is None, "the run ended before it could be killed: make the corpus larger"
-        time.sleep(0.05)
-        written = chunks_written(es, alias)
+    wait_for_chunks(es, alias, 2, process)
     process.send_signal(signal.SIGKILL)
     process.wait()
     es.indices.refresh(index=alias)
     partial = es.count(index=alias)["count"]
     assert 2 <= partial < len(expected_ids)
 
-    code, summary, _ = finish(cli(novel, "--index", alias, "--batch-size", "1", *SMALL))
+    code, summary, _ = indexing_result(cli(novel, "--index", alias, "--batch-size", "1", *SMALL))
     assert code == 0
     assert (summary["unchanged"], summary["indexed"]) == (partial, len(expected_ids) - partial)
     ids = {hit["_id"] for hit in es.search(index=alias, size=1000, source=False)["hits"]["hits"]}
@@ -124,7 +116,7 @@ def test_cli_replaces_a_changed_file_and_prunes_a_removed_one_only_when_all_load
     write_novel(folder / "novel.txt", chapters=3, sentences=1)
     (folder / "note.md").write_text("# 笔记\n甲亢病人应少吃海带。\n", encoding="utf-8")
     alias = index_name("prune")
-    code, first, _ = finish(cli(folder, "--index", alias, *SMALL))
+    code, first, _ = indexing_result(cli(folder, "--index", alias, *SMALL))
     assert code == 0 and first["documents"] == 4
 
     def doc_ids() -> set[str]:
@@ -133,19 +125,19 @@ def test_cli_replaces_a_changed_file_and_prunes_a_removed_one_only_when_all_load
 
     # The novel lost its third chapter: its chunks go, without --prune.
     write_novel(folder / "novel.txt", chapters=2, sentences=1)
-    code, changed, _ = finish(cli(folder, "--index", alias, *SMALL))
+    code, changed, _ = indexing_result(cli(folder, "--index", alias, *SMALL))
     assert code == 0 and changed["deleted"] > 0 and changed["indexed"] == 0
     assert doc_ids() == {"novel.txt#ch1", "novel.txt#ch2", "note.md"}
 
     # note.md removed and a broken file present: nothing is pruned (the run saw an error).
     (folder / "note.md").unlink()
     (folder / "broken.jsonl").write_text("{oops\n", encoding="utf-8")
-    code, refused, stderr = finish(cli(folder, "--index", alias, "--prune", *SMALL))
+    code, refused, stderr = indexing_result(cli(folder, "--index", alias, "--prune", *SMALL))
     assert code == 1 and refused["deleted"] == 0 and "not pruning" in stderr
     assert "note.md" in doc_ids()
 
     (folder / "broken.jsonl").unlink()
-    code, pruned, _ = finish(cli(folder, "--index", alias, "--prune", *SMALL))
+    code, pruned, _ = indexing_result(cli(folder, "--index", alias, "--prune", *SMALL))
     assert code == 0 and pruned["deleted"] > 0
     assert doc_ids() == {"novel.txt#ch1", "novel.txt#ch2"}
 
@@ -153,6 +145,6 @@ def test_cli_replaces_a_changed_file_and_prunes_a_removed_one_only_when_all_load
 def test_cli_names_an_unreachable_elasticsearch_without_its_password(cli: Cli, tmp_path: Path) -> None:
     write_novel(tmp_path / "novel.txt", chapters=1, sentences=1)
     process = cli(tmp_path / "novel.txt", "--index", "kb", *SMALL, url="http://indexer:s3cret@127.0.0.1:9")
-    code, _, stderr = finish(process)
+    code, _, stderr = indexing_result(process)
     assert code == 1 and "Elasticsearch at http://127.0.0.1:9 is unreachable" in stderr
     assert "s3cret" not in stderr

@@ -29,7 +29,7 @@ SMALL = ["--chunk-size", "200", "--chunk-overlap", "20", "--no-progress"]
 
 def run(es_url: str, workdir: Path, *args: str | Path, **env: str) -> tuple[int, dict[str, Any], str]:
     """`python -m indexing ARGS` in `workdir` with an explicit environment: (status, summary, stderr)."""
-    return indexing_result(start_indexing(workdir, *args, ES_URL=es_url, LOG_LEVEL="WARNING", **env))
+    return indexing_result(start_indexing(workdir, *args, ES_URL=es_url, **env))
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ from core.text import ChineseTokenizer, bigram_terms, stopwords
 from service.fusion import FusionParams, ListEvidence, fuse
 from service.retrieval import Filters, RetrievalParams, Retriever, build_retriever
 from tests.conftest import knowledge_base
+from tests.test_indexing import CountingEmbedder
 
 CORPUS = [
     ("longzhong", "诸葛亮隐居隆中，躬耕陇亩；刘备三顾茅庐，终于请他出山辅佐。", 38),
@@ -237,22 +238,8 @@ def test_build_retriever_uses_settings(es: Elasticsearch, embedder: Embedder, co
     assert retriever.search(corpus, "赤壁火攻", "hybrid", 1).hits[0].doc_id == "chibi"
 
 
-class _Counting:
-    """The real embedder, counting query embeddings."""
-
-    def __init__(self, inner: Embedder) -> None:
-        self.inner, self.name, self.dim, self.queries = inner, inner.name, inner.dim, 0
-
-    def embed_documents(self, texts: list[str]) -> np.ndarray:
-        return self.inner.embed_documents(texts)
-
-    def embed_query(self, text: str) -> np.ndarray:
-        self.queries += 1
-        return self.inner.embed_query(text)
-
-
 def test_a_request_embeds_its_query_once(es: Elasticsearch, embedder: Embedder, corpus: str) -> None:
-    counting = _Counting(embedder)
+    counting = CountingEmbedder(embedder)
     retriever = Retriever(es, counting, ChineseTokenizer())
     retriever.compare(corpus, "赤壁火攻", 3, ["vector", "hybrid", "bm25"])
     assert counting.queries == 1

@@ -27,12 +27,11 @@ from service.graph import (
     build_deps,
     knowledge_gap_report,
     prompts,
-    run_query,
     stream_query,
 )
 from service.graph.gaps import main as gaps_main
 from service.retrieval import Retriever
-from tests.conftest import knowledge_base, sanguo_slices
+from tests.conftest import ask
 from tests.fakes.bocha_server import API_KEY, BAD_JSON, TIMEOUT, FakeBochaServer, page
 from tests.fakes.openai_server import ANSWER, FakeChatServer, Text
 
@@ -44,13 +43,6 @@ TWO_HOPS_PATH = [*LOCAL_PATH[:4], "retrieve", "plan_next_step", "evaluate", "gen
 LUO_PAGE = page(
     "罗贯中_百科", "https://baike.example.org/item/罗贯中", "罗贯中，元末明初小说家，《三国演义》的作者。", site="百科"
 )
-
-
-@pytest.fixture(scope="module")
-def corpus(es: Elasticsearch, embedder: Embedder) -> Iterator[str]:
-    """Two chapter slices indexed once for the module with the team's indexing pipeline."""
-    with knowledge_base(es, embedder, sanguo_slices(), "test-wf") as alias:
-        yield alias
 
 
 @pytest.fixture
@@ -78,14 +70,14 @@ def bocha() -> Iterator[Callable[..., FakeBochaServer]]:
 
 @pytest.fixture
 def make_deps(
-    es: Elasticsearch, embedder: Embedder, corpus: str, chat: FakeChatServer, index_name: Callable[[str], str]
+    es: Elasticsearch, embedder: Embedder, sanguo_kb: str, chat: FakeChatServer, index_name: Callable[[str], str]
 ) -> Callable[..., WorkflowDeps]:
     """`build_deps` from settings pointing at the fakes (no Bocha key unless a server is given)."""
     judgements = index_name("test-judgements")
 
     def make(web: FakeBochaServer | None = None, **overrides: Any) -> WorkflowDeps:
         values: dict[str, Any] = dict(
-            es_index=corpus,
+            es_index=sanguo_kb,
             openai_base_url=chat.base_url,
             openai_api_key=SecretStr("test-llm-key"),
             model_name="fake-answer",
@@ -99,10 +91,6 @@ def make_deps(
         return build_deps(settings, es, Retriever(es, embedder, get_tokenizer()))
 
     return make
-
-
-def ask(deps: WorkflowDeps, question: str, **options: Any) -> QueryResult:
-    return asyncio.run(run_query(deps, question, QueryOptions(**options)))
 
 
 def nodes(result: QueryResult) -> list[str]:
@@ -457,9 +445,9 @@ def test_stream_emits_node_events_then_tokens_then_final(make_deps, chat) -> Non
     assert kinds.index("token") < max(i for i, k in enumerate(kinds) if k == "node")
 
 
-def test_stream_reports_an_error_event(make_deps, chat, corpus) -> None:
+def test_stream_reports_an_error_event(make_deps, chat, sanguo_kb) -> None:
     chat.on("RouteDecision", route("complex")).on("Decomposition", decompose("刘备在哪里结义？"))
-    deps = make_deps(es_index=f"{corpus}-missing")
+    deps = make_deps(es_index=f"{sanguo_kb}-missing")
 
     async def collect() -> list[Any]:
         return [event async for event in stream_query(deps, "刘备在哪里结义？", QueryOptions())]
@@ -524,8 +512,8 @@ def test_nothing_retrieved_is_judged_without_the_model(make_deps, chat, bocha) -
     assert [c.kind for c in result.citations] == ["web"]
 
 
-def test_answer_mode_llm_without_configuration_names_the_settings(es, embedder, corpus) -> None:
-    settings = Settings(_env_file=None, es_index=corpus, answer_mode="llm")
+def test_answer_mode_llm_without_configuration_names_the_settings(es, embedder, sanguo_kb) -> None:
+    settings = Settings(_env_file=None, es_index=sanguo_kb, answer_mode="llm")
     deps = build_deps(settings, es, Retriever(es, embedder, get_tokenizer()))
     assert deps.judge_llm is None and deps.web_search is None
     with pytest.raises(LLMNotConfiguredError, match=r"OPENAI_BASE_URL.*MODEL_NAME"):

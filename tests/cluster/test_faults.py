@@ -26,7 +26,7 @@ from bench.embedding_stub import EmbeddingStub
 from core.config import Settings
 from service.api import create_app
 from tests.cluster.conftest import NODES, LocalCluster
-from tests.conftest import SANGUO_PATH, chunks_written, indexing_result, start_indexing
+from tests.conftest import SANGUO_PATH, indexing_result, start_indexing, wait_for_chunks
 from tests.serving import serve
 
 pytestmark = pytest.mark.cluster
@@ -47,11 +47,7 @@ def indexing_job(cluster: LocalCluster, stub: EmbeddingStub, workdir: Path, alia
         EMBEDDER="openai:stub",
         OPENAI_BASE_URL=stub.base_url,
         OPENAI_API_KEY="stub-key",
-        LOG_LEVEL="WARNING",
     )
-
-
-finish = indexing_result
 
 
 def chunk_ids(es: Elasticsearch, alias: str) -> list[str]:
@@ -60,14 +56,18 @@ def chunk_ids(es: Elasticsearch, alias: str) -> list[str]:
     return [hit["_id"] for hit in helpers.scan(es, index=alias, query={"_source": False}, size=500)]
 
 
-def wait_for_chunks(es: Elasticsearch, alias: str, at_least: int, job: subprocess.Popen[str]) -> int:
-    """Chunks written so far, once there are `at_least` (the job must still be running)."""
-    while True:
-        assert job.poll() is None, "the job ended before the fault: it needs more batches"
-        written = chunks_written(es, alias)
-        if written >= at_least:
-            return written
-        time.sleep(0.1)
+def job_under_way(
+    es: Elasticsearch, cluster: LocalCluster, stub: EmbeddingStub, workdir: Path, alias: str
+) -> tuple[subprocess.Popen[str], int]:
+    """An indexing job into `alias` and the chunks it has written, once it is far enough to be hit mid-run."""
+    job = indexing_job(cluster, stub, workdir, alias)
+    return job, wait_for_chunks(es, alias, 24, job)
+
+
+def assert_same_chunks(es: Elasticsearch, alias: str, expected: list[str]) -> None:
+    """`alias` holds exactly the chunks of the uninterrupted run, none twice."""
+    found = chunk_ids(es, alias)
+    assert len(found) == len(set(found)) and set(found) == set(expected)
 
 
 def master_name(es: Elasticsearch) -> str:
@@ -88,7 +88,9 @@ def reference(cluster: LocalCluster, embedding_stub: EmbeddingStub, tmp_path_fac
     """The uninterrupted run: the alias every fault run is compared with (and the one searched)."""
     cluster.restore()
     alias = "faults-reference"
-    code, summary, stderr = finish(indexing_job(cluster, embedding_stub, tmp_path_factory.mktemp("ref"), alias))
+    code, summary, stderr = indexing_result(
+        indexing_job(cluster, embedding_stub, tmp_path_factory.mktemp("ref"), alias)
+    )
     assert code == 0 and summary["failed"] == 0, stderr[-3000:]
     return alias
 
@@ -110,18 +112,16 @@ def test_d_an_indexing_job_killed_mid_run_and_restarted_gives_the_same_ids(
 ) -> None:
     expected = chunk_ids(es, reference)
     alias = "faults-d"
-    job = indexing_job(whole_cluster, embedding_stub, tmp_path, alias)
-    wait_for_chunks(es, alias, 24, job)
+    job, _ = job_under_way(es, whole_cluster, embedding_stub, tmp_path, alias)
     job.send_signal(signal.SIGKILL)
     job.wait()
     partial = len(chunk_ids(es, alias))
     assert 24 <= partial < len(expected)
 
-    code, summary, stderr = finish(indexing_job(whole_cluster, embedding_stub, tmp_path, alias))
+    code, summary, stderr = indexing_result(indexing_job(whole_cluster, embedding_stub, tmp_path, alias))
     assert code == 0, stderr[-3000:]
     assert summary["unchanged"] >= partial and summary["unchanged"] + summary["indexed"] == len(expected)
-    found = chunk_ids(es, alias)
-    assert len(found) == len(set(found)) and set(found) == set(expected)
+    assert_same_chunks(es, alias, expected)
     report.append(
         f"(d) job killed (SIGKILL) after {partial}/{len(expected)} chunks; the re-run kept {summary['unchanged']}, "
         f"indexed {summary['indexed']}, exit {code}; ids equal to the uninterrupted run, 0 duplicates"
@@ -138,17 +138,15 @@ def test_a_a_node_killed_during_indexing_loses_and_duplicates_nothing(
 ) -> None:
     expected = chunk_ids(es, reference)
     alias = "faults-a"
-    job = indexing_job(whole_cluster, embedding_stub, tmp_path, alias)
-    written = wait_for_chunks(es, alias, 24, job)
+    job, written = job_under_way(es, whole_cluster, embedding_stub, tmp_path, alias)
     victim = victim_with_a_primary(es, whole_cluster, alias)
     whole_cluster.run("kill-node", str(victim))
 
-    code, summary, stderr = finish(job)
+    code, summary, stderr = indexing_result(job)
     assert code == 0, stderr[-3000:]
     assert summary["failed"] == 0 and summary["indexed"] == summary["chunks"] == len(expected)
     es.cluster.health(index=alias, wait_for_status="yellow", timeout="60s")
-    found = chunk_ids(es, alias)
-    assert len(found) == len(set(found)) and set(found) == set(expected)
+    assert_same_chunks(es, alias, expected)
     assert es.count(index=alias)["count"] == len(expected)
     report.append(
         f"(a) kill -9 of node {victim} (a primary's holder) after {written}/{len(expected)} chunks: exit {code}, "
