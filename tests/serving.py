@@ -31,15 +31,19 @@ def serve(app: FastAPI) -> Iterator[str]:
         thread.join(timeout=30)
 
 
+def free_port() -> int:
+    """A 127.0.0.1 port nothing listens on (it was free a moment ago)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 class TcpProxy:
     """Forwards 127.0.0.1:<port> to `target`; `close()` refuses and cuts connections, `open()` resumes."""
 
     def __init__(self, target_host: str, target_port: int) -> None:
         self.target = (target_host, target_port)
-        probe = socket.socket()
-        probe.bind(("127.0.0.1", 0))
-        self.port = probe.getsockname()[1]
-        probe.close()
+        self.port = free_port()
         self._listener: socket.socket | None = None
         self._connections: list[socket.socket] = []
         self._lock = threading.Lock()

@@ -8,11 +8,11 @@ from pathlib import Path
 import httpx
 
 from tests.conftest import subprocess_env
-from tests.serving import TcpProxy
+from tests.serving import free_port
 
 
 def test_python_m_service_prints_the_url_and_serves(es_url: str, tmp_path: Path) -> None:
-    port = TcpProxy("127.0.0.1", 9).port  # a free port (the proxy is never opened)
+    port = free_port()
     env = subprocess_env(ES_URL=es_url, ES_INDEX="test-main-missing", LOG_LEVEL="WARNING")
     process = subprocess.Popen(
         [sys.executable, "-m", "service", "--port", str(port)],

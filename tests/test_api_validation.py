@@ -2,7 +2,6 @@
 the state of Elasticsearch, the model and the web search (issue 12). Unreachable dependencies are
 real closed ports on 127.0.0.1; the fake model server records that nothing reached it."""
 
-import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,16 +12,11 @@ from core.config import Settings
 from core.embeddings import Embedder
 from service.api import create_app
 from tests.fakes.openai_server import FakeChatServer
-from tests.serving import serve
+from tests.serving import free_port, serve
 
 
 def closed_port_url() -> str:
-    """A 127.0.0.1 URL where nothing listens (the port was free a moment ago)."""
-    probe = socket.socket()
-    probe.bind(("127.0.0.1", 0))
-    port = probe.getsockname()[1]
-    probe.close()
-    return f"http://127.0.0.1:{port}"
+    return f"http://127.0.0.1:{free_port()}"
 
 
 STATES: dict[str, dict[str, Any]] = {

@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,7 +16,7 @@ from core.lexicon import LexiconParams, discover_terms
 from core.store import read_index_meta
 from core.text import ChineseTokenizer, stopwords
 from service.retrieval import Retriever
-from tests.conftest import REPO_ROOT, knowledge_base
+from tests.conftest import knowledge_base, subprocess_env
 
 MEDICAL = [
     ("hyper", "甲亢患者应当限制碘的摄入，少吃海带、紫菜等海产品，并按时服用抗甲状腺药物。"),
@@ -100,7 +101,9 @@ def test_corpus_dictionary_finds_names_with_free_boundaries() -> None:
     assert "玄德曰" not in terms  # always followed by "：": not free on the right
 
 
-def test_a_fresh_process_loads_the_corpus_dictionary_of_the_index(es: Elasticsearch, embedder: Embedder) -> None:
+def test_a_fresh_process_loads_the_corpus_dictionary_of_the_index(
+    es: Elasticsearch, es_url: str, embedder: Embedder, tmp_path: Path
+) -> None:
     documents = [Document(doc_id=f"s{i}", text=text, source="story") for i, text in enumerate(_story_documents())]
     with knowledge_base(es, embedder, documents, "test-lexicon") as alias:
         assert NAME in (read_index_meta(es, alias).corpus_terms or ())
@@ -119,13 +122,12 @@ def test_a_fresh_process_loads_the_corpus_dictionary_of_the_index(es: Elasticsea
             "hits = retriever.search(alias, question, 'bm25', 10).hits\n"
             "print(json.dumps({'terms': terms, 'hits': len(hits)}, ensure_ascii=False))\n"
         )
-        env_url = es.transport.node_pool.get().base_url
         done = subprocess.run(
             [sys.executable, "-c", script, alias, f"{NAME}在哪里"],
             capture_output=True,
             text=True,
-            cwd=REPO_ROOT,
-            env={"ES_URL": env_url, "PATH": "/usr/bin:/bin"},
+            cwd=tmp_path,
+            env=subprocess_env(ES_URL=es_url),
             timeout=300,
             check=False,
         )
