@@ -15,13 +15,13 @@ import argparse
 import hashlib
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
-from core.config import Settings
+from core.config import Settings, get_settings
 from core.embeddings import Embedder, load_embedder
 
 DEFAULT_CACHE = Path(__file__).resolve().parent.parent / ".cache" / "embeddings.sqlite"
@@ -32,11 +32,16 @@ def cache_path(settings: Settings) -> Path:
 
 
 class CachedEmbedder:
-    """Same `name` and `dim` as the wrapped embedder, so indices it builds stay compatible."""
+    """Same `name` and `dim` as the wrapped embedder, so indices it builds stay compatible.
 
-    def __init__(self, inner: Embedder, path: Path = DEFAULT_CACHE) -> None:
+    The file is `path`, else `EMBEDDING_CACHE`, else `DEFAULT_CACHE`: every benchmark reads the
+    cache that `python -m bench.embedding_cache` filled.
+    """
+
+    def __init__(self, inner: Embedder, path: Path | None = None) -> None:
         self.inner = inner
         self.name = inner.name
+        path = path or cache_path(get_settings())
         path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(path, check_same_thread=False, timeout=60)
         # WAL: several benchmark processes may read and write the cache at once.
@@ -105,21 +110,26 @@ class CachedEmbedder:
 
     def prefill_queries(self, texts: Sequence[str], batch: int = 32) -> None:
         """Cache the query vectors of `texts`, in batches when the embedder has `embed_queries`."""
-        todo = self.missing(texts, "query")
         batched = getattr(self.inner, "embed_queries", None)
-        with tqdm(total=len(todo), desc="queries", unit="q") as bar:
-            for start in range(0, len(todo), batch):
-                part = todo[start : start + batch]
-                vectors = batched(part) if batched else np.stack([self.inner.embed_query(t) for t in part])
-                self._put({self._key("query", text): vector for text, vector in zip(part, vectors, strict=True)})
-                bar.update(len(part))
+
+        def one_by_one(part: list[str]) -> np.ndarray:
+            return np.stack([self.inner.embed_query(text) for text in part])
+
+        self._prefill("query", texts, batch, batched or one_by_one, "queries")
 
     def prefill_passages(self, texts: Sequence[str], batch: int = 16) -> None:
-        todo = self.missing(texts)
-        with tqdm(total=len(todo), desc="passages", unit="chunk") as bar:
+        self._prefill("passage", texts, batch, self.inner.embed_documents, "passages")
+
+    def _prefill(
+        self, role: str, texts: Sequence[str], batch: int, embed: Callable[[list[str]], np.ndarray], desc: str
+    ) -> None:
+        """Embed and store the `texts` without a cached vector for `role`, `batch` at a time."""
+        todo = self.missing(texts, role)
+        with tqdm(total=len(todo), desc=desc, unit="text") as bar:
             for start in range(0, len(todo), batch):
-                self.embed_documents(todo[start : start + batch])
-                bar.update(len(todo[start : start + batch]))
+                part = todo[start : start + batch]
+                self._put({self._key(role, text): vector for text, vector in zip(part, embed(part), strict=True)})
+                bar.update(len(part))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -129,7 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--datasets", default="medical,sanguo,cmrc")
     args = parser.parse_args(argv)
     settings = Settings()
-    embedder = CachedEmbedder(load_embedder(settings.embedder, settings), cache_path(settings))
+    embedder = CachedEmbedder(load_embedder(settings.embedder, settings))
     datasets = [load_named(name) for name in args.datasets.split(",")]
     # Queries first: they are short and batch well, so every set is soon searchable.
     for dataset in datasets:
