@@ -6,8 +6,7 @@ is relevant when its id is in the query's set.
 
 - `cmrc`: CMRC 2018 dev + trial; every paragraph is one document (and one chunk: paragraphs
   are at most 980 characters, so they are chunked with size 1000), every question a query,
-  its own paragraph the relevant document. `limit` keeps every n-th paragraph (deterministic)
-  and their questions, because embedding all 1,104 paragraphs takes long on a busy machine.
+  its own paragraph the relevant document.
 - `sanguo`: 《三国演义》 by chapter, with bench/data/sanguo_questions.jsonl; a chunk is relevant
   when it contains the question's evidence string, whatever the chunk boundaries.
 - `medical`: bench/data/medical_passages.jsonl and medical_queries.jsonl, look-alike passage
@@ -16,7 +15,6 @@ is relevant when its id is in the query's set.
 
 import hashlib
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +33,11 @@ def shared_data() -> Path:
     """The shared evaluation data: `SHARED_DATA`, else ../shared/data beside the repository."""
     configured = Settings().shared_data
     return Path(configured) if configured else Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def sanguo_book() -> Path:
+    """《三国演义》 in the shared data: the demo corpus and the 三国 evaluation's book."""
+    return shared_data() / "sanguo" / "sanguo_yanyi.txt"
 
 
 def seeded_split(key: str) -> str:
@@ -85,24 +88,20 @@ def _by_document(
     return {id_: text for id_, (_doc, text) in chunks.items()}, of_doc
 
 
-def load_cmrc(limit: int | None = None, root: Path | None = None) -> Dataset:
+def load_cmrc(root: Path | None = None) -> Dataset:
     """All of CMRC 2018 dev + trial; a paragraph's questions are all dev or all test (seeded by its id)."""
     root = root or shared_data() / "cmrc2018"
     paragraphs = []
     for split in ("dev", "trial"):
         data = json.loads((root / f"cmrc2018_{split}.json").read_text(encoding="utf-8"))["data"]
         paragraphs += [paragraph for article in data for paragraph in article["paragraphs"]]
-    if limit is not None and limit < len(paragraphs):
-        stride = math.ceil(len(paragraphs) / limit)
-        paragraphs = paragraphs[::stride][:limit]
     documents = [Document(doc_id=p["id"], text=p["context"], source="cmrc2018") for p in paragraphs]
     chunks, of_doc = _by_document(documents, CMRC_CHUNK_SIZE, 0)
     questions = [(p["id"], qa) for p in paragraphs for qa in p["qas"]]
     queries = [Query(qa["id"], qa["question"], of_doc[pid], seeded_split(pid)) for pid, qa in questions]
-    name = "cmrc" if limit is None else f"cmrc{len(paragraphs)}"
     blank = [query.id for query in queries if not query.text.strip()]  # two in the trial set
     kept = [query for query in queries if query.text.strip()]
-    return Dataset(name, documents, kept, CMRC_CHUNK_SIZE, 0, chunks, skipped=blank)
+    return Dataset("cmrc", documents, kept, CMRC_CHUNK_SIZE, 0, chunks, skipped=blank)
 
 
 def _split_of(item: dict[str, str]) -> str:
@@ -119,7 +118,7 @@ def load_sanguo(
     path: Path | None = None,
     questions: Path = BENCH_DATA / "sanguo_questions.jsonl",
 ) -> Dataset:
-    path = path or shared_data() / "sanguo" / "sanguo_yanyi.txt"
+    path = path or sanguo_book()
     documents = load_text(path, path.name)
     chunks = {id_: text for id_, (_doc, text) in chunk_map(documents, chunk_size, chunk_overlap).items()}
     queries = []

@@ -34,7 +34,7 @@ from typing import Any
 
 from elasticsearch import Elasticsearch, helpers
 
-from bench.datasets import BENCH_DATA, load_sanguo, shared_data
+from bench.datasets import BENCH_DATA, load_sanguo
 from bench.embedding_cache import CachedEmbedder
 from bench.latency import percentile
 from bench.retrieval_eval import REPO, RESULTS, machine, update_docs
@@ -193,7 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     embedder = CachedEmbedder(load_embedder(settings.embedder, settings))
     tokenizer = get_tokenizer(settings.jieba_user_dict)
     if not concrete_indices(es, args.index):
-        book = load_sanguo(path=args.book or shared_data() / "sanguo" / "sanguo_yanyi.txt")
+        book = load_sanguo(path=args.book)
         index_documents(es, book.documents, alias=args.index, embedder=embedder, tokenizer=tokenizer, progress=True)
     chunks = indexed_chunks(es, args.index)
     text = "\x1e".join(chunks)

@@ -35,7 +35,7 @@ from typing import Any
 
 from elasticsearch import Elasticsearch
 
-from bench.datasets import shared_data
+from bench.datasets import sanguo_book
 from bench.embedding_stub import EmbeddingStub
 from core.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, split_text
 from core.config import Settings
@@ -45,7 +45,6 @@ from indexing.loaders import load_paths
 from indexing.pipeline import DEFAULT_BATCH_SIZE
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-SANGUO = shared_data() / "sanguo" / "sanguo_yanyi.txt"
 
 
 def bare_embedding(texts: list[str], batch_size: int, spec: str, every: int) -> tuple[int, float, float]:
@@ -153,7 +152,7 @@ def concurrency_sweep(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("path", nargs="?", type=Path, default=SANGUO)
+    parser.add_argument("path", nargs="?", type=Path, default=sanguo_book())
     parser.add_argument("--limit", type=int, help="first N documents (chapters) only")
     parser.add_argument("--alias", default="bench-throughput", help="scratch alias (never kb)")
     parser.add_argument("--repeats", type=int, default=1)

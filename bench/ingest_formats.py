@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import doc_fixtures as fx
-from bench.datasets import shared_data
+from bench.datasets import sanguo_book
 from core.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE
 from core.documents import document_chunks
 from indexing.loaders import load_paths, split_chapters
@@ -186,7 +186,7 @@ def quality() -> dict[str, Any]:
 
 
 def _book_pages(chapters: int) -> list[list[fx.Block]]:
-    text = (shared_data() / "sanguo" / "sanguo_yanyi.txt").read_text(encoding="utf-8")
+    text = sanguo_book().read_text(encoding="utf-8")
     pages = []
     for chapter in split_chapters(text, source="sanguo")[:chapters]:
         heading, *body = chapter.text.splitlines()

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from elasticsearch import ApiError, Elasticsearch
 
-from bench.datasets import shared_data
+from bench.datasets import sanguo_book, shared_data
 from core.config import Settings
 from core.documents import Document
 from core.embeddings import Embedder, load_embedder
@@ -36,7 +36,7 @@ from service.graph import QueryOptions, QueryResult, WorkflowDeps, run_query
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = shared_data()
-SANGUO_PATH = SHARED_DATA / "sanguo" / "sanguo_yanyi.txt"
+SANGUO_PATH = sanguo_book()
 # The workflow tests' small corpus: chapter -> how many of its first characters are indexed.
 SANGUO_SLICES = {1: 2700, 37: 1500}
 ES_VERSION = "8.19.21"

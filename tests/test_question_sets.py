@@ -11,9 +11,8 @@ from typing import Any
 import pytest
 
 from bench.datasets import BENCH_DATA
-from tests.conftest import SHARED_DATA
+from tests.conftest import SANGUO_PATH
 
-BOOK = SHARED_DATA / "sanguo" / "sanguo_yanyi.txt"
 SANGUO_FROZEN = 207  # sg01..sg207 were split when the set was written; their split never changes
 MEDICAL_TEST_PAIRS = {  # whole term pairs are test; the split of these pairs never changes
     "blood_pressure",
@@ -50,7 +49,7 @@ SANGUO = read_jsonl(BENCH_DATA / "sanguo_questions.jsonl")
 
 
 def test_sanguo_evidence_is_verbatim_once_in_its_chapter() -> None:
-    book = BOOK.read_text(encoding="utf-8")
+    book = SANGUO_PATH.read_text(encoding="utf-8")
     by_chapter = chapters(book)
     assert sorted(by_chapter) == list(range(1, 121))
     for q in SANGUO:
@@ -136,7 +135,7 @@ UNANSWERABLE = read_jsonl(BENCH_DATA / "sanguo_unanswerable.jsonl")
 
 
 def test_unanswerable_questions_ask_for_what_the_book_lacks() -> None:
-    book = BOOK.read_text(encoding="utf-8")
+    book = SANGUO_PATH.read_text(encoding="utf-8")
     assert len({q["id"] for q in UNANSWERABLE}) == len(UNANSWERABLE)
     for q in UNANSWERABLE:
         assert q["kind"] in {"unanswerable", "compound"}, q
@@ -149,7 +148,7 @@ def test_unanswerable_questions_ask_for_what_the_book_lacks() -> None:
 
 
 def test_compound_questions_have_an_answerable_first_part() -> None:
-    book = BOOK.read_text(encoding="utf-8")
+    book = SANGUO_PATH.read_text(encoding="utf-8")
     by_chapter = chapters(book)
     for q in (q for q in UNANSWERABLE if q["kind"] == "compound"):
         assert q["question"].startswith(q["answerable"]) and q["question"].endswith(q["missing"]), q
