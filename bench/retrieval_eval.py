@@ -41,7 +41,7 @@ from elasticsearch import Elasticsearch
 from tqdm import tqdm
 
 from bench.datasets import Dataset, load_named
-from bench.embedding_cache import CachedEmbedder, cache_path
+from bench.embedding_cache import CachedEmbedder
 from core.config import Settings
 from core.embeddings import Embedder, load_embedder
 from core.schema import LIST_MODES, Mode
@@ -149,13 +149,13 @@ def ensure_indexed(
     return alias
 
 
-def ranked_lists(retriever: Retriever, alias: str, dataset: Dataset, split: str | None) -> dict[str, Lists]:
-    """Every list of every question of `split` (None: all), by question id."""
-    queries = [q for q in dataset.queries if split is None or q.split == split]
+def ranked_lists(retriever: Retriever, alias: str, dataset: Dataset, split: str) -> dict[str, Lists]:
+    """Every list of every question of `split`, by question id."""
+    queries = [q for q in dataset.queries if q.split == split]
     depth = retriever.params.depth
     return {
         q.id: retriever.ranked_lists(alias, q.text, LIST_MODES, depth)
-        for q in tqdm(queries, desc=f"lists {alias} {split or 'all'}", unit="q", file=sys.stderr)
+        for q in tqdm(queries, desc=f"lists {alias} {split}", unit="q", file=sys.stderr)
     }
 
 
@@ -190,14 +190,13 @@ def label(config: dict[str, Any]) -> str:
     return f"{config['method']}{k}, {lists}{weight}{depth}"
 
 
-def per_query(dataset: Dataset, lists: dict[str, Lists], config: dict[str, Any] | None) -> dict[str, list[dict]]:
-    """Per-query metrics of every single list and (with `config`) of hybrid, over the questions in `lists`."""
+def per_query(dataset: Dataset, lists: dict[str, Lists], config: dict[str, Any]) -> dict[str, list[dict]]:
+    """Per-query metrics of every single list and of hybrid fused by `config`, over the questions in `lists`."""
     queries = [q for q in dataset.queries if q.id in lists]
     out: dict[str, list[dict]] = {
         name: [query_metrics([i for i, _ in lists[q.id][name]], q.relevant) for q in queries] for name in LISTS
     }
-    if config is not None:
-        out["hybrid"] = [query_metrics(fused_ids(lists[q.id], config), q.relevant) for q in queries]
+    out["hybrid"] = [query_metrics(fused_ids(lists[q.id], config), q.relevant) for q in queries]
     return out
 
 
@@ -368,16 +367,22 @@ def update_docs(table: str, begin: str = DOCS_BEGIN, end: str = DOCS_END, path: 
 
 def ablation(
     es: Elasticsearch, dataset: Dataset, embedder: Embedder, settings: Settings, args: argparse.Namespace
-) -> dict[str, dict[str, Lists]]:
-    """Dev lists of every analysis variant (the last one is the service's)."""
+) -> tuple[dict[str, dict[str, Lists]], tuple[Retriever, str]]:
+    """Dev lists of every analysis variant (the last one is the service's), and the service's retriever and index.
+
+    Variants that index alike share one index, built (or rebuilt with `--reindex`) once.
+    """
     found = {}
+    built: set[str] = set()
     for variant in VARIANTS if not args.no_ablation else (SERVICE,):
-        alias = ensure_indexed(es, dataset, variant, embedder, settings.jieba_user_dict, args.reindex)
+        reindex = args.reindex and variant.alias(dataset) not in built
+        alias = ensure_indexed(es, dataset, variant, embedder, settings.jieba_user_dict, reindex)
+        built.add(alias)
         retriever = Retriever(
             es, embedder, variant.tokenizer(settings.jieba_user_dict), RetrievalParams(depth=args.depth)
         )
         found[variant.name] = ranked_lists(retriever, alias, dataset, "dev")
-    return found
+    return found, (retriever, alias)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -396,10 +401,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     settings = Settings()
     es = create_client(settings)
-    embedder = CachedEmbedder(load_embedder(settings.embedder, settings), cache_path(settings))
+    embedder = CachedEmbedder(load_embedder(settings.embedder, settings))
     datasets = [load_named(name) for name in args.datasets.split(",")]
     started = time.perf_counter()
-    dev_lists = {d.name: ablation(es, d, embedder, settings, args) for d in datasets}
+    ablations = {d.name: ablation(es, d, embedder, settings, args) for d in datasets}
+    dev_lists = {name: lists for name, (lists, _service) in ablations.items()}
     config, fusion_rows = choose(
         {d.name: (d, dev_lists[d.name][SERVICE.name]) for d in datasets}, args.tolerance, args.cost_tolerance
     )
@@ -413,10 +419,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "ablation": {},
     }
     for dataset in datasets:
-        alias = ensure_indexed(es, dataset, SERVICE, embedder, settings.jieba_user_dict, False)
-        retriever = Retriever(
-            es, embedder, SERVICE.tokenizer(settings.jieba_user_dict), RetrievalParams(depth=args.depth)
-        )
+        retriever, alias = ablations[dataset.name][1]
         test = per_query(dataset, ranked_lists(retriever, alias, dataset, "test"), config)
         dev = per_query(dataset, dev_lists[dataset.name][SERVICE.name], config)
         test_means = {mode: mean_metrics(found) for mode, found in test.items()}
