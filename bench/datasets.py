@@ -17,6 +17,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from core.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE
 from core.config import Settings
@@ -33,6 +34,11 @@ def shared_data() -> Path:
     """The shared evaluation data: `SHARED_DATA`, else ../shared/data beside the repository."""
     configured = Settings().shared_data
     return Path(configured) if configured else Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The objects of a JSON-lines file (blank lines skipped)."""
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def sanguo_book() -> Path:
@@ -122,8 +128,7 @@ def load_sanguo(
     documents = load_text(path, path.name)
     chunks = {id_: text for id_, (_doc, text) in chunk_map(documents, chunk_size, chunk_overlap).items()}
     queries = []
-    for line in questions.read_text(encoding="utf-8").splitlines():
-        item = json.loads(line)
+    for item in read_jsonl(questions):
         relevant = {id_ for id_, text in chunks.items() if item["evidence"] in text}
         if not relevant:
             raise ValueError(
@@ -136,12 +141,12 @@ def load_sanguo(
 def load_medical(
     passages: Path = BENCH_DATA / "medical_passages.jsonl", queries: Path = BENCH_DATA / "medical_queries.jsonl"
 ) -> Dataset:
-    items = [json.loads(line) for line in passages.read_text(encoding="utf-8").splitlines() if line.strip()]
-    documents = [Document(doc_id=i["id"], text=i["text"], source="medical", title=i["title"]) for i in items]
+    documents = [
+        Document(doc_id=i["id"], text=i["text"], source="medical", title=i["title"]) for i in read_jsonl(passages)
+    ]
     chunks, of_doc = _by_document(documents, DEFAULT_CHUNK_SIZE, DEFAULT_CHUNK_OVERLAP)
     found = []
-    for line in queries.read_text(encoding="utf-8").splitlines():
-        item = json.loads(line)
+    for item in read_jsonl(queries):
         relevant = set().union(*(of_doc[doc] for doc in item["relevant"]))
         found.append(Query(item["id"], item["question"], relevant, _split_of(item), item.get("style", "")))
     return Dataset("medical", documents, found, DEFAULT_CHUNK_SIZE, DEFAULT_CHUNK_OVERLAP, chunks)

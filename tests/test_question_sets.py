@@ -2,15 +2,13 @@
 the dev/test split is stored and frozen, and each set is as large as the evaluation needs."""
 
 import hashlib
-import json
 import re
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bench.datasets import BENCH_DATA
+from bench.datasets import BENCH_DATA, read_jsonl
 from tests.conftest import SANGUO_PATH
 
 SANGUO_FROZEN = 207  # sg01..sg207 were split when the set was written; their split never changes
@@ -27,10 +25,6 @@ MEDICAL_TEST_PAIRS = {  # whole term pairs are test; the split of these pairs ne
     "hemorrhoids",
 }
 SANGUO_SPLIT_DIGEST = "6925092083f8cc3ac3dd06eca4e4cc5be103eb8c4f7d79568cfe5362eda26141"
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def chapters(book: str) -> dict[int, str]:
