@@ -29,7 +29,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -117,8 +118,19 @@ def run_cli(es: Elasticsearch, args: list[str], env: dict[str, str] | None = Non
     return seconds, cpu, es_cpu, json.loads(done.stdout.splitlines()[-1])
 
 
+@contextmanager
+def scratch_client(alias: str) -> Iterator[Elasticsearch]:
+    """The benchmark's client; the scratch alias's indices are deleted when it is done."""
+    es = create_client(Settings())
+    try:
+        yield es
+    finally:
+        es.options(ignore_status=404).indices.delete(index=f"{alias}-v*")
+        es.close()
+
+
 def concurrency_sweep(
-    es: Elasticsearch, cli_args: list[str], levels: list[int], delay: float, repeats: int, chunks: int
+    es: Elasticsearch, cli_args: list[str], batch: int, levels: list[int], delay: float, repeats: int, chunks: int
 ) -> dict[str, Any]:
     """Job throughput at each concurrency against the sleeping embedding stub."""
     rates: dict[int, list[float]] = {level: [] for level in levels}
@@ -133,7 +145,6 @@ def concurrency_sweep(
                 rates[level].append(chunks / summary["seconds"])
                 print(f"repeat {repeat + 1}, C={level}: {rates[level][-1]:.1f} chunks/s", file=sys.stderr)
         in_flight = stub.max_in_flight
-    batch = int(cli_args[cli_args.index("--batch-size") + 1])
     base = statistics.median(rates[levels[0]])
     rows = []
     for level in levels:
@@ -179,22 +190,18 @@ def main() -> None:
         return
     cli_args = [str(args.path), "--index", args.alias, "--batch-size", str(args.batch_size), "--no-progress"]
     cli_args += ["--chunk-size", str(args.chunk_size), "--chunk-overlap", str(args.chunk_overlap)]
-    cli_args += ["--embedder", args.embedder] + (["--limit", str(args.limit)] if args.limit else [])
+    cli_args += ["--limit", str(args.limit)] if args.limit else []
     env_note = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "cpus": os.cpu_count()}
     if args.concurrency:
         levels = [int(level) for level in args.concurrency.split(",")]
-        es = create_client(Settings())
-        try:
-            sweep = concurrency_sweep(es, cli_args, levels, args.stub_delay, args.repeats, len(texts))
-        finally:
-            es.options(ignore_status=404).indices.delete(index=f"{args.alias}-v*")
-            es.close()
+        with scratch_client(args.alias) as es:
+            sweep = concurrency_sweep(es, cli_args, args.batch_size, levels, args.stub_delay, args.repeats, len(texts))
         print(json.dumps({"documents": len(documents), "chunks": len(texts), **sweep, **env_note}))
         return
 
     bare, job, job_es_cpu, rerun, summaries = [], [], [], [], []
-    es = create_client(Settings())
-    try:
+    cli_args += ["--embedder", args.embedder]
+    with scratch_client(args.alias) as es:
         for repeat in range(args.repeats):
             bare.append(bare_embedding(texts, args.batch_size, args.embedder, args.bare_every))
             seconds, cpu, es_cpu, summary = run_cli(es, [*cli_args, "--recreate"])
@@ -211,9 +218,6 @@ def main() -> None:
                 f"repeat {repeat + 1}: bare {bare[-1]}, job {job[-1]}, es cpu {es_cpu:.1f}s, re-run {rerun[-1]:.2f}s",
                 file=sys.stderr,
             )
-    finally:
-        es.options(ignore_status=404).indices.delete(index=f"{args.alias}-v*")
-        es.close()
 
     n = len(texts)
     bare_rate = statistics.median(chunks / wall for chunks, wall, _cpu in bare)
