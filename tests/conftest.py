@@ -162,12 +162,17 @@ def es_url() -> Iterator[str]:
         with ElasticSearchContainer(image, mem_limit="2g") as container:
             yield f"http://{container.get_container_host_ip()}:{container.get_exposed_port(container.port)}"
         return
-    started = subprocess.run(
-        [str(REPO_ROOT / "scripts" / "es-local"), "start"], capture_output=True, text=True, check=False
+    yield es_local("start").strip().splitlines()[-1]
+
+
+def es_local(*args: str, env: dict[str, str] | None = None) -> str:
+    """`scripts/es-local ARGS` (the environment: this process's, or `env`); its stdout, or the test fails."""
+    done = subprocess.run(
+        [str(REPO_ROOT / "scripts" / "es-local"), *args], env=env, capture_output=True, text=True, check=False
     )
-    if started.returncode != 0:
-        pytest.fail(f"scripts/es-local start failed:\n{started.stderr[-4000:]}")
-    yield started.stdout.strip().splitlines()[-1]
+    if done.returncode != 0:
+        pytest.fail(f"scripts/es-local {' '.join(args)} failed:\n{done.stderr[-4000:]}")
+    return done.stdout
 
 
 @pytest.fixture(scope="session")

@@ -1,9 +1,9 @@
 """A real 3-node Elasticsearch cluster of the tests' own, started with `scripts/es-local`.
 
 It runs on HTTP 9250-9252 and transport 9350-9352 (or the next free block of ten, when another
-test session holds those: blocks are claimed with a lock file) with 512 MB heaps and its node folders in a fresh directory, so
-the shared single node on 9200 is never touched; it is stopped and deleted at the end of the
-session. Every figure a fault test measures goes to `report` and
+test session holds those: blocks are claimed with a lock file) with 512 MB heaps and its node
+folders in a fresh directory, so the shared single node on 9200 is never touched; it is stopped
+and deleted at the end of the session. Every figure a fault test measures goes to `report` and
 is printed in pytest's terminal summary.
 """
 
@@ -12,7 +12,6 @@ import fcntl
 import os
 import shutil
 import socket
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +20,7 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from bench.embedding_stub import EmbeddingStub
-from tests.conftest import REPO_ROOT
+from tests.conftest import es_local
 
 HTTP_PORT, TRANSPORT_OFFSET, NODES = 9250, 100, 3
 REPORT_KEY = pytest.StashKey[list[str]]()
@@ -44,12 +43,7 @@ class LocalCluster:
             "ES_LOCAL_DATA": str(self.data),
             "ES_LOCAL_TIMEOUT": "300",
         }
-        done = subprocess.run(
-            [str(REPO_ROOT / "scripts" / "es-local"), *args], env=env, capture_output=True, text=True, check=False
-        )
-        if done.returncode != 0:
-            pytest.fail(f"scripts/es-local {' '.join(args)} failed:\n{done.stderr[-4000:]}")
-        return done.stdout
+        return es_local(*args, env=env)
 
     def running(self, node: int) -> bool:
         pid_file = self.data / f"node-{self.port + node}" / "es.pid"

@@ -173,7 +173,7 @@ class SearchLoad:
     """
 
     def __init__(self, url: str, workers: int, pause: float = 0.0) -> None:
-        self.url, self.workers, self.pause = url, workers, pause
+        self.url, self.pause = url, pause
         self.statuses: Counter[int] = Counter()
         self.latencies: list[float] = []
         self.ok_times: list[float] = []  # time.monotonic() of each 200
@@ -192,24 +192,28 @@ class SearchLoad:
                 try:
                     response = client.post(f"{self.url}/search", json={"query": query, "mode": "hybrid", "k": 5})
                 except httpx.TransportError as err:  # no answer at all (a 60 s time-out): status 0, an outcome too
-                    with self._lock:
-                        self.latencies.append(time.perf_counter() - started)
-                        self.statuses[0] += 1
-                        self.failures.append(f"0 - {type(err).__name__}")
+                    self._record(0, time.perf_counter() - started, failure=f"0 - {type(err).__name__}")
                 else:
-                    self._record(response, time.perf_counter() - started)
+                    seconds = time.perf_counter() - started
+                    if response.status_code == 200:
+                        self._record(200, seconds, empty=not response.json()["hits"])
+                    else:
+                        retry_after = response.headers.get("retry-after")
+                        failure = f"{response.status_code} {retry_after} {response.text}"
+                        self._record(response.status_code, seconds, failure=failure)
                 sent += 1
                 self._stop.wait(self.pause)
 
-    def _record(self, response: httpx.Response, seconds: float) -> None:
+    def _record(self, status: int, seconds: float, *, failure: str = "", empty: bool = False) -> None:
+        """One outcome: a 200 (`empty` when it had no hits) or a failure described as "status retry-after body"."""
         with self._lock:
             self.latencies.append(seconds)
-            self.statuses[response.status_code] += 1
-            if response.status_code == 200:
-                self.empty += not response.json()["hits"]
+            self.statuses[status] += 1
+            if status == 200:
+                self.empty += empty
                 self.ok_times.append(time.monotonic())
             else:
-                self.failures.append(f"{response.status_code} {response.headers.get('retry-after')} {response.text}")
+                self.failures.append(failure)
 
     def first_ok_after(self, moment: float) -> float | None:
         with self._lock:
