@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from tests.conftest import PROJECT_VARIABLES, REPO_ROOT, subprocess_env
 
@@ -35,11 +36,27 @@ print(json.dumps({
 """
 
 
-def test_importing_core_loads_no_upper_package_and_builds_nothing(tmp_path: Path) -> None:
-    probe = subprocess.run(
-        [sys.executable, "-c", PROBE], cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True, check=True
+def run_probe(code: str, workdir: Path) -> Any:
+    """The JSON that `python -c code` prints, run in a fresh process outside the repository."""
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=workdir, env=subprocess_env(), capture_output=True, text=True, check=True
     )
-    report = json.loads(probe.stdout)
+    return json.loads(done.stdout)
+
+
+def top_level_imports(path: Path) -> set[str]:
+    """The top-level packages a module imports, also inside functions (which a probe cannot see)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_importing_core_loads_no_upper_package_and_builds_nothing(tmp_path: Path) -> None:
+    report = run_probe(PROBE, tmp_path)
     loaded = {name.split(".")[0] for name in report["modules"]}
     assert not loaded & UPPER_PACKAGES
     # No web app, graph, Elasticsearch client or embedding model comes with the library.
@@ -52,24 +69,13 @@ def test_importing_core_loads_no_upper_package_and_builds_nothing(tmp_path: Path
 def test_core_source_imports_nothing_above_it() -> None:
     """Also imports inside functions, which the probe above cannot see."""
     for path in sorted((REPO_ROOT / "core").rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                names = [node.module or ""]
-            else:
-                continue
-            assert not {name.split(".")[0] for name in names} & UPPER_PACKAGES, (path.name, names)
+        assert not top_level_imports(path) & UPPER_PACKAGES, (path.name, top_level_imports(path) & UPPER_PACKAGES)
 
 
 def test_the_indexing_job_does_not_import_the_service() -> None:
     """`indexing` and `service` stand beside each other on `core` (DESIGN.md's arrows)."""
     for path in sorted((REPO_ROOT / "indexing").rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and node.module:
-                assert node.module.split(".")[0] not in {"service", "bench"}, (path.name, node.module)
-            if isinstance(node, ast.Import):
-                assert not {a.name.split(".")[0] for a in node.names} & {"service", "bench"}, path.name
+        assert not top_level_imports(path) & {"service", "bench"}, (path.name, top_level_imports(path))
 
 
 def test_no_project_variable_reaches_a_test() -> None:
@@ -79,9 +85,5 @@ def test_no_project_variable_reaches_a_test() -> None:
 
 
 def test_the_error_module_does_not_build_the_workflow(tmp_path: Path) -> None:
-    probe = "import json, sys, service.errors; print(json.dumps(sorted(sys.modules)))"
-    loaded = subprocess.run(
-        [sys.executable, "-c", probe], cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True, check=True
-    )
-    modules = json.loads(loaded.stdout)
+    modules = run_probe("import json, sys, service.errors; print(json.dumps(sorted(sys.modules)))", tmp_path)
     assert not [name for name in modules if name.startswith(("langgraph", "service.graph"))]
