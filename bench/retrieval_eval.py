@@ -190,14 +190,20 @@ def label(config: dict[str, Any]) -> str:
     return f"{config['method']}{k}, {lists}{weight}{depth}"
 
 
+def single_lists(dataset: Dataset, lists: dict[str, Lists]) -> dict[str, list[dict]]:
+    """Per-query metrics of every single list, over the questions in `lists`."""
+    queries = [q for q in dataset.queries if q.id in lists]
+    return {name: [query_metrics([i for i, _ in lists[q.id][name]], q.relevant) for q in queries] for name in LISTS}
+
+
+def hybrid(dataset: Dataset, lists: dict[str, Lists], config: dict[str, Any]) -> list[dict]:
+    """Per-query metrics of hybrid fused by `config`, over the questions in `lists`."""
+    return [query_metrics(fused_ids(lists[q.id], config), q.relevant) for q in dataset.queries if q.id in lists]
+
+
 def per_query(dataset: Dataset, lists: dict[str, Lists], config: dict[str, Any]) -> dict[str, list[dict]]:
     """Per-query metrics of every single list and of hybrid fused by `config`, over the questions in `lists`."""
-    queries = [q for q in dataset.queries if q.id in lists]
-    out: dict[str, list[dict]] = {
-        name: [query_metrics([i for i, _ in lists[q.id][name]], q.relevant) for q in queries] for name in LISTS
-    }
-    out["hybrid"] = [query_metrics(fused_ids(lists[q.id], config), q.relevant) for q in queries]
-    return out
+    return {**single_lists(dataset, lists), "hybrid": hybrid(dataset, lists, config)}
 
 
 def margins(metrics: dict[str, dict[str, float]]) -> dict[str, float]:
@@ -209,11 +215,15 @@ def choose(
     dev: dict[str, tuple[Dataset, dict[str, Lists]]], tolerance: float, cost_tolerance: float = 0.0
 ) -> tuple[dict, list[dict]]:
     """Every grid setting's dev figures, and the chosen one (see the module docstring)."""
+    singles = {  # the same for every setting
+        name: {mode: mean_metrics(found) for mode, found in single_lists(dataset, lists).items()}
+        for name, (dataset, lists) in dev.items()
+    }
     rows = []
     for config in fusion_grid():
         row: dict[str, Any] = {"config": config, "label": label(config), "datasets": {}}
         for name, (dataset, lists) in dev.items():
-            metrics = {mode: mean_metrics(found) for mode, found in per_query(dataset, lists, config).items()}
+            metrics = {**singles[name], "hybrid": mean_metrics(hybrid(dataset, lists, config))}
             row["datasets"][name] = {"hybrid": metrics["hybrid"], "margin": margins(metrics)}
         row["mean_MRR@10"] = round(statistics.fmean(d["hybrid"]["MRR@10"] for d in row["datasets"].values()), 4)
         row["worst_margin"] = min(v for d in row["datasets"].values() for v in d["margin"].values())
