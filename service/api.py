@@ -12,7 +12,7 @@ import logging
 from collections.abc import AsyncIterable, AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 from elastic_transport import ConnectionError as ESConnectionError
 from elastic_transport import ConnectionTimeout as ESConnectionTimeout
@@ -29,7 +29,7 @@ from fastapi_offline import FastAPIOffline
 from starlette.concurrency import run_in_threadpool
 
 from core.config import Settings
-from core.embeddings import Embedder, load_embedder
+from core.embeddings import BatchingEmbedder, Embedder, load_embedder
 from core.redact import redact_url
 from core.schema import Mode
 from core.store import (
@@ -50,18 +50,17 @@ from service.graph import (
 )
 from service.metrics import Metrics, MetricsMiddleware
 from service.middleware import BodySizeLimit
+from service.openapi import document_statuses, error_responses
 from service.retrieval import Comparison, Retriever, SearchResult, build_retriever
 from service.schemas_api import (
     CompareRequest,
     ElasticsearchStatus,
-    ErrorResponse,
     HealthResponse,
     IndexStatus,
     ModesResponse,
     QueryRequest,
     ReadyResponse,
     SearchRequest,
-    ValidationErrorResponse,
 )
 
 logger = logging.getLogger(__name__)
@@ -102,9 +101,7 @@ def require_api_key(
     api_key: Annotated[str | None, Depends(_api_key_header)],
     bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> None:
-    """Open when `API_KEYS` is empty; otherwise one of its keys, compared in constant time."""
-    if not settings.api_keys:
-        return
+    """One of `API_KEYS`, compared in constant time (only installed when keys are configured)."""
     presented = (api_key or (bearer.credentials if bearer else "")).encode()
     matched = False
     for key in settings.api_keys:
@@ -153,20 +150,9 @@ WorkflowDep = Annotated[WorkflowDeps, Depends(get_workflow)]
 
 # --- routes -------------------------------------------------------------------------------
 
-ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    401: {"model": ErrorResponse, "description": "API key missing or invalid"},
-    404: {"model": ErrorResponse, "description": "knowledge base not built (the message gives the command)"},
-    409: {"model": ErrorResponse, "description": "the index was built with another embedder"},
-    413: {"model": ErrorResponse, "description": "request body larger than MAX_REQUEST_BYTES"},
-    422: {"model": ValidationErrorResponse, "description": "bad input; the message names the field"},
-    503: {
-        "model": ErrorResponse,
-        "description": "Elasticsearch unreachable, or ANSWER_MODE=llm and the model not configured or unreachable",
-    },
-}
-
 health = APIRouter(tags=["health"])
-api = APIRouter(dependencies=[Depends(require_api_key)], responses=ERROR_RESPONSES)
+# Every route here reads Elasticsearch (or the model); the key check is added when keys are configured.
+api = APIRouter(responses=error_responses(404, 409, 502, 503))
 
 
 @health.get("/healthz", response_model=HealthResponse)
@@ -269,7 +255,12 @@ def gaps(settings: SettingsDep, es: ESDep, top: Annotated[int, Query(ge=1, le=10
     return knowledge_gap_report(es, settings, top)
 
 
-@api.get("/metrics", tags=["health"], response_class=Response)
+@api.get(
+    "/metrics",
+    tags=["health"],
+    response_class=Response,
+    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Prometheus metrics"}},
+)
 def metrics_endpoint(metrics: MetricsDep) -> Response:
     """Prometheus text format."""
     return Response(metrics.render(), media_type=metrics.content_type)
@@ -284,7 +275,8 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.es = create_client(settings)
-        app.state.embedder = embedder or await run_in_threadpool(load_embedder, settings.embedder, settings)
+        loaded = embedder or await run_in_threadpool(load_embedder, settings.embedder, settings)
+        app.state.embedder = BatchingEmbedder(loaded, settings.query_batch_window_ms / 1000, settings.query_batch_max)
         app.state.retriever = build_retriever(settings, app.state.es, app.state.embedder)
         # Load jieba's dictionary and run the embedder once now, not on the first user's query.
         await run_in_threadpool(app.state.retriever.tokenizer.query_terms, "预热")
@@ -297,6 +289,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
             app.state.embedder.name,
         )
         yield
+        app.state.embedder.close()
         app.state.es.close()
 
     # /docs loads Swagger UI from the app (fastapi-offline's packaged files), not a CDN: it works offline.
@@ -311,7 +304,8 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
     app.state.metrics = Metrics()
     add_error_handlers(app)
     app.include_router(health)
-    app.include_router(api)
+    # Without keys the API is open, and its schema declares no security scheme.
+    app.include_router(api, dependencies=[Depends(require_api_key)] if settings.api_keys else [])
     app.mount("/static", StaticFiles(directory=WEB_DIR), name="static")
 
     @app.get("/", include_in_schema=False)
@@ -326,4 +320,6 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
         allow_headers=["Authorization", "X-API-Key", "Content-Type"],
     )
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
+    limit = settings.max_question_chars
+    document_statuses(app, max_lengths={"query": limit, "question": limit})
     return app

@@ -1,6 +1,6 @@
 """How every failure becomes a JSON answer that says what to fix (never a bare 500).
 
-Validation → 422 naming the field; missing index → 404 with the build command; embedder
+Malformed JSON → 400 saying where it breaks; validation → 422 naming the field; missing index → 404 with the build command; embedder
 mismatch → 409; the LLM unreachable → 503 naming it; its HTTP errors → 502.
 
 Elasticsearch: unreachable, a time-out, or an answer that means "not now" (no shard
@@ -103,14 +103,18 @@ def _describe(error: dict[str, Any]) -> str:
 
 
 async def _validation(request: Request, err: RequestValidationError) -> JSONResponse:
-    """422 with each error once: FastAPI validates a body that two dependencies share once per use."""
+    """422 with each error once (FastAPI validates a body that two dependencies share once per use);
+    400 when the body is not JSON at all, so there is nothing to validate."""
     unique = dict.fromkeys(
         (tuple(e.get("loc", ())), str(e.get("msg", "")), str(e.get("type", ""))) for e in err.errors()
     )
     errors = [{"loc": list(loc), "msg": msg, "type": kind} for loc, msg, kind in unique]
     message = "; ".join(_describe(e) for e in errors)
-    request.app.state.metrics.record_error(endpoint_label(request.scope), "validation")
-    return JSONResponse({"detail": errors, "message": message}, status_code=422)
+    malformed = any(e["type"] == "json_invalid" for e in errors)
+    request.app.state.metrics.record_error(
+        endpoint_label(request.scope), "malformed_json" if malformed else "validation"
+    )
+    return JSONResponse({"detail": errors, "message": message}, status_code=400 if malformed else 422)
 
 
 async def _http_error(request: Request, err: HTTPException) -> JSONResponse:

@@ -15,13 +15,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 from elasticsearch import Elasticsearch, NotFoundError
-from pydantic import BaseModel, computed_field, model_validator
+from pydantic import BaseModel, Field, computed_field, model_validator
 
 from core.config import FusionMethod, Settings
+from core.contract import StrictModel
 from core.documents import page_label, source_label
 from core.embeddings import Embedder
 from core.schema import HIT_SOURCE_FIELDS, ID_FIELDS, LIST_MODES, Mode, chunk_id_from_fields
@@ -32,10 +33,14 @@ from service.fusion import FusionParams, ListEvidence, fuse
 _META_TTL_S = 30.0  # how long an index's embedder and dictionary are trusted before re-reading
 
 
-class Filters(BaseModel):
+ES_INTEGER_MAX = 2**31 - 1  # `chapter` is an Elasticsearch integer: a larger bound is refused there
+Chapter = Annotated[int, Field(ge=0, le=ES_INTEGER_MAX)]
+
+
+class Filters(StrictModel):
     sources: list[str] | None = None
-    chapter_from: int | None = None
-    chapter_to: int | None = None
+    chapter_from: Chapter | None = None
+    chapter_to: Chapter | None = None
 
     @model_validator(mode="after")
     def _ordered_range(self) -> "Filters":

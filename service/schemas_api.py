@@ -1,39 +1,39 @@
 """Request and response models of the HTTP API (the OpenAPI schema at /docs is built from these).
 
-Requests forbid unknown fields so a misspelt option is a 422, never silently ignored.
+Requests are `core.contract.StrictModel`s: strict JSON types, unknown fields forbidden.
 Text fields are stripped; the configurable length limit (`MAX_QUESTION_CHARS`) is checked
 by the API because it is a setting, not a constant.
 """
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import BaseModel, Field, StringConstraints, field_validator
 
+from core.contract import Choice, StrictModel
 from core.schema import Mode
 from service.graph import QueryOptions
 from service.retrieval import Filters
 
 MAX_K = 50
 
-Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
+# Stripped, so at least one non-space character: the pattern says so in the schema too.
+Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, pattern=r"\S")]
 K = Annotated[int, Field(ge=1, le=MAX_K, description=f"number of hits, 1..{MAX_K}")]
 
 
-class Request(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class SearchRequest(Request):
+class SearchRequest(StrictModel):
     query: Text = Field(description="the search text (at most MAX_QUESTION_CHARS characters)")
-    mode: Mode = Mode.HYBRID
+    mode: Choice[Mode] = Mode.HYBRID
     k: K = 10
     filters: Filters | None = None
 
 
-class CompareRequest(Request):
+class CompareRequest(StrictModel):
     query: Text = Field(description="the search text (at most MAX_QUESTION_CHARS characters)")
     k: K = 10
-    modes: list[Mode] = Field(default=[Mode.VECTOR, Mode.HYBRID], min_length=2, max_length=5)
+    modes: list[Choice[Mode]] = Field(
+        default=[Mode.VECTOR, Mode.HYBRID], min_length=2, max_length=5, json_schema_extra={"uniqueItems": True}
+    )
     filters: Filters | None = None
 
     @field_validator("modes")
@@ -46,8 +46,6 @@ class CompareRequest(Request):
 
 class QueryRequest(QueryOptions):
     """The question plus the workflow's `QueryOptions` (defaults: MAX_RETRIEVALS, MAX_WEB_SEARCHES)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     question: Text = Field(description="the question (at most MAX_QUESTION_CHARS characters)")
 

@@ -221,11 +221,11 @@ def test_over_long_query_names_the_limit(client: httpx.Client) -> None:
     assert message == f"query: {MAX_CHARS + 1} characters, more than MAX_QUESTION_CHARS={MAX_CHARS}"
 
 
-def test_malformed_json_is_422(client: httpx.Client) -> None:
+def test_malformed_json_is_400(client: httpx.Client) -> None:
     response = client.post(
         "/search", content='{"query": "赤壁",'.encode(), headers={"Content-Type": "application/json"}
     )
-    assert response.status_code == 422
+    assert response.status_code == 400
     assert response.json()["message"].startswith("body: malformed JSON")
 
 

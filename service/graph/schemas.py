@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, StrictBool, field_validator
 
+from core.contract import Choice, StrictModel
 from core.schema import Mode
 from service.extractive import PartAnswer
 
@@ -108,13 +109,13 @@ class EvaluationStep(Evaluation):
     source: Literal["model", "cache", "no_context", "parse_error", "budget", "extractive"] = "model"
 
 
-class ChatTurn(BaseModel):
+class ChatTurn(StrictModel):
     role: Literal["user", "assistant"]
     content: str
 
 
-class QueryOptions(BaseModel):
-    mode: Mode = Mode.HYBRID
+class QueryOptions(StrictModel):
+    mode: Choice[Mode] = Mode.HYBRID
     k: int = Field(8, ge=1, le=50)
     web: bool = True
     max_retrievals: int | None = Field(None, ge=1, le=20)
