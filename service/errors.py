@@ -104,17 +104,16 @@ def _describe(error: dict[str, Any]) -> str:
 
 async def _validation(request: Request, err: RequestValidationError) -> JSONResponse:
     """422 with each error once (FastAPI validates a body that two dependencies share once per use);
-    400 when the body is not JSON at all, so there is nothing to validate."""
+    400 (`detail`: where it breaks) when the body is not JSON at all, so there is nothing to validate."""
     unique = dict.fromkeys(
         (tuple(e.get("loc", ())), str(e.get("msg", "")), str(e.get("type", ""))) for e in err.errors()
     )
     errors = [{"loc": list(loc), "msg": msg, "type": kind} for loc, msg, kind in unique]
     message = "; ".join(_describe(e) for e in errors)
-    malformed = any(e["type"] == "json_invalid" for e in errors)
-    request.app.state.metrics.record_error(
-        endpoint_label(request.scope), "malformed_json" if malformed else "validation"
-    )
-    return JSONResponse({"detail": errors, "message": message}, status_code=400 if malformed else 422)
+    if any(e["type"] == "json_invalid" for e in errors):
+        return _error(request, 400, "malformed_json", message)
+    request.app.state.metrics.record_error(endpoint_label(request.scope), "validation")
+    return JSONResponse({"detail": errors, "message": message}, status_code=422)
 
 
 async def _http_error(request: Request, err: HTTPException) -> JSONResponse:

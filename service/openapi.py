@@ -5,7 +5,7 @@ is first built (`document_statuses`): a JSON body can be malformed (400), too la
 invalid (422); parameters can be invalid (422); a key-protected operation can refuse the key
 (401, 403). Statuses that follow from what a route touches (Elasticsearch, the model) are
 declared by its router with `error_responses`. The bodies are `ErrorResponse` (`detail`: one
-sentence) and, for 400 and 422, `ValidationErrorResponse` (the errors, and `message` naming them).
+sentence) and, for 422, `ValidationErrorResponse` (the errors, and `message` naming them).
 Limits that are settings (MAX_QUESTION_CHARS) are written into the schema the same way, so a
 client generating requests from it never meets an undocumented 422.
 """
@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from service.schemas_api import ErrorResponse, ValidationErrorResponse
 
 RESPONSES: dict[int, tuple[type[BaseModel], str]] = {
-    400: (ValidationErrorResponse, "malformed JSON; the message says where it breaks"),
+    400: (ErrorResponse, "the body is not JSON (or not UTF-8); `detail` says where it breaks"),
     401: (ErrorResponse, "API key missing or invalid"),
     403: (ErrorResponse, "the API key may not do this"),
     404: (ErrorResponse, "knowledge base not built (the message gives the command)"),

@@ -19,7 +19,7 @@ from typing import Annotated, Any
 
 import numpy as np
 from elasticsearch import Elasticsearch, NotFoundError
-from pydantic import BaseModel, Field, computed_field, model_validator
+from pydantic import BaseModel, Field, computed_field
 
 from core.config import FusionMethod, Settings
 from core.contract import StrictModel
@@ -38,15 +38,11 @@ Chapter = Annotated[int, Field(ge=0, le=ES_INTEGER_MAX)]
 
 
 class Filters(StrictModel):
+    """Restrict a search to some sources and a chapter range (inclusive; from after to matches nothing)."""
+
     sources: list[str] | None = None
     chapter_from: Chapter | None = None
     chapter_to: Chapter | None = None
-
-    @model_validator(mode="after")
-    def _ordered_range(self) -> "Filters":
-        if self.chapter_from is not None and self.chapter_to is not None and self.chapter_from > self.chapter_to:
-            raise ValueError(f"chapter_from ({self.chapter_from}) is after chapter_to ({self.chapter_to})")
-        return self
 
     def to_es(self) -> list[dict[str, Any]]:
         clauses: list[dict[str, Any]] = []

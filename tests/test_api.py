@@ -226,7 +226,7 @@ def test_malformed_json_is_400(client: httpx.Client) -> None:
         "/search", content='{"query": "赤壁",'.encode(), headers={"Content-Type": "application/json"}
     )
     assert response.status_code == 400
-    assert response.json()["message"].startswith("body: malformed JSON")
+    assert response.json()["detail"].startswith("body: malformed JSON")
 
 
 @pytest.mark.parametrize(

@@ -35,7 +35,10 @@ def operations(schema: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
 
 @pytest.fixture(scope="module")
 def contract_url(es_url: str, sanguo_kb: str, embedder: Embedder) -> Iterator[str]:
-    settings = Settings(_env_file=None, es_url=es_url, es_index=sanguo_kb, max_question_chars=MAX_CHARS)
+    # Short questions and few sentence windows: the many generated /query cases stay cheap.
+    settings = Settings(
+        _env_file=None, es_url=es_url, es_index=sanguo_kb, max_question_chars=MAX_CHARS, extractive_candidates=4
+    )
     with serve(create_app(settings, embedder=embedder)) as base:
         yield base
 
@@ -57,9 +60,7 @@ def test_every_body_can_be_malformed_too_large_or_invalid_and_the_stream_is_even
     assert {name for name, _ in with_body} >= {"POST /search", "POST /compare", "POST /query", "POST /query/stream"}
     for name, op in with_body:
         assert {"400", "413", "422", "503"} <= set(op["responses"]), name
-        assert op["responses"]["400"]["content"]["application/json"]["schema"]["$ref"].endswith(
-            "ValidationErrorResponse"
-        )
+        assert op["responses"]["400"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorResponse")
     stream = schema["paths"]["/query/stream"]["post"]["responses"]["200"]["content"]
     assert list(stream) == ["text/event-stream"]
     assert list(schema["paths"]["/metrics"]["get"]["responses"]["200"]["content"]) == ["text/plain"]
@@ -79,6 +80,7 @@ def test_enforced_constraints_are_in_the_schema() -> None:
         ("/search", {"query": "赤壁", "filters": {"chapter_to": False}}, "filters.chapter_to"),
         ("/search", {"query": "赤壁", "k": True}, "k"),
         ("/search", {"query": "赤壁", "k": "5"}, "k"),
+        ("/search", {"query": "赤壁", "k": 2.5}, "k"),
         ("/search", {"query": "赤壁", "filters": {"chapter": 3}}, "filters.chapter"),
         ("/query", {"question": "赤壁", "max_web_searches": False}, "max_web_searches"),
         ("/query", {"question": "赤壁", "web": 0}, "web"),
@@ -92,8 +94,8 @@ def test_json_types_are_strict(contract_url: str, path: str, body: dict[str, Any
     assert response.json()["message"].startswith(f"{field}:")
 
 
-def test_enum_values_and_integral_json_still_pass(contract_url: str) -> None:
-    body = {"query": "刘备", "mode": "bm25", "k": 2, "filters": {"chapter_from": 1, "chapter_to": 40}}
+def test_enum_values_and_integral_numbers_pass(contract_url: str) -> None:
+    body = {"query": "刘备", "mode": "bm25", "k": 2.0, "filters": {"chapter_from": 1, "chapter_to": 40}}
     response = httpx.post(f"{contract_url}/search", json=body, timeout=30)
     assert response.status_code == 200, response.text
     assert response.json()["mode"] == "bm25" and len(response.json()["hits"]) == 2
@@ -112,12 +114,12 @@ def test_schemathesis_finds_nothing(contract_url: str, tmp_path: Path) -> None:
         "--seed",
         str(SCHEMATHESIS_SEED),
         "--generation-deterministic",
-        "--generation-database",
-        "none",
         "--workers",
         "2",
         "--request-timeout",
         "60",
+        "--max-response-time",
+        "60",  # every check, with a limit that a CI machine shared with Elasticsearch keeps
         "--no-color",
         "--report",
         "junit",

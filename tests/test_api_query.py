@@ -204,7 +204,7 @@ def test_query_malformed_json_is_400(idle_url: str) -> None:
             f"{idle_url}{path}", content=b'{"question": ', headers={"Content-Type": "application/json"}
         )
         assert response.status_code == 400
-        assert response.json()["message"].startswith("body: malformed JSON")
+        assert response.json()["detail"].startswith("body: malformed JSON")
 
 
 def test_gaps_bad_top_is_422(idle_url: str) -> None:
