@@ -7,7 +7,8 @@
    or the first `--chapters`), through the indexing pipeline (idempotent: unchanged chunks are
    skipped; vectors cached under .cache/).
 2. Starts `python -m service` in a subprocess on a free port (so the client's work never
-   shares the server's interpreter) and waits for /readyz.
+   shares the server's interpreter) and waits for /readyz; with `--url`, uses that service
+   instead (e.g. another checkout's, for before/after figures).
 3. Times the retriever alone first (`Retriever.search` in this process, one query at a time,
    the service idle): the floor the HTTP figures are compared with.
 4. For each concurrency and mode: `--warmup` requests, then `--requests` more from
@@ -226,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--max-seconds", type=float, default=300, help="stop a run after this long (default %(default)s)"
     )
+    parser.add_argument("--url", help="load-test this running service (serving --index) instead of starting one")
     parser.add_argument("--out", type=Path, default=RESULTS / "load_test")
     parser.add_argument("--update-docs", action="store_true", help="write the table into docs/scaling.md")
     args = parser.parse_args(argv)
@@ -257,18 +259,24 @@ def main(argv: list[str] | None = None) -> int:
         ],
         "http": [],
     }
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    service = start_service(args.index, port)
+    service = None
+    if args.url:
+        url = args.url.rstrip("/")
+    else:
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        service = start_service(args.index, port)
     try:
-        wait_ready(url, service)
+        if service is not None:
+            wait_ready(url, service)
         for concurrency in levels:
             for mode in modes:
                 run = run_load(url, questions, mode, args.requests, concurrency, args.warmup, args.k, args.max_seconds)
                 report["http"].append(asyncio.run(run))
     finally:
-        service.terminate()
-        service.wait(30)
+        if service is not None:
+            service.terminate()
+            service.wait(30)
     report["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     table = markdown(report)
     args.out.parent.mkdir(parents=True, exist_ok=True)
