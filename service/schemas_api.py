@@ -7,7 +7,8 @@ by the API because it is a setting, not a constant.
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, StringConstraints, field_validator
+from pydantic import AfterValidator, BaseModel, Field, field_validator
+from pydantic_core import PydanticCustomError
 
 from core.contract import Choice, StrictModel
 from core.schema import Mode
@@ -16,8 +17,17 @@ from service.graph import QueryOptions
 
 MAX_K = 50
 
-# Stripped, so at least one non-space character: the pattern says so in the schema too.
-Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, pattern=r"\S")]
+
+def _stripped(text: str) -> str:
+    """Stripped by Python's idea of whitespace (the retriever's), which counts more than pydantic's."""
+    text = text.strip()
+    if not text:
+        raise PydanticCustomError("string_blank", "must contain a non-space character")
+    return text
+
+
+# Not only whitespace: `_stripped` enforces it, the pattern says it in the schema.
+Text = Annotated[str, AfterValidator(_stripped), Field(json_schema_extra={"pattern": r"\S"})]
 K = Annotated[int, Field(ge=1, le=MAX_K, description=f"number of hits, 1..{MAX_K}")]
 
 
