@@ -71,21 +71,23 @@ WEB_DIR = Path(__file__).resolve().parent / "web"
 
 
 # --- dependencies -------------------------------------------------------------------------
+# The ones that never block are `async def`: FastAPI runs a plain `def` dependency on a thread of
+# its pool, one hand-off each per request; these run on the event loop instead.
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def get_es(request: Request) -> Elasticsearch:
+async def get_es(request: Request) -> Elasticsearch:
     return request.app.state.es
 
 
-def get_retriever(request: Request) -> Retriever:
+async def get_retriever(request: Request) -> Retriever:
     return request.app.state.retriever
 
 
-def get_metrics(request: Request) -> Metrics:
+async def get_metrics(request: Request) -> Metrics:
     return request.app.state.metrics
 
 
@@ -98,7 +100,7 @@ _api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False, description="
 _bearer = HTTPBearer(auto_error=False, description="one of API_KEYS")
 
 
-def require_api_key(
+async def require_api_key(
     settings: SettingsDep,
     api_key: Annotated[str | None, Depends(_api_key_header)],
     bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
@@ -116,8 +118,9 @@ def require_api_key(
         )
 
 
-def check_length(settings: Settings, field: str, value: str) -> None:
-    """MAX_QUESTION_CHARS is a setting, so it is enforced here rather than in the schema."""
+def within_limit(settings: Settings, field: str, value: str) -> str:
+    """`value` stripped, once its length as sent is checked: MAX_QUESTION_CHARS is a setting, so it is
+    enforced here (and written into the schema by service.openapi as the text's `maxLength`)."""
     if len(value) > settings.max_question_chars:
         raise RequestValidationError(
             [
@@ -128,12 +131,12 @@ def check_length(settings: Settings, field: str, value: str) -> None:
                 }
             ]
         )
+    return value.strip()
 
 
-def valid_question(body: QueryRequest, settings: SettingsDep) -> QueryRequest:
+async def valid_question(body: QueryRequest, settings: SettingsDep) -> QueryRequest:
     """The request body with the length limit checked (a dependency, so streams start valid)."""
-    check_length(settings, "question", body.question)
-    return body
+    return body.model_copy(update={"question": within_limit(settings, "question", body.question)})
 
 
 QuestionDep = Annotated[QueryRequest, Depends(valid_question)]
@@ -217,15 +220,15 @@ def readyz(request: Request, settings: SettingsDep, es: ESDep) -> JSONResponse:
 @api.post("/search", response_model=SearchResult, tags=["retrieval"])
 def search(body: SearchRequest, settings: SettingsDep, retriever: RetrieverDep) -> SearchResult:
     """One retrieval mode over the knowledge base (hybrid: kNN + jieba BM25 + bigram + standard, fused)."""
-    check_length(settings, "query", body.query)
-    return retriever.search(settings.es_index, body.query, body.mode, body.k, body.filters)
+    query = within_limit(settings, "query", body.query)
+    return retriever.search(settings.es_index, query, body.mode, body.k, body.filters)
 
 
 @api.post("/compare", response_model=Comparison, tags=["retrieval"])
 def compare(body: CompareRequest, settings: SettingsDep, retriever: RetrieverDep) -> Comparison:
     """The same query in several modes side by side, with overlap and rank differences."""
-    check_length(settings, "query", body.query)
-    return retriever.compare(settings.es_index, body.query, body.k, body.modes, body.filters)
+    query = within_limit(settings, "query", body.query)
+    return retriever.compare(settings.es_index, query, body.k, body.modes, body.filters)
 
 
 @api.post("/query", response_model=QueryResult, tags=["answers"])

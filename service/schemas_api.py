@@ -1,7 +1,7 @@
 """Request and response models of the HTTP API (the OpenAPI schema at /docs is built from these).
 
 Requests are `core.contract.StrictModel`s: strict JSON types, unknown fields forbidden.
-Text fields are stripped; the configurable length limit (`MAX_QUESTION_CHARS`) is checked
+Text fields must hold a non-space character; the configurable length limit (`MAX_QUESTION_CHARS`) is checked
 by the API because it is a setting, not a constant.
 """
 
@@ -18,16 +18,16 @@ from service.graph import QueryOptions
 MAX_K = 50
 
 
-def _stripped(text: str) -> str:
-    """Stripped by Python's idea of whitespace (the retriever's), which counts more than pydantic's."""
-    text = text.strip()
-    if not text:
+def _not_blank(text: str) -> str:
+    """Some character that no regex dialect or Python counts as space (the pattern below, exactly)."""
+    if all(char.isspace() or char == "\ufeff" for char in text):
         raise PydanticCustomError("string_blank", "must contain a non-space character")
     return text
 
 
-# Not only whitespace: `_stripped` enforces it, the pattern says it in the schema.
-Text = Annotated[str, AfterValidator(_stripped), Field(json_schema_extra={"pattern": r"\S"})]
+# Not only whitespace (as Python, ECMAScript and Rust see it: the schema's pattern is read by all
+# of them). The API strips the text once its length as sent is checked (`api.within_limit`).
+Text = Annotated[str, AfterValidator(_not_blank), Field(json_schema_extra={"pattern": r"[^\s\x1c-\x1f\x85\ufeff]"})]
 K = Annotated[int, Field(ge=1, le=MAX_K, description=f"number of hits, 1..{MAX_K}")]
 
 
