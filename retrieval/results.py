@@ -1,0 +1,42 @@
+"""What a search returns: hits (the chunk record's stored fields) with their citation label, and the result of one mode."""
+
+from pydantic import BaseModel, computed_field
+
+from core.documents import page_label, source_label
+from core.schema import ChunkFields, Mode
+from retrieval.fusion import ListEvidence
+
+
+class Hit(ChunkFields):
+    """A chunk a search returned: its stored fields (`ChunkFields`), id and score."""
+
+    id: str
+    score: float
+    # Hybrid only, why it was returned: per fused list, its 1-based rank and score there
+    # (None: not returned by that list) and the list's contribution; they sum to `score`.
+    explain: dict[str, ListEvidence] | None = None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def page(self) -> int | str | None:
+        """The page (3) or page range ("3-4") of a paged format such as PDF."""
+        return page_label(self.page_start, self.page_end)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def label(self) -> str:
+        """How this chunk is cited everywhere: 《指南》第 3 页 · 3.2 用药."""
+        return source_label(
+            title=self.title,
+            source=self.source,
+            chapter=self.chapter,
+            chapter_title=self.chapter_title,
+            page=self.page,
+            section=self.section,
+        )
+
+
+class SearchResult(BaseModel):
+    mode: Mode
+    took_ms: float
+    hits: list[Hit]

@@ -1,0 +1,215 @@
+"""BM25, vector and hybrid search over one knowledge base, fused in Python.
+
+A single mode is one Elasticsearch round trip. Hybrid asks its lists (kNN, jieba BM25,
+bigram BM25, standard; retrieval/lists.py) for ids and scores only (doc values, no stored
+fields), all in one `_msearch` once the query is embedded. It fuses them here
+(retrieval/fusion.py; no server-side RRF, absent from the minimal distribution and from
+unlicensed clusters), then fetches the fused top k in one `mget`. Every hybrid hit carries its
+explanation: its rank and score in each list and that list's contribution. The query is
+embedded once per request, in `compare` too (retrieval/compare.py relates the modes).
+
+Keyword queries are cut by the index's own tokenizer: the user dictionary plus the corpus
+dictionary stored in the index's `_meta` (core/text.py, indexing/dictionary.py).
+"""
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from elasticsearch import Elasticsearch, NotFoundError
+
+from core.config import FusionMethod, Settings
+from core.embeddings import Embedder
+from core.schema import HIT_SOURCE_FIELDS, LIST_MODES, Mode, chunk_id_from_fields
+from core.store import IndexMeta, IndexNotFoundError, check_embedder_meta, msearch, read_index_meta
+from core.text import ChineseTokenizer, get_tokenizer
+from retrieval import lists
+from retrieval.compare import Comparison, relate
+from retrieval.fusion import FusionParams, fuse
+from retrieval.lists import Filters
+from retrieval.results import Hit, SearchResult
+
+_META_TTL_S = 30.0  # how long an index's embedder and dictionary are trusted before re-reading
+
+
+@dataclass(frozen=True)
+class RetrievalParams:
+    """Search parameters; the hybrid defaults are the choice of the dev questions (docs/retrieval.md)."""
+
+    fusion: FusionMethod = "zscore"  # parameter-free; chosen on dev over RRF, weighted RRF, min-max, RRF by gap
+    rrf_k: int = 60
+    depth: int = 10  # each list's hits fused (RRF_DEPTH), chosen on dev with the fusion
+    num_candidates: int = 100
+    hybrid_lists: tuple[Mode, ...] = LIST_MODES
+    weights: dict[str, float] = field(default_factory=dict)
+    title_boost: float = 2.0
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "RetrievalParams":
+        return cls(
+            fusion=settings.fusion,
+            rrf_k=settings.rrf_k,
+            depth=settings.rrf_depth,
+            num_candidates=settings.num_candidates,
+        )
+
+    @property
+    def fusion_params(self) -> FusionParams:
+        return FusionParams(self.fusion, self.rrf_k, self.weights)
+
+
+class _QueryVector:
+    """The query's embedding, computed on first use and then shared by every mode of a request."""
+
+    def __init__(self, embedder: Embedder, query: str) -> None:
+        self._embedder, self._query = embedder, query
+        self._vector: np.ndarray | None = None
+
+    def get(self) -> list[float]:
+        if self._vector is None:
+            self._vector = self._embedder.embed_query(self._query)
+        values: list[float] = self._vector.tolist()
+        return values
+
+
+class Retriever:
+    """Search one knowledge base; holds the shared client, embedder and base tokenizer."""
+
+    def __init__(
+        self,
+        es: Elasticsearch,
+        embedder: Embedder,
+        tokenizer: ChineseTokenizer,
+        params: RetrievalParams | None = None,
+    ) -> None:
+        self.es = es
+        self.embedder = embedder
+        self.tokenizer = tokenizer
+        self.params = params or RetrievalParams()
+        self._indices: dict[str, tuple[float, IndexMeta, ChineseTokenizer]] = {}
+
+    def search(
+        self, index: str, query: str, mode: Mode | str = Mode.HYBRID, k: int = 10, filters: Filters | None = None
+    ) -> SearchResult:
+        return self._search(index, query, Mode.from_str(mode), k, filters, _QueryVector(self.embedder, query))
+
+    def ranked_lists(
+        self, index: str, query: str, lists: Sequence[Mode], size: int, filters: Filters | None = None
+    ) -> dict[str, list[tuple[str, float]]]:
+        """(chunk id, score) of each list, `size` deep, in one `_msearch` without `_source`."""
+        _validate(query, size)
+        return self._lists(index, query, lists, size, filters, _QueryVector(self.embedder, query))
+
+    def _lists(
+        self, index: str, query: str, lists: Sequence[Mode], size: int, filters: Filters | None, vector: _QueryVector
+    ) -> dict[str, list[tuple[str, float]]]:
+        """Every list of `lists` in one `_msearch`, which Elasticsearch runs concurrently.
+
+        The query is embedded first: searching the keyword lists on a thread while embedding
+        was slower on two cores, where the embedder's threads and Elasticsearch compete.
+        """
+        bodies = [self._body(index, name, query, size, filters, vector, source=False) for name in lists]
+        responses = self._msearch(index, bodies)
+        return {
+            name: [(chunk_id_from_fields(raw["fields"]), raw["_score"]) for raw in response["hits"]["hits"]]
+            for name, response in zip(lists, responses, strict=True)
+        }
+
+    def _search(
+        self, index: str, query: str, mode: Mode, k: int, filters: Filters | None, vector: _QueryVector
+    ) -> SearchResult:
+        _validate(query, k)
+        started = time.perf_counter()
+        if mode == Mode.HYBRID:
+            hits = self._hybrid(index, query, k, filters, vector)
+        else:
+            body = self._body(index, mode, query, k, filters, vector, source=True)
+            hits = [
+                Hit.from_source(raw["_source"], id=raw["_id"], score=raw["_score"])
+                for raw in self._msearch(index, [body])[0]["hits"]["hits"]
+            ]
+        return SearchResult(mode=mode, took_ms=(time.perf_counter() - started) * 1000, hits=hits)
+
+    def _hybrid(self, index: str, query: str, k: int, filters: Filters | None, vector: _QueryVector) -> list[Hit]:
+        ranked = self._lists(index, query, self.params.hybrid_lists, max(k, self.params.depth), filters, vector)
+        fused = fuse(ranked, self.params.fusion_params, top=k)
+        sources = self._fetch(index, [hit.id for hit in fused])
+        return [  # a chunk deleted between the search and the fetch is left out
+            Hit.from_source(sources[found.id], id=found.id, score=found.score, explain=found.explain)
+            for found in fused
+            if found.id in sources
+        ]
+
+    def compare(
+        self,
+        index: str,
+        query: str,
+        k: int = 10,
+        modes: Sequence[Mode | str] = (Mode.VECTOR, Mode.HYBRID),
+        filters: Filters | None = None,
+    ) -> Comparison:
+        """Run `query` in each of `modes` (each timed on its own; the query embedded once) and relate their top-k ids."""
+        chosen = list(dict.fromkeys(Mode.from_str(mode) for mode in modes))
+        if len(chosen) < 2:
+            raise ValueError(f"compare needs at least two distinct modes, got {chosen}")
+        vector = _QueryVector(self.embedder, query)
+        return relate(query, k, {mode: self._search(index, query, mode, k, filters, vector) for mode in chosen})
+
+    def index_tokenizer(self, index: str) -> ChineseTokenizer:
+        """The tokenizer `index` was cut with: the base dictionaries plus its stored corpus dictionary."""
+        return self._index(index)[1]
+
+    def _index(self, index: str) -> tuple[IndexMeta, ChineseTokenizer]:
+        cached = self._indices.get(index)
+        if cached is None or time.monotonic() - cached[0] > _META_TTL_S:
+            meta = read_index_meta(self.es, index)
+            cached = (time.monotonic(), meta, self.tokenizer.with_corpus_terms(meta.corpus_terms or ()))
+            self._indices[index] = cached
+        return cached[1], cached[2]
+
+    def _fetch(self, index: str, ids: list[str]) -> dict[str, dict[str, Any]]:
+        """The `_source` of `ids` in one request."""
+        if not ids:
+            return {}
+        try:
+            # realtime=False reads the refreshed view the search just saw, without a refresh check.
+            docs = self.es.mget(index=index, ids=ids, source=HIT_SOURCE_FIELDS, realtime=False)["docs"]
+        except NotFoundError as err:
+            raise IndexNotFoundError(index) from err
+        return {doc["_id"]: doc["_source"] for doc in docs if doc.get("found")}
+
+    def _msearch(self, index: str, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return msearch(self.es, index, bodies)
+
+    def _body(
+        self,
+        index: str,
+        name: Mode,
+        query: str,
+        size: int,
+        filters: Filters | None,
+        vector: _QueryVector,
+        *,
+        source: bool,
+    ) -> dict[str, Any]:
+        """One list's search body (retrieval/lists.py), with the index's embedder checked or tokenizer used."""
+        clauses = filters.to_es() if filters else []
+        body = lists.envelope(size, source=source)
+        if name == Mode.VECTOR:
+            check_embedder_meta(self._index(index)[0], index, self.embedder)
+            return body | lists.knn(vector.get(), size, self.params.num_candidates, clauses)
+        return body | lists.keyword(name, query, self._index(index)[1], self.params.title_boost, clauses)
+
+
+def _validate(query: str, k: int) -> None:
+    if k < 1:
+        raise ValueError(f"k must be at least 1, got {k}")
+    if not query.strip():
+        raise ValueError("query is empty")
+
+
+def build_retriever(settings: Settings, es: Elasticsearch, embedder: Embedder) -> Retriever:
+    """The retriever the service and the CLI use: parameters and user dictionary from `settings`."""
+    return Retriever(es, embedder, get_tokenizer(settings.jieba_user_dict), RetrievalParams.from_settings(settings))
