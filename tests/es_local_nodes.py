@@ -37,7 +37,7 @@ class EsLocalNodes:
             "ES_LOCAL_TRANSPORT_PORT": str(self.transport_port),
             "ES_LOCAL_HEAP": HEAP,
             "ES_LOCAL_DATA": str(self.data),
-            "ES_LOCAL_TIMEOUT": "300",
+            "ES_LOCAL_TIMEOUT": "600",  # a loaded 2-core machine has taken 250 s to boot 3 nodes
         }
 
     def run(self, *args: str) -> str:
