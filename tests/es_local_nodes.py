@@ -7,6 +7,7 @@ both run their nodes through it.
 """
 
 import contextlib
+import fcntl
 import os
 import shutil
 import signal
@@ -17,11 +18,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
+import pytest
 from elasticsearch import Elasticsearch
 
 from tests.conftest import REPO_ROOT, es_local
 
 HEAP = "512m"
+TRANSPORT_OFFSET = 100  # node i: HTTP base+i, transport base+100+i
 
 
 class EsLocalNodes:
@@ -80,6 +83,27 @@ Nodes = TypeVar("Nodes", bound=EsLocalNodes)
 def free(port: int) -> bool:
     with socket.socket() as probe:
         return probe.connect_ex(("127.0.0.1", port)) != 0
+
+
+def claim_ports(stack: contextlib.ExitStack, first: int, nodes: int) -> int:
+    """The first HTTP base port from `first` (step 10) that this session can own for `nodes` nodes.
+
+    A block is owned through an exclusive lock on /tmp/es-cluster-test-<port>.lock, held until
+    `stack` closes, so test sessions of several checkouts (and the fault tests and the es-local
+    test) never pick the same ports; ports another program already listens on are skipped too.
+    """
+    for base in range(first, first + 50, 10):
+        lock_path = Path(tempfile.gettempdir(), f"es-cluster-test-{base}.lock")
+        lock = stack.enter_context(lock_path.open("w"))  # held until the stack closes
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            continue
+        ports = [port for i in range(nodes) for port in (base + i, base + TRANSPORT_OFFSET + i)]
+        if all(free(port) for port in ports):
+            return base
+        fcntl.flock(lock, fcntl.LOCK_UN)
+    pytest.fail(f"no free block of ports for test nodes between {first} and {first + 50}")
 
 
 @contextlib.contextmanager

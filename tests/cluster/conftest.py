@@ -1,15 +1,13 @@
 """A real 3-node Elasticsearch cluster of the tests' own, started with `scripts/es-local`.
 
 It runs on HTTP 9250-9252 and transport 9350-9352 (or the next free block of ten, when another
-test session holds those: blocks are claimed with a lock file) with 512 MB heaps and its node
+test session holds those: `claim_ports`) with 512 MB heaps and its node
 folders in a fresh directory, so the shared single node on 9200 is never touched; it is stopped
 and deleted at the end of the session. Every figure a fault test measures goes to `report` and
 is printed in pytest's terminal summary.
 """
 
 import contextlib
-import fcntl
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,9 +15,9 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from bench.embedding_stub import EmbeddingStub
-from tests.es_local_nodes import EsLocalNodes, free, own_nodes
+from tests.es_local_nodes import TRANSPORT_OFFSET, EsLocalNodes, claim_ports, own_nodes
 
-HTTP_PORT, TRANSPORT_OFFSET, NODES = 9250, 100, 3
+HTTP_PORT, NODES = 9250, 3
 REPORT_KEY = pytest.StashKey[list[str]]()
 
 
@@ -43,31 +41,10 @@ class LocalCluster(EsLocalNodes):
             self.run("start", "--nodes", str(NODES))
 
 
-def _claim_block(stack: contextlib.ExitStack) -> int:
-    """The first HTTP base port from 9250 (step 10) that this session can own.
-
-    A block is owned through an exclusive lock on /tmp/es-cluster-test-<port>.lock, held until
-    the session ends, so test sessions of several checkouts started together never pick the
-    same ports; ports another program already listens on are skipped too.
-    """
-    for base in range(HTTP_PORT, HTTP_PORT + 50, 10):
-        lock_path = Path(tempfile.gettempdir(), f"es-cluster-test-{base}.lock")
-        lock = stack.enter_context(lock_path.open("w"))  # held until the session ends
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            continue
-        ports = [port for i in range(NODES) for port in (base + i, base + TRANSPORT_OFFSET + i)]
-        if all(free(port) for port in ports):
-            return base
-        fcntl.flock(lock, fcntl.LOCK_UN)
-    pytest.fail(f"no free block of ports for a test cluster between {HTTP_PORT} and {HTTP_PORT + 50}")
-
-
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[LocalCluster]:
     with contextlib.ExitStack() as stack:
-        port = _claim_block(stack)
+        port = claim_ports(stack, HTTP_PORT, NODES)
         cluster = stack.enter_context(own_nodes(lambda data: LocalCluster(data, port)))
         cluster.run("start", "--nodes", str(NODES))
         yield cluster

@@ -2,30 +2,31 @@
 the same port keep data folders of their own, and `start` says ready only when every node sees
 the elected master and all the nodes.
 
-The nodes are the test's own (HTTP 9270-9272, transport 9370-9372, 512 MB heaps, a fresh data
-folder), never the shared node on 9200 nor the fault tests' cluster on 9250-9252.
+The nodes are the test's own (HTTP 9270-9272, transport 9370-9372, or the next free block of
+ten: `claim_ports`; 512 MB heaps; a fresh data folder), never the shared node on 9200 nor the
+fault tests' cluster on 9250-9252. Marker `cluster`, like the fault tests: CI runs it, a
+`-m 'not cluster'` run leaves it out.
 """
 
+import contextlib
 from collections.abc import Iterator
 from typing import cast
 
 import pytest
 from elasticsearch import Elasticsearch
 
-from tests.es_local_nodes import EsLocalNodes, free, own_nodes
+from tests.es_local_nodes import TRANSPORT_OFFSET, EsLocalNodes, claim_ports, own_nodes
 
-pytestmark = pytest.mark.es_local
+pytestmark = pytest.mark.cluster
 
-PORT, TRANSPORT_PORT, NODES = 9270, 9370, 3
-PORTS = [port for i in range(NODES) for port in (PORT + i, TRANSPORT_PORT + i)]
+FIRST_PORT, NODES = 9270, 3
 
 
 @pytest.fixture
 def nodes() -> Iterator[EsLocalNodes]:
-    busy = [port for port in PORTS if not free(port)]
-    assert not busy, f"ports {busy} are taken: the es-local test needs {PORT}-{PORT + NODES - 1} and {TRANSPORT_PORT}-…"
-    with own_nodes(lambda data: EsLocalNodes(data, PORT, TRANSPORT_PORT)) as own:
-        yield own
+    with contextlib.ExitStack() as stack:
+        port = claim_ports(stack, FIRST_PORT, NODES)
+        yield stack.enter_context(own_nodes(lambda data: EsLocalNodes(data, port, port + TRANSPORT_OFFSET)))
 
 
 def index_names(es: Elasticsearch) -> set[str]:
@@ -43,6 +44,7 @@ def assert_ready_from_every_node(nodes: EsLocalNodes, count: int) -> None:
 
 
 def test_one_node_and_three_on_the_same_port_keep_their_own_data(nodes: EsLocalNodes) -> None:
+    port, transport = nodes.port, nodes.transport_port
     nodes.run("start")
     with nodes.client(1) as single:
         single.indices.create(index="single-kept", settings={"number_of_replicas": 0})
@@ -50,7 +52,7 @@ def test_one_node_and_three_on_the_same_port_keep_their_own_data(nodes: EsLocalN
 
     refused = nodes.attempt("start", "--nodes", str(NODES))
     assert refused.returncode == 1
-    assert f"a cluster of 1 nodes is running on port {PORT}: stop it first" in refused.stderr
+    assert f"a cluster of 1 nodes is running on port {port}: stop it first" in refused.stderr
 
     nodes.run("stop")
     nodes.run("start", "--nodes", str(NODES))
@@ -62,10 +64,10 @@ def test_one_node_and_three_on_the_same_port_keep_their_own_data(nodes: EsLocalN
         assert cluster.cluster.health(index="cluster-kept", wait_for_status="green", timeout="60s")["status"] == "green"
         assert cluster.count(index="cluster-kept")["count"] == 1
     status = nodes.run("status")
-    assert f"{nodes.data}/node-{PORT}: 1 node, HTTP {PORT}, 0 running" in status
+    assert f"{nodes.data}/node-{port}: 1 node, HTTP {port}, 0 running" in status
     assert (
-        f"{nodes.data}/cluster-{PORT}-{NODES}-nodes: {NODES} nodes, HTTP {PORT}-{PORT + NODES - 1}, "
-        f"transport {TRANSPORT_PORT}-{TRANSPORT_PORT + NODES - 1}, the current cluster on this port, {NODES} running"
+        f"{nodes.data}/cluster-{port}-{NODES}-nodes: {NODES} nodes, HTTP {port}-{port + NODES - 1}, "
+        f"transport {transport}-{transport + NODES - 1}, the current cluster on this port, {NODES} running"
     ) in status
 
     nodes.run("stop")
@@ -75,9 +77,9 @@ def test_one_node_and_three_on_the_same_port_keep_their_own_data(nodes: EsLocalN
         assert single.get(index="single-kept", id="1")["_source"] == {"text": "桃园三结义"}
     status = nodes.run("status")
     assert (
-        f"{nodes.data}/node-{PORT}: 1 node, HTTP {PORT}, transport random, the current cluster on this port, 1 running"
+        f"{nodes.data}/node-{port}: 1 node, HTTP {port}, transport random, the current cluster on this port, 1 running"
         in status
     )
     assert (
-        f"{nodes.data}/cluster-{PORT}-{NODES}-nodes: {NODES} nodes, HTTP {PORT}-{PORT + NODES - 1}, 0 running" in status
+        f"{nodes.data}/cluster-{port}-{NODES}-nodes: {NODES} nodes, HTTP {port}-{port + NODES - 1}, 0 running" in status
     )
