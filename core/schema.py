@@ -12,7 +12,7 @@ from typing import Any
 from core.embeddings import Embedder
 from core.text import ChineseTokenizer, bigram_terms, join_terms
 
-SCHEMA_VERSION = 2  # 2: page, section and file-hash fields (added to older indices in place)
+SCHEMA_VERSION = 3  # 2: page, section and file-hash fields; 3: filterable metadata (added to older indices in place)
 
 # The `_source` fields a search hit carries back (never the embedding or the analysed terms).
 HIT_SOURCE_FIELDS = [
@@ -26,6 +26,7 @@ HIT_SOURCE_FIELDS = [
     "page_start",
     "page_end",
     "section",
+    "metadata",
 ]
 
 # Provenance of a chunk (pages of a PDF, heading path) and the hash of the file it came from.
@@ -35,6 +36,14 @@ PROVENANCE_PROPERTIES: dict[str, Any] = {
     "section": {"type": "keyword"},
     "file_hash": {"type": "keyword"},
 }
+
+# A filterable copy of the document's metadata (`metadata` itself is stored, not indexed): every
+# leaf value a keyword under its dotted key (`metadata_terms.author`), longer values unindexed.
+# Chunks written before schema 3 have no copy until they are indexed again.
+METADATA_PROPERTIES: dict[str, Any] = {"metadata_terms": {"type": "flattened", "ignore_above": 1024}}
+
+# Fields added after the first schema: `core.store.ensure_index` puts them into older indices.
+ADDED_PROPERTIES: dict[str, Any] = {**PROVENANCE_PROPERTIES, **METADATA_PROPERTIES}
 
 
 class Mode(StrEnum):
@@ -88,7 +97,7 @@ def index_body(embedder: Embedder, shards: int = 1, replicas: int = 0) -> dict[s
                 "content_hash": {"type": "keyword"},
                 "indexed_at": {"type": "date"},
                 "metadata": {"type": "object", "enabled": False},
-                **PROVENANCE_PROPERTIES,
+                **ADDED_PROPERTIES,
             },
         },
     }
@@ -149,6 +158,7 @@ def chunk_source(
         "content_hash": content_hash(text),
         "indexed_at": datetime.now(UTC).isoformat(),
         "metadata": metadata or {},
+        "metadata_terms": metadata or {},
         "page_start": page_start,
         "page_end": page_end,
         "section": section,
