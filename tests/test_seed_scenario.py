@@ -18,9 +18,9 @@ from core.config import Settings
 from core.documents import Document
 from core.embeddings import Embedder
 from core.text import get_tokenizer
-from service import extractive
+from retrieval import extractive
+from retrieval.retriever import Retriever
 from service.graph import QueryOptions, QueryResult, WorkflowDeps, build_deps, prompts, run_query
-from service.retrieval import Retriever
 from tests.conftest import knowledge_base
 from tests.fakes.bocha_server import API_KEY, FakeBochaServer, page
 from tests.fakes.openai_server import ANSWER, FakeChatServer

@@ -23,11 +23,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from core.schema import Mode
+from retrieval.results import Hit
 from service.api import RetrieverDep, SettingsDep, check_length, key_accepted
 from service.protocols.access import UnknownKnowledgeBase, resolve_kb
 from service.protocols.errors import protocol_route
 from service.protocols.metadata import MetadataCondition
-from service.retrieval import Hit
 from service.schemas_api import MAX_K, Text
 
 INVALID_HEADER, AUTHORIZATION_FAILED, KNOWLEDGE_NOT_FOUND = 1001, 1002, 2001

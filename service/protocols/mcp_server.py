@@ -29,11 +29,12 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from core.schema import Mode
 from core.store import EmbedderMismatchError, IndexNotFoundError, SearchError
+from retrieval.lists import Filters
+from retrieval.results import Hit
 from service.graph import Citation, QueryOptions, run_query
 from service.llm import LLMNotConfiguredError
 from service.protocols.access import UnknownKnowledgeBase, readable_kbs, resolve_kb, workflow_for
 from service.protocols.openai_chat import source_list
-from service.retrieval import Filters, Hit
 from service.schemas_api import MAX_K
 
 T = TypeVar("T")
