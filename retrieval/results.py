@@ -1,28 +1,17 @@
-"""What a search returns: hits with their citation label, and the result of one mode."""
+"""What a search returns: hits (the chunk record's stored fields) with their citation label, and the result of one mode."""
 
-from typing import Any
-
-from pydantic import BaseModel, Field, computed_field
+from pydantic import BaseModel, computed_field
 
 from core.documents import page_label, source_label
-from core.schema import Mode
+from core.schema import ChunkFields, Mode
 from retrieval.fusion import ListEvidence
 
 
-class Hit(BaseModel):
+class Hit(ChunkFields):
+    """A chunk a search returned: its stored fields (`ChunkFields`), id and score."""
+
     id: str
     score: float
-    text: str
-    title: str = ""
-    source: str = ""
-    chapter: int | None = None
-    chapter_title: str | None = None
-    doc_id: str = ""
-    chunk_index: int = 0
-    page_start: int | None = None
-    page_end: int | None = None
-    section: str | None = None  # heading path, e.g. "第三章 药物治疗 / 3.2 用药"
-    metadata: dict[str, Any] = Field(default_factory=dict)  # the document's own (a JSONL record's "metadata")
     # Cosine similarity of the query's and the chunk's embeddings, negatives as 0: a score whose
     # meaning depends on neither the other hits nor the mode (set when asked: `similarity=True`).
     similarity: float | None = None
@@ -54,21 +43,3 @@ class SearchResult(BaseModel):
     mode: Mode
     took_ms: float
     hits: list[Hit]
-
-
-def hit_from_source(chunk_id: str, source: dict[str, Any], score: float) -> Hit:
-    return Hit(
-        id=chunk_id,
-        score=float(score),
-        text=source.get("text", ""),
-        title=source.get("title") or "",
-        source=source.get("source") or "",
-        chapter=source.get("chapter"),
-        chapter_title=source.get("chapter_title"),
-        doc_id=source.get("doc_id") or "",
-        chunk_index=source.get("chunk_index") or 0,
-        page_start=source.get("page_start"),
-        page_end=source.get("page_end"),
-        section=source.get("section"),
-        metadata=source.get("metadata") or {},
-    )
