@@ -27,6 +27,7 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 from starlette.concurrency import run_in_threadpool
+from starlette.routing import Route
 
 from core.config import Settings
 from core.embeddings import BatchingEmbedder, Embedder, load_embedder
@@ -100,17 +101,23 @@ _api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False, description="
 _bearer = HTTPBearer(auto_error=False, description="one of API_KEYS")
 
 
+def key_accepted(settings: Settings, presented: str) -> bool:
+    """True when `API_KEYS` is empty or `presented` is one of them (compared in constant time)."""
+    if not settings.api_keys:
+        return True
+    matched = False
+    for key in settings.api_keys:
+        matched |= hmac.compare_digest(presented.encode(), key.get_secret_value().encode())
+    return matched
+
+
 async def require_api_key(
     settings: SettingsDep,
     api_key: Annotated[str | None, Depends(_api_key_header)],
     bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> None:
-    """One of `API_KEYS`, compared in constant time (only installed when keys are configured)."""
-    presented = (api_key or (bearer.credentials if bearer else "")).encode()
-    matched = False
-    for key in settings.api_keys:
-        matched |= hmac.compare_digest(presented, key.get_secret_value().encode())
-    if not matched:
+    """Open when `API_KEYS` is empty; otherwise one of its keys."""
+    if not key_accepted(settings, api_key or (bearer.credentials if bearer else "")):
         raise HTTPException(
             status_code=401,
             detail="missing or invalid API key: send `Authorization: Bearer <key>` or `X-API-Key: <key>`",
@@ -118,7 +125,7 @@ async def require_api_key(
         )
 
 
-def within_limit(settings: Settings, field: str, value: str) -> str:
+def check_length(settings: Settings, field: str, value: str) -> str:
     """`value` stripped, once its length as sent is checked: MAX_QUESTION_CHARS is a setting, so it is
     enforced here (and written into the schema by service.openapi as the text's `maxLength`)."""
     if len(value) > settings.max_question_chars:
@@ -136,7 +143,7 @@ def within_limit(settings: Settings, field: str, value: str) -> str:
 
 async def valid_question(body: QueryRequest, settings: SettingsDep) -> QueryRequest:
     """The request body with the length limit checked (a dependency, so streams start valid)."""
-    return body.model_copy(update={"question": within_limit(settings, "question", body.question)})
+    return body.model_copy(update={"question": check_length(settings, "question", body.question)})
 
 
 QuestionDep = Annotated[QueryRequest, Depends(valid_question)]
@@ -156,8 +163,8 @@ WorkflowDep = Annotated[WorkflowDeps, Depends(get_workflow)]
 # --- routes -------------------------------------------------------------------------------
 
 health = APIRouter(tags=["health"])
-# Every route here reads Elasticsearch (or the model); the key check is added when keys are configured.
-api = APIRouter(responses=error_responses(404, 409, 502, 503))
+# Every route here reads Elasticsearch (or the model).
+api = APIRouter(dependencies=[Depends(require_api_key)], responses=error_responses(404, 409, 502, 503))
 
 
 @health.get("/healthz", response_model=HealthResponse)
@@ -220,14 +227,14 @@ def readyz(request: Request, settings: SettingsDep, es: ESDep) -> JSONResponse:
 @api.post("/search", response_model=SearchResult, tags=["retrieval"])
 def search(body: SearchRequest, settings: SettingsDep, retriever: RetrieverDep) -> SearchResult:
     """One retrieval mode over the knowledge base (hybrid: kNN + jieba BM25 + bigram + standard, fused)."""
-    query = within_limit(settings, "query", body.query)
+    query = check_length(settings, "query", body.query)
     return retriever.search(settings.es_index, query, body.mode, body.k, body.filters)
 
 
 @api.post("/compare", response_model=Comparison, tags=["retrieval"])
 def compare(body: CompareRequest, settings: SettingsDep, retriever: RetrieverDep) -> Comparison:
     """The same query in several modes side by side, with overlap and rank differences."""
-    query = within_limit(settings, "query", body.query)
+    query = check_length(settings, "query", body.query)
     return retriever.compare(settings.es_index, query, body.k, body.modes, body.filters)
 
 
@@ -295,7 +302,8 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
             redact_url(settings.es_url),
             app.state.embedder.name,
         )
-        yield
+        async with app.state.mcp.session_manager.run():
+            yield
         app.state.embedder.close()
         app.state.es.close()
 
@@ -307,12 +315,19 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
         summary="Chinese knowledge-base questions answered with hybrid retrieval, sufficiency checks and web fallback",
         lifespan=lifespan,
     )
+    # The protocol routers build on this module's dependencies, so they are imported once it is loaded.
+    from service.protocols import dify, mcp_server, openai_chat
+
     app.state.settings = settings
     app.state.metrics = Metrics()
+    app.state.mcp = mcp_server.build_mcp_server(app.state)
     add_error_handlers(app)
     app.include_router(health)
-    # Without keys the API is open, and its schema declares no security scheme.
-    app.include_router(api, dependencies=[Depends(require_api_key)] if settings.api_keys else [])
+    app.include_router(api)
+    app.include_router(openai_chat.router)
+    app.include_router(dify.router)
+    mcp_endpoint = mcp_server.http_endpoint(app.state.mcp, lambda key: key_accepted(settings, key))
+    app.router.routes.append(Route("/mcp", mcp_endpoint, methods=["GET", "POST", "DELETE"], include_in_schema=False))
     app.mount("/static", StaticFiles(directory=WEB_DIR), name="static")
 
     @app.get("/", include_in_schema=False)
@@ -323,10 +338,10 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
     app.add_middleware(
         CORSMiddleware,
         allow_origins=settings.cors_origins,
-        allow_methods=["GET", "POST"],
-        allow_headers=["Authorization", "X-API-Key", "Content-Type"],
+        allow_methods=["GET", "POST", "DELETE"],
+        allow_headers=["Authorization", "X-API-Key", "Content-Type", "Mcp-Session-Id", "Mcp-Protocol-Version"],
     )
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     limit = settings.max_question_chars
-    document_statuses(app, max_lengths={"query": limit, "question": limit})
+    document_statuses(app, max_lengths={"query": limit, "question": limit}, secured=bool(settings.api_keys))
     return app

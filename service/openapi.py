@@ -38,19 +38,25 @@ PARAMETER_STATUSES = (422,)
 SECURED_STATUSES = (401, 403)
 
 
-def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """`responses=` for a router or route, from the shared descriptions above."""
-    return {status: {"model": RESPONSES[status][0], "description": RESPONSES[status][1]} for status in statuses}
+def error_responses(*statuses: int, model: type[BaseModel] | None = None) -> dict[int | str, dict[str, Any]]:
+    """`responses=` for a router or route, from the shared descriptions above; `model`: the error body
+    of a protocol that answers errors in its own shape (service.protocols)."""
+    return {
+        status: {"model": model or RESPONSES[status][0], "description": RESPONSES[status][1]} for status in statuses
+    }
 
 
-def document_statuses(app: FastAPI, max_lengths: Mapping[str, int]) -> None:
+def document_statuses(app: FastAPI, max_lengths: Mapping[str, int], *, secured: bool) -> None:
     """Build `app`'s OpenAPI document with the statuses implied by each operation's shape, and
-    `maxLength` on every request property named in `max_lengths` (limits set by settings)."""
+    `maxLength` on every request property named in `max_lengths` (limits set by settings).
+    Not `secured` (no keys configured, the key checks let everything through): no security schemes."""
     build: Callable[[], dict[str, Any]] = app.openapi
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             schema = build()
+            if not secured:
+                _drop_security(schema)
             _add_implied(schema)
             _add_max_lengths(schema, max_lengths)
         return app.openapi_schema or {}
@@ -75,6 +81,13 @@ def _add_implied(schema: dict[str, Any]) -> None:
                         "content": {"application/json": {"schema": _component(components, model)}},
                     }
             operation["responses"] = dict(sorted(operation["responses"].items()))
+
+
+def _drop_security(schema: dict[str, Any]) -> None:
+    schema.get("components", {}).pop("securitySchemes", None)
+    for operations in schema.get("paths", {}).values():
+        for operation in operations.values():
+            operation.pop("security", None)
 
 
 def _add_max_lengths(schema: dict[str, Any], max_lengths: Mapping[str, int]) -> None:

@@ -26,7 +26,7 @@ def _not_blank(text: str) -> str:
 
 
 # Not only whitespace (as Python, ECMAScript and Rust see it: the schema's pattern is read by all
-# of them). The API strips the text once its length as sent is checked (`api.within_limit`).
+# of them). The API strips the text once its length as sent is checked (`api.check_length`).
 Text = Annotated[str, AfterValidator(_not_blank), Field(json_schema_extra={"pattern": r"[^\s\x1c-\x1f\x85\ufeff]"})]
 K = Annotated[int, Field(ge=1, le=MAX_K, description=f"number of hits, 1..{MAX_K}")]
 
