@@ -59,9 +59,12 @@ def test_every_body_can_be_malformed_too_large_or_invalid_and_the_stream_is_even
     schema = schema_of()
     with_body = [(name, op) for name, op in operations(schema) if "requestBody" in op]
     assert {name for name, _ in with_body} >= {"POST /search", "POST /compare", "POST /query", "POST /query/stream"}
+    # Each operation's 400 body is its protocol's error shape: ours, OpenAI's or Dify's.
+    shapes = {"POST /v1/chat/completions": "/OpenAIErrorBody", "POST /retrieval": "/DifyErrorBody"}
     for name, op in with_body:
         assert {"400", "413", "422", "503"} <= set(op["responses"]), name
-        assert op["responses"]["400"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorResponse")
+        body = op["responses"]["400"]["content"]["application/json"]["schema"]["$ref"]
+        assert body.endswith(shapes.get(name, "/ErrorResponse")), name
     stream = schema["paths"]["/query/stream"]["post"]["responses"]["200"]["content"]
     assert list(stream) == ["text/event-stream"]
     assert list(schema["paths"]["/metrics"]["get"]["responses"]["200"]["content"]) == ["text/plain"]
