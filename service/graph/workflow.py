@@ -27,7 +27,6 @@ from typing import Any
 import openai
 from elastic_transport import TransportError as ESTransportError
 from elasticsearch import ApiError, Elasticsearch
-from langchain_core.language_models import BaseChatModel
 from langgraph.graph import END, START, StateGraph
 
 from core.config import Settings
@@ -36,7 +35,7 @@ from service.graph import extractive_nodes, nodes
 from service.graph.memory import JudgementMemory
 from service.graph.schemas import AnswerMode, QueryOptions, QueryResult, WorkflowEvent
 from service.graph.state import RunContext, WorkflowState
-from service.llm import LLMNotConfiguredError, LLMProbe, build_llms
+from service.llm import ChatModel, LLMNotConfiguredError, LLMProbe, build_llms
 from service.retrieval import Retriever
 from service.websearch import WebSearch, build_web_search
 
@@ -48,8 +47,8 @@ class WorkflowDeps:
     retriever: Retriever
     index: str
     settings: Settings
-    judge_llm: BaseChatModel | None
-    answer_llm: BaseChatModel | None
+    judge_llm: ChatModel | None
+    answer_llm: ChatModel | None
     web_search: WebSearch | None
     judgements: JudgementMemory | None
     probe: LLMProbe | None = None
@@ -266,6 +265,7 @@ def _result(state: dict[str, Any], ctx: RunContext) -> QueryResult:
     return QueryResult(
         question=state["question"],
         answer=state.get("answer", ""),
+        reasoning=state.get("reasoning", ""),
         mode=ctx.answer_mode,
         mode_reason=ctx.mode_reason,
         route=state.get("route", ""),
