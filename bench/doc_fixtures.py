@@ -294,3 +294,65 @@ def write_html(
 ) -> Path:
     path.write_bytes(guide_html(charset, layout=layout, pages=pages).encode(charset))
     return path
+
+
+# Short pages: a notice of one or two paragraphs inside site chrome, one kind of chrome per
+# variant (and all of them at once), where trafilatura's extractor finds less than its minimum.
+NOTICE_TITLE = "停诊通知"
+NOTICE = [
+    "因设备检修，本诊所于12月3日全天停诊，12月4日起恢复正常门诊，给您带来不便敬请谅解。",
+    "如需急诊，请拨打120或前往市人民医院急诊科就诊。",
+]
+_MENU = ("首页", "科室介绍", "联系我们", "登录")
+_LINKS = "".join(f'<li><a href="/{i}">{item}</a></li>' for i, item in enumerate(_MENU))
+SHORT_CHROME = {
+    "nav": "<nav>首页 | 科室介绍 | 联系我们 | 登录</nav>",
+    "header": "<header><a href='/'>仁心诊所</a> 预约挂号 专家团队</header>",
+    "footer": "<footer>版权所有 © 2026 仁心诊所 地址：人民路 8 号</footer>",
+    "aside": "<aside><p>热门服务：</p><a href='/t'>体检套餐</a> <a href='/v'>疫苗接种</a></aside>",
+    "role=navigation": f"<div role='navigation'><ul>{_LINKS}</ul></div>",
+    "ul.menu": f"<ul class='menu main-menu'>{_LINKS}</ul>",
+    "breadcrumb ol": "<ol class='breadcrumb'><li><a href='/'>首页</a></li><li><a href='/n'>通知公告</a></li><li>正文</li></ol>",
+}
+# Text of the chrome above: a line of a loaded page that holds any of these is boilerplate.
+SHORT_BOILERPLATE = [*_MENU, "仁心诊所", "预约挂号", "版权所有", "人民路", "热门服务", "体检套餐", "通知公告", "正文"]
+
+
+def short_page(variant: str, paragraphs: int = 1) -> str:
+    """The notice with `paragraphs` of `NOTICE` in one kind of chrome (`all`: every kind), in UTF-8."""
+    chrome = list(SHORT_CHROME.values()) if variant == "all" else [SHORT_CHROME[variant]]
+    top, bottom = [c for c in chrome if not c.startswith("<footer")], [c for c in chrome if c.startswith("<footer")]
+    body = "".join(f"<p>{text}</p>" for text in NOTICE[:paragraphs])
+    return (
+        f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{NOTICE_TITLE} - 仁心诊所</title></head>\n'
+        f"<body>\n{''.join(top)}\n<h1>{NOTICE_TITLE}</h1>\n{body}\n{''.join(bottom)}\n</body></html>\n"
+    )
+
+
+SHORT_VARIANTS = (*SHORT_CHROME, "all")
+
+
+# --- EPUB ------------------------------------------------------------------------------
+
+
+def write_epub(path: Path, chapters: list[tuple[str, str]] | None = None) -> Path:
+    """A small EPUB (ebooklib): a navigation page, then one XHTML document per (heading, body HTML)."""
+    from ebooklib import epub
+
+    book = epub.EpubBook()
+    book.set_identifier("test-book")
+    book.set_title("测试之书")
+    book.set_language("zh")
+    items = []
+    pairs = chapters or [("第一章 起", "天下大势，分久必合。"), ("第二章 承", "合久必分，<b>群雄</b>并起。")]
+    for n, (heading, body) in enumerate(pairs, start=1):
+        chapter = epub.EpubHtml(title=heading, file_name=f"c{n}.xhtml", lang="zh")
+        chapter.content = f"<html><body><h1>{heading}</h1><p>{body}</p></body></html>"
+        book.add_item(chapter)
+        items.append(chapter)
+    book.toc = items
+    book.add_item(epub.EpubNcx())
+    book.add_item(epub.EpubNav())
+    book.spine = ["nav", *items]
+    epub.write_epub(str(path), book)
+    return path

@@ -4,8 +4,8 @@
 
 Every question of bench/data/sanguo_questions.jsonl (answerable, with a verbatim `evidence`) and
 bench/data/sanguo_unanswerable.jsonl (about things the book does not contain; `compound` ones
-ask one answerable and one unanswerable part) goes through the service's own workflow
-(`run_query`, `ANSWER_MODE=extractive`, no web) over `--index` (built from the whole book, 800/50
+ask one answerable and one unanswerable part) is answered by the steps of the service's
+extractive workflow with web search off (`retrieval.extractive.answer_locally`) over `--index` (built from the whole book, 800/50
 chunks, with the cached embedder when it does not exist; sentence vectors are cached too). A
 question whose evidence is in no indexed chunk is skipped and counted, so a partial index
 (the first N chapters) gives figures on the questions it can answer.
@@ -21,7 +21,6 @@ goes to bench/results/extractive_eval.md and into docs/workflow.md.
 """
 
 import argparse
-import asyncio
 import json
 import math
 import re
@@ -40,12 +39,14 @@ from bench.latency import percentile
 from bench.retrieval_eval import REPO, RESULTS, machine, update_docs
 from core.config import Settings
 from core.embeddings import load_embedder
+from core.schema import Mode
 from core.store import concrete_indices, create_client
 from core.text import get_tokenizer
 from indexing.pipeline import index_documents
-from service.graph import QueryOptions, build_deps, run_query
-from service.retrieval import Retriever
+from retrieval.extractive import Thresholds, answer_locally
+from retrieval.retriever import Retriever
 
+K = 8  # passages searched per part: the default `k` of POST /query
 SIMILARITIES = [round(0.80 + 0.005 * i, 3) for i in range(31)]  # 0.800 … 0.950
 COVERAGES = [round(0.1 * i, 1) for i in range(11)]  # 0.0 … 1.0
 _MARKUP = re.compile(r"\[\d+\](?:（https?://[^）]*）)?|[「」\n]")
@@ -67,11 +68,21 @@ def contains(answer: str, evidence: str) -> bool:
     return evidence in _MARKUP.sub("", answer)
 
 
-async def run_all(deps: Any, questions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def run_all(retriever: Retriever, settings: Settings, questions: list[dict[str, Any]]) -> list[dict[str, Any]]:
     runs = []
+    limits = Thresholds.from_settings(settings)
     for number, item in enumerate(questions, start=1):
         started = time.perf_counter()
-        result = await run_query(deps, item["question"], QueryOptions(web=False))
+        result = answer_locally(
+            retriever,
+            settings.es_index,
+            item["question"],
+            mode=Mode.HYBRID,
+            k=K,
+            max_parts=settings.max_retrievals,
+            passages=settings.extractive_passages,
+            limits=limits,
+        )
         evidence = item.get("evidence")
         runs.append(
             {
@@ -165,7 +176,7 @@ def markdown(report: dict[str, Any]) -> str:
         lines.append(f"| {name} | {cells[0]} | {cells[1]} |")
     lines += [
         "",
-        f"Latency per question (ms, whole workflow, window vectors from the embedding cache, so not the "
+        f"Latency per question (ms, the extractive steps without the service's graph, window vectors from the embedding cache, so not the "
         f"service's): p50 {report['latency_ms']['p50']}, p95 {report['latency_ms']['p95']}.",
     ]
     return "\n".join(lines)
@@ -177,7 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--book", type=Path, help="the book (default: SHARED_DATA/sanguo/sanguo_yanyi.txt)")
     args = parser.parse_args(argv)
 
-    settings = Settings(es_index=args.index, answer_mode="extractive", judgements_index="bench-extractive-judgements")
+    settings = Settings(es_index=args.index)
     es = create_client(settings)
     embedder = CachedEmbedder(load_embedder(settings.embedder, settings))
     tokenizer = get_tokenizer(settings.jieba_user_dict)
@@ -188,9 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     text = "\x1e".join(chunks)
     questions = load_questions()
     askable = [q for q in questions if q.get("evidence") is None or q["evidence"] in text]
-    deps = build_deps(settings, es, Retriever(es, embedder, tokenizer))
-    runs = asyncio.run(run_all(deps, askable))
-    es.options(ignore_status=404).indices.delete(index=settings.judgements_index)
+    runs = run_all(Retriever(es, embedder, tokenizer), settings, askable)
 
     dev = [r for r in runs if r["split"] == "dev"]
     chosen = tune(dev)

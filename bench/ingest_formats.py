@@ -3,7 +3,10 @@
 `quality`: each candidate library on the generated guide (bench/doc_fixtures.py, whose text
 is known): paragraphs found whole (no line break or stray space inside), table rows whose
 cells stay on one line in order, running header/footer lines left, boilerplate lines left
-(HTML), headings kept as their own line, and milliseconds per file (median of 5).
+(HTML), headings kept as their own line, and milliseconds per file (median of 5). The HTML
+candidates also read the short pages (a notice of one or two paragraphs in site chrome: nav,
+header, footer, aside, role=navigation, a menu list, a breadcrumb, all at once), summed over
+the pages; the goal is 0 boilerplate lines left.
 `share`: a corpus of the guide as PDF, Word, HTML and Markdown plus the first chapters of
 《三国演义》 laid out as PDF, Word and HTML, indexed by `python -m indexing --recreate`; the
 JSON summary's `parse_seconds` against `embed_seconds`.
@@ -175,6 +178,8 @@ def quality() -> dict[str, Any]:
         ),
     ]
     rows = []
+    for name, extract in candidates[1][1].items():
+        rows.append(_short_pages_row(name, extract))
     for files, extractors, boilerplate in candidates:
         for file_name, data in files.items():
             for name, extract in extractors.items():
@@ -183,6 +188,27 @@ def quality() -> dict[str, Any]:
                     {"file": file_name, "candidate": name, **_scores(text, boilerplate=boilerplate), "ms": round(ms, 1)}
                 )
     return {"rows": rows}
+
+
+def _short_pages_row(name: str, extract: Extractor) -> dict[str, Any]:
+    """One candidate on every short page (each chrome variant, one and two paragraphs), summed."""
+    pages = [fx.short_page(variant, n).encode() for variant in fx.SHORT_VARIANTS for n in (1, 2)]
+    timed = [_timed(extract, page) for page in pages]
+    line_lists = [[line.strip() for line in text.splitlines()] for text, _ms in timed]
+    wanted = [fx.NOTICE[:n] for _variant in fx.SHORT_VARIANTS for n in (1, 2)]
+    return {
+        "file": f"short pages ({len(pages)}: {len(fx.SHORT_VARIANTS)} chrome variants x 1-2 paragraphs)",
+        "candidate": name,
+        "paragraphs_whole": sum(p in lines for lines, ps in zip(line_lists, wanted, strict=True) for p in ps)
+        / sum(map(len, wanted)),
+        "table_rows_on_one_line": None,
+        "headings_own_line": sum(fx.NOTICE_TITLE in lines for lines in line_lists) / len(pages),
+        "boilerplate_lines_left": sum(
+            any(b in line for b in fx.SHORT_BOILERPLATE) for lines in line_lists for line in lines
+        ),
+        "stray_cjk_spaces": sum(len(_CJK_SPACE.findall(text)) for text, _ms in timed),
+        "ms": round(statistics.median(ms for _text, ms in timed), 1),
+    }
 
 
 def _book_pages(chapters: int) -> list[list[fx.Block]]:
@@ -262,10 +288,14 @@ def _markdown(rows: list[dict[str, Any]]) -> str:
     lines = [header, "|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(
-            f"| {r['file']} | {r['candidate']} | {r['paragraphs_whole']:.0%} | {r['table_rows_on_one_line']:.0%} | "
+            f"| {r['file']} | {r['candidate']} | {r['paragraphs_whole']:.0%} | {_share(r['table_rows_on_one_line'])} | "
             f"{r['headings_own_line']:.0%} | {r['boilerplate_lines_left']} | {r['stray_cjk_spaces']} | {r['ms']} |"
         )
     return "\n".join(lines)
+
+
+def _share(value: float | None) -> str:
+    return "—" if value is None else f"{value:.0%}"
 
 
 def main(argv: list[str] | None = None) -> int:

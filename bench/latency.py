@@ -29,7 +29,7 @@ from core.embeddings import load_embedder
 from core.schema import Mode
 from core.store import IndexNotFoundError, create_client
 from core.text import get_tokenizer
-from service.retrieval import RetrievalParams, Retriever
+from retrieval.retriever import RetrievalParams, Retriever
 
 DOCS_BEGIN, DOCS_END = "<!-- latency:begin -->", "<!-- latency:end -->"
 

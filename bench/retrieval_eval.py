@@ -10,7 +10,7 @@ For each dataset (bench/datasets.py; every question is fixed as `dev` or `test`)
    (the corpus dictionary learned at indexing, i.e. the service's analysis).
 2. **Lists**: every question runs once through `Retriever.ranked_lists` (the service's own
    `_msearch`: every list `--depth` deep, ids and scores).
-3. **Fusion** (dev): the methods of service/fusion.py over those same lists, each fusing the
+3. **Fusion** (dev): the methods of retrieval/fusion.py over those same lists, each fusing the
    lists cut to a depth of `DEPTHS`; among the settings never below the best single list on
    dev by more than `--tolerance` (R@1, R@5, MRR@10 on every dataset), those within
    `--cost-tolerance` of the best mean dev MRR@10 over the datasets are "as good", and of
@@ -48,8 +48,8 @@ from core.schema import LIST_MODES, Mode
 from core.store import concrete_indices, create_client, read_index_meta
 from core.text import ChineseTokenizer
 from indexing.pipeline import index_documents
-from service.fusion import FusionParams, fuse
-from service.retrieval import RetrievalParams, Retriever
+from retrieval.fusion import FusionParams, fuse
+from retrieval.retriever import RetrievalParams, Retriever
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"

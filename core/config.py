@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-FusionMethod = Literal["rrf", "minmax", "zscore", "rrf-gap"]  # service/fusion.py
+FusionMethod = Literal["rrf", "minmax", "zscore", "rrf-gap"]  # retrieval/fusion.py
 # How judgements ask for structured output (service/structured.py): auto tries them in this order.
 StructuredOutput = Literal["auto", "tools", "json_schema", "json_object", "prompt"]
 
@@ -37,7 +37,7 @@ class Settings(BaseSettings):
     shared_data: str | None = None
 
     # Retrieval
-    # Hybrid fusion (service/fusion.py), chosen on the dev questions by bench/retrieval_eval.py.
+    # Hybrid fusion (retrieval/fusion.py), chosen on the dev questions by bench/retrieval_eval.py.
     fusion: FusionMethod = "zscore"
     rrf_k: int = 60  # rank constant of rrf and rrf-gap
     rrf_depth: int = 10  # each list's hits fused; chosen on dev with the fusion (docs/retrieval.md)
@@ -82,6 +82,7 @@ class Settings(BaseSettings):
     extractive_candidates: int = 16  # windows embedded per part (the best by keyword coverage): the cost
     extractive_min_similarity: float = 0.895
     extractive_min_coverage: float = 0.2
+    extractive_coverage_weight: float = 0.5  # a window's score: similarity + this * keyword coverage
 
     # HTTP service
     host: str = "127.0.0.1"

@@ -37,6 +37,9 @@ from core.store import (
     create_client,
     read_index_meta,
 )
+from retrieval.compare import Comparison
+from retrieval.results import SearchResult
+from retrieval.retriever import Retriever, build_retriever
 from service.errors import add_error_handlers
 from service.graph import (
     GapReport,
@@ -50,7 +53,6 @@ from service.graph import (
 )
 from service.metrics import Metrics, MetricsMiddleware
 from service.middleware import BodySizeLimit
-from service.retrieval import Comparison, Retriever, SearchResult, build_retriever
 from service.schemas_api import (
     CompareRequest,
     ElasticsearchStatus,

@@ -10,8 +10,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from core.schema import Mode
+from retrieval.lists import Filters
 from service.graph import QueryOptions
-from service.retrieval import Filters
 
 MAX_K = 50
 

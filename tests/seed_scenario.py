@@ -22,8 +22,8 @@ from core.config import Settings
 from core.documents import Document
 from core.embeddings import Embedder, load_embedder
 from core.text import get_tokenizer
+from retrieval.retriever import Retriever
 from service.graph import QueryOptions, QueryResult, WorkflowDeps, build_deps, stream_query
-from service.retrieval import Retriever
 from tests.conftest import delete_indices, knowledge_base
 from tests.fakes.bocha_server import API_KEY, FakeBochaServer, page
 from tests.fakes.habits import HABITS

@@ -11,8 +11,9 @@ from core.documents import Document
 from core.embeddings import Embedder
 from core.schema import Mode
 from core.text import ChineseTokenizer
-from service import search as cli
-from service.retrieval import Comparison, Retriever
+from retrieval import search as cli
+from retrieval.compare import Comparison
+from retrieval.retriever import Retriever
 from tests.conftest import knowledge_base
 
 TEXTS = {

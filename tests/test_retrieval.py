@@ -14,8 +14,9 @@ from core.embeddings import Embedder
 from core.schema import ID_FIELDS, Mode, chunk_id_from_fields
 from core.store import EmbedderMismatchError, IndexNotFoundError
 from core.text import ChineseTokenizer, bigram_terms, stopwords
-from service.fusion import FusionParams, ListEvidence, fuse
-from service.retrieval import Filters, RetrievalParams, Retriever, build_retriever
+from retrieval.fusion import FusionParams, ListEvidence, fuse
+from retrieval.lists import Filters
+from retrieval.retriever import RetrievalParams, Retriever, build_retriever
 from tests.conftest import knowledge_base
 from tests.test_indexing import CountingEmbedder
 

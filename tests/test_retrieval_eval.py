@@ -6,7 +6,7 @@ import pytest
 
 from bench.datasets import BENCH_DATA, Dataset, Query, load_cmrc, load_medical, load_sanguo, seeded_split
 from bench.retrieval_eval import choose, fused_ids, mean_metrics, paired_bootstrap, query_metrics
-from service.fusion import FusionParams, fuse
+from retrieval.fusion import FusionParams, fuse
 from tests.conftest import SANGUO_PATH
 
 

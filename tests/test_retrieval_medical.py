@@ -13,7 +13,7 @@ from elasticsearch import Elasticsearch
 from bench.datasets import load_medical
 from core.embeddings import Embedder
 from core.text import ChineseTokenizer
-from service.retrieval import Retriever
+from retrieval.retriever import Retriever
 from tests.conftest import knowledge_base
 
 FIXTURE = Path(__file__).resolve().parent / "data"

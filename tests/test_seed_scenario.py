@@ -10,7 +10,7 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from core.embeddings import Embedder
-from service import extractive
+from retrieval import extractive
 from service.graph import QueryOptions, QueryResult, WorkflowDeps, prompts, run_query
 from tests.conftest import knowledge_base
 from tests.fakes.bocha_server import FakeBochaServer

@@ -18,6 +18,7 @@ from pydantic import SecretStr
 from core.config import Settings
 from core.embeddings import Embedder
 from core.text import get_tokenizer
+from retrieval.retriever import Retriever
 from service.graph import (
     ChatTurn,
     LLMNotConfiguredError,
@@ -30,7 +31,6 @@ from service.graph import (
     stream_query,
 )
 from service.graph.gaps import main as gaps_main
-from service.retrieval import Retriever
 from tests.conftest import ask
 from tests.fakes.bocha_server import API_KEY, BAD_JSON, TIMEOUT, FakeBochaServer, page
 from tests.fakes.openai_server import ANSWER, FakeChatServer, Text

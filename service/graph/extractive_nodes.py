@@ -9,13 +9,12 @@ import asyncio
 
 from langgraph.runtime import Runtime
 
-from service import extractive
-from service.extractive import Extract, PartAnswer, Quoted, Source, Thresholds
+from retrieval import extractive
+from retrieval.extractive import PartAnswer, Quoted, Source, Thresholds
 from service.graph.context import NumberedContext, citations, contexts_hash, select_contexts
 from service.graph.nodes import NodeResult, after_evaluation, log_verdict, traced
 from service.graph.schemas import MAX_MISSING, EvaluationStep
 from service.graph.state import RunContext, WorkflowState
-from service.websearch import WebResult
 
 HISTORY_IGNORED = "抽取式回答不改写多轮对话中的问题，按最新问题原文检索"
 ROUTE_REASON = "抽取式回答不做路由：每个问题都到知识库中找原文"
@@ -46,34 +45,15 @@ def _sources(state: WorkflowState, part: str, passages: int) -> list[Source]:
     """The part's top `passages` local passages, then every web result."""
     known = state.get("passages", {})
     local = [known[chunk_id] for chunk_id in state.get("found", {}).get(part, [])[:passages] if chunk_id in known]
-    sources = [Source(p.id, p.text, p.chapter or 0, p.chunk_index) for p in local]
     web = state.get("web_results", [])
-    return sources + [Source(w.url, w.text, 0, i, web=True) for i, w in enumerate(web)]
-
-
-def _links(part: str, web: list[WebResult]) -> PartAnswer:
-    """A request for links is answered by the web results' addresses, and by nothing local."""
-    extracts = [
-        Extract(text=w.title, source_id=w.url, order=(1, 0, i, 0), similarity=1.0, coverage=1.0, score=1.0)
-        for i, w in enumerate(web)
-    ]
-    answered = bool(web)
-    return PartAnswer(
-        part=part, extracts=extracts, answered=answered, best_similarity=float(answered), coverage=1.0, wants_links=True
-    )
+    return extractive.local_sources(local) + [Source(w.url, w.text, 0, i, web=True) for i, w in enumerate(web)]
 
 
 @traced("select_evidence")
 async def select_evidence(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeResult:
     ctx = runtime.context
     settings, retriever = ctx.deps.settings, ctx.deps.retriever
-    limits = Thresholds(
-        settings.extractive_min_similarity,
-        settings.extractive_min_coverage,
-        settings.extractive_sentences,
-        settings.extractive_context,
-        settings.extractive_candidates,
-    )
+    limits = Thresholds.from_settings(settings)
     web = state.get("web_results", [])
     tokenizer = await asyncio.to_thread(retriever.index_tokenizer, ctx.deps.index)
     before = {answer.part: answer for answer in state.get("part_answers", [])}
@@ -82,7 +62,7 @@ async def select_evidence(state: WorkflowState, runtime: Runtime[RunContext]) ->
         if part in before and before[part].answered:  # after the web, only what was missing is judged again
             answers.append(before[part])
         elif extractive.wants_links(part):
-            answers.append(_links(part, web))
+            answers.append(extractive.link_answer(part, [(w.title, w.url) for w in web]))
         else:
             sources = _sources(state, part, settings.extractive_passages)
             answers.append(
@@ -131,17 +111,14 @@ async def quote_answer(state: WorkflowState, runtime: Runtime[RunContext]) -> No
     web = {w.url: w for w in state.get("web_results", [])}
     contexts: list[NumberedContext] = []
     quoted: dict[str, Quoted] = {}
-    for extract in (e for answer in answers for e in answer.extracts):
-        if extract.source_id in quoted:
-            continue
-        number = len(quoted) + 1
-        if extract.source_id in web:
-            result = web[extract.source_id]
+    for number, source_id in enumerate(extractive.quoted_ids(answers), start=1):
+        if source_id in web:
+            result = web[source_id]
             contexts.append(NumberedContext(number, web=result))
-            quoted[extract.source_id] = Quoted(number, url=result.url, title=result.title)
+            quoted[source_id] = Quoted(number, url=result.url, title=result.title)
         else:
-            contexts.append(NumberedContext(number, passage=passages[extract.source_id]))
-            quoted[extract.source_id] = Quoted(number)
+            contexts.append(NumberedContext(number, passage=passages[source_id]))
+            quoted[source_id] = Quoted(number)
     unavailable = state.get("web_unavailable")
     searched = state.get("web_searches", 0) > 0 and not unavailable
     why_not = [unavailable] if unavailable else [WEB_DID_NOT_CONFIRM] if searched else []

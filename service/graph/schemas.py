@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, StrictBool, field_validator
 
 from core.schema import Mode
-from service.extractive import PartAnswer
+from retrieval.extractive import PartAnswer
 
 MAX_SUB_QUESTIONS = 8
 MAX_MISSING = 6

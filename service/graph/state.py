@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, TypedDict
 
 from core.schema import Mode
-from service.extractive import PartAnswer
+from retrieval.extractive import PartAnswer
+from retrieval.results import Hit
 from service.graph.schemas import AnswerMode, ChatTurn, Citation, EvaluationStep, TraceStep
-from service.retrieval import Hit
 from service.websearch import WebResult
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ The agentic workflow (a model answers):
              ↑   └not enough, something missing, web allowed and left → web_search
              └──────────── new web results ──────────────────────────────┘ (none or failure → generate)
 
-The extractive workflow (no model: quotes only; `service.extractive`):
+The extractive workflow (no model: quotes only; `retrieval.extractive`):
 
     START → split_question → retrieve (once per part) → select_evidence ─enough / no web→ quote_answer → END
                                                              ↑        └missing parts, web allowed and left → web_search
@@ -31,12 +31,12 @@ from langgraph.graph import END, START, StateGraph
 
 from core.config import Settings
 from core.store import EmbedderMismatchError, IndexNotFoundError, SearchError
+from retrieval.retriever import Retriever
 from service.graph import extractive_nodes, nodes
 from service.graph.memory import JudgementMemory
 from service.graph.schemas import AnswerMode, QueryOptions, QueryResult, WorkflowEvent
 from service.graph.state import RunContext, WorkflowState
 from service.llm import ChatModel, LLMNotConfiguredError, LLMProbe, build_llms
-from service.retrieval import Retriever
 from service.websearch import WebSearch, build_web_search
 
 logger = logging.getLogger(__name__)

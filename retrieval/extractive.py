@@ -13,6 +13,10 @@ When no chat model is configured or reachable (`ANSWER_MODE=auto`), or always wi
 3. A part is answered when the quoted windows cover enough of its query terms and the best
    similarity clears a threshold, both tuned on dev questions (bench/extractive_eval.py).
 4. `compose` writes only quotes and fixed template phrases: nothing is paraphrased or invented.
+
+The service's extractive graph runs these steps node by node (with a web fallback between
+selecting and composing); `answer_locally` runs them in one call over the knowledge base
+alone, for bench/extractive_eval.py.
 """
 
 import re
@@ -23,8 +27,12 @@ import numpy as np
 from pydantic import BaseModel
 
 from core.chunking import split_sentences
+from core.config import Settings
 from core.embeddings import Embedder
+from core.schema import Mode
 from core.text import ChineseTokenizer
+from retrieval.results import Hit
+from retrieval.retriever import Retriever
 
 HEADER = "（抽取式回答：未使用大模型，以下句子均为资料原文摘录）"
 NO_EVIDENCE = "资料中没有找到足以回答的原文"
@@ -85,10 +93,38 @@ class Thresholds:
 
     min_similarity: float
     min_coverage: float
-    sentences: int = 3  # best windows quoted per part (a window: a sentence and `context` neighbours each side)
-    context: int = 1
-    candidates: int = 16  # windows embedded per part at most, the best by keyword coverage first
-    coverage_weight: float = 0.5
+    sentences: int  # best windows quoted per part (a window: a sentence and `context` neighbours each side)
+    context: int
+    candidates: int  # windows embedded per part at most, the best by keyword coverage first
+    coverage_weight: float
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "Thresholds":
+        return cls(
+            min_similarity=settings.extractive_min_similarity,
+            min_coverage=settings.extractive_min_coverage,
+            sentences=settings.extractive_sentences,
+            context=settings.extractive_context,
+            candidates=settings.extractive_candidates,
+            coverage_weight=settings.extractive_coverage_weight,
+        )
+
+
+def local_sources(hits: Sequence[Hit]) -> list[Source]:
+    """Retrieved passages as sources to quote, in book order keys (chapter, chunk)."""
+    return [Source(hit.id, hit.text, hit.chapter or 0, hit.chunk_index) for hit in hits]
+
+
+def link_answer(part: str, links: Sequence[tuple[str, str]]) -> PartAnswer:
+    """A request for links is answered by the web results' (title, URL) pairs, and by nothing local."""
+    extracts = [
+        Extract(text=title, source_id=url, order=(1, 0, i, 0), similarity=1.0, coverage=1.0, score=1.0)
+        for i, (title, url) in enumerate(links)
+    ]
+    answered = bool(links)
+    return PartAnswer(
+        part=part, extracts=extracts, answered=answered, best_similarity=float(answered), coverage=1.0, wants_links=True
+    )
 
 
 def split_question(question: str, max_parts: int = 8) -> list[str]:
@@ -260,7 +296,8 @@ def select(
 
 def _cosine(vectors: np.ndarray, query: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(vectors, axis=1) * (np.linalg.norm(query) or 1.0)
-    return (vectors @ query) / np.where(norms == 0, 1.0, norms)
+    similarities: np.ndarray = (vectors @ query) / np.where(norms == 0, 1.0, norms)
+    return similarities
 
 
 @dataclass(frozen=True)
@@ -295,3 +332,40 @@ def compose(parts: Sequence[PartAnswer], sources: dict[str, Quoted], why_not: Se
         reasons = "；".join([NO_EVIDENCE, *why_not])
         lines.append(f"{UNCONFIRMED}：{'；'.join(missing)}（{reasons}）。")
     return "\n".join(lines)
+
+
+def quoted_ids(parts: Sequence[PartAnswer]) -> list[str]:
+    """The ids of the quoted sources, in the order of their first quote: their citation numbers."""
+    return list(dict.fromkeys(extract.source_id for part in parts for extract in part.extracts))
+
+
+@dataclass(frozen=True)
+class LocalAnswer:
+    answer: str
+    parts: list[PartAnswer]
+
+
+def answer_locally(
+    retriever: Retriever,
+    index: str,
+    question: str,
+    *,
+    mode: Mode,
+    k: int,
+    max_parts: int,
+    passages: int,
+    limits: Thresholds,
+) -> LocalAnswer:
+    """The extractive answer from the knowledge base alone: the steps of the service's extractive
+    graph with web search off, in one call (each part searched `k` deep, its top `passages` quoted)."""
+    parts = split_question(question, max_parts)
+    tokenizer = retriever.index_tokenizer(index)
+    answers = []
+    for part, text in zip(parts, search_texts(parts), strict=True):
+        if wants_links(part):
+            answers.append(link_answer(part, []))
+            continue
+        hits = retriever.search(index, text, mode, k).hits[:passages]
+        answers.append(select(part, local_sources(hits), retriever.embedder, tokenizer, limits))
+    numbers = {source_id: Quoted(number) for number, source_id in enumerate(quoted_ids(answers), start=1)}
+    return LocalAnswer(compose(answers, numbers, []), answers)

@@ -1,4 +1,4 @@
-"""Command line search: `python -m service.search "问题" [--mode hybrid | --compare vector,hybrid]`.
+"""Command line search: `python -m retrieval.search "问题" [--mode hybrid | --compare vector,hybrid]`.
 
 Searches the knowledge base `--index` (default `ES_INDEX`) with the service's own settings,
 embedder and tokenizer; `--compare` prints the modes side by side with their overlap, the
@@ -15,7 +15,9 @@ from core.config import Settings
 from core.embeddings import load_embedder
 from core.schema import Mode
 from core.store import EmbedderMismatchError, IndexNotFoundError, create_client
-from service.retrieval import Comparison, Hit, SearchResult, build_retriever
+from retrieval.compare import Comparison
+from retrieval.results import Hit, SearchResult
+from retrieval.retriever import build_retriever
 
 _COLUMN = 44  # display columns per mode (a CJK character takes two)
 

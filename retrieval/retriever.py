@@ -1,11 +1,12 @@
-"""BM25, vector and hybrid search over one knowledge base, fused in the service.
+"""BM25, vector and hybrid search over one knowledge base, fused in Python.
 
 A single mode is one Elasticsearch round trip. Hybrid asks its lists (kNN, jieba BM25,
-bigram BM25, standard) for ids and scores only (doc values, no stored fields), all in one
-`_msearch` once the query is embedded. It fuses them here (service/fusion.py; no server-side
-RRF, absent from the minimal distribution and from unlicensed clusters), then fetches the fused
-top k in one `mget`. Every hybrid hit carries its explanation: its rank and score in each list
-and that list's contribution. The query is embedded once per request, in `compare` too.
+bigram BM25, standard; retrieval/lists.py) for ids and scores only (doc values, no stored
+fields), all in one `_msearch` once the query is embedded. It fuses them here
+(retrieval/fusion.py; no server-side RRF, absent from the minimal distribution and from
+unlicensed clusters), then fetches the fused top k in one `mget`. Every hybrid hit carries its
+explanation: its rank and score in each list and that list's contribution. The query is
+embedded once per request, in `compare` too (retrieval/compare.py relates the modes).
 
 Keyword queries are cut by the index's own tokenizer: the user dictionary plus the corpus
 dictionary stored in the index's `_meta` (core/text.py, indexing/dictionary.py).
@@ -14,119 +15,23 @@ dictionary stored in the index's `_meta` (core/text.py, indexing/dictionary.py).
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from itertools import combinations
 from typing import Any
 
 import numpy as np
 from elasticsearch import Elasticsearch, NotFoundError
-from pydantic import BaseModel, computed_field, model_validator
 
 from core.config import FusionMethod, Settings
-from core.documents import page_label, source_label
 from core.embeddings import Embedder
-from core.schema import HIT_SOURCE_FIELDS, ID_FIELDS, LIST_MODES, Mode, chunk_id_from_fields
+from core.schema import HIT_SOURCE_FIELDS, LIST_MODES, Mode, chunk_id_from_fields
 from core.store import IndexMeta, IndexNotFoundError, check_embedder_meta, msearch, read_index_meta
-from core.text import ChineseTokenizer, bigram_terms, get_tokenizer, join_terms
-from service.fusion import FusionParams, ListEvidence, fuse
+from core.text import ChineseTokenizer, get_tokenizer
+from retrieval import lists
+from retrieval.compare import Comparison, relate
+from retrieval.fusion import FusionParams, fuse
+from retrieval.lists import Filters
+from retrieval.results import Hit, SearchResult, hit_from_source
 
 _META_TTL_S = 30.0  # how long an index's embedder and dictionary are trusted before re-reading
-
-
-class Filters(BaseModel):
-    sources: list[str] | None = None
-    chapter_from: int | None = None
-    chapter_to: int | None = None
-
-    @model_validator(mode="after")
-    def _ordered_range(self) -> "Filters":
-        if self.chapter_from is not None and self.chapter_to is not None and self.chapter_from > self.chapter_to:
-            raise ValueError(f"chapter_from ({self.chapter_from}) is after chapter_to ({self.chapter_to})")
-        return self
-
-    def to_es(self) -> list[dict[str, Any]]:
-        clauses: list[dict[str, Any]] = []
-        if self.sources:
-            clauses.append({"terms": {"source": self.sources}})
-        if self.chapter_from is not None or self.chapter_to is not None:
-            bounds = {"gte": self.chapter_from, "lte": self.chapter_to}
-            clauses.append({"range": {"chapter": {key: v for key, v in bounds.items() if v is not None}}})
-        return clauses
-
-
-class Hit(BaseModel):
-    id: str
-    score: float
-    text: str
-    title: str = ""
-    source: str = ""
-    chapter: int | None = None
-    chapter_title: str | None = None
-    doc_id: str = ""
-    chunk_index: int = 0
-    page_start: int | None = None
-    page_end: int | None = None
-    section: str | None = None  # heading path, e.g. "第三章 药物治疗 / 3.2 用药"
-    # Hybrid only, why it was returned: per fused list, its 1-based rank and score there
-    # (None: not returned by that list) and the list's contribution; they sum to `score`.
-    explain: dict[str, ListEvidence] | None = None
-
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def page(self) -> int | str | None:
-        """The page (3) or page range ("3-4") of a paged format such as PDF."""
-        return page_label(self.page_start, self.page_end)
-
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def label(self) -> str:
-        """How this chunk is cited everywhere: 《指南》第 3 页 · 3.2 用药."""
-        return source_label(
-            title=self.title,
-            source=self.source,
-            chapter=self.chapter,
-            chapter_title=self.chapter_title,
-            page=self.page,
-            section=self.section,
-        )
-
-
-class SearchResult(BaseModel):
-    mode: Mode
-    took_ms: float
-    hits: list[Hit]
-
-
-class ModeOverlap(BaseModel):
-    """How many of the top-k ids two modes share; `overlap_at_k` = shared / k."""
-
-    modes: tuple[Mode, Mode]
-    shared: list[str]
-    overlap_at_k: float
-
-
-class RankDifference(BaseModel):
-    """One chunk's 1-based rank in every compared mode (None: not in that mode's top k)."""
-
-    id: str
-    ranks: dict[Mode, int | None]
-    found_by: list[Mode]
-    # Worst minus best rank among the modes that found it (0 when only one did).
-    spread: int
-
-
-class Comparison(BaseModel):
-    """The same query in several modes side by side (the body of `POST /compare`)."""
-
-    query: str
-    k: int
-    modes: list[Mode]
-    results: dict[Mode, SearchResult]
-    overlaps: list[ModeOverlap]
-    # Ids every mode found, and ids only one mode found (per mode, in that mode's order).
-    common: list[str]
-    only: dict[Mode, list[str]]
-    # Every id any mode returned, ordered by its best rank.
-    ranks: list[RankDifference]
 
 
 @dataclass(frozen=True)
@@ -165,7 +70,8 @@ class _QueryVector:
     def get(self) -> list[float]:
         if self._vector is None:
             self._vector = self._embedder.embed_query(self._query)
-        return self._vector.tolist()
+        values: list[float] = self._vector.tolist()
+        return values
 
 
 class Retriever:
@@ -221,7 +127,7 @@ class Retriever:
         else:
             body = self._body(index, mode, query, k, filters, vector, source=True)
             hits = [
-                _hit(raw["_id"], raw["_source"], raw["_score"])
+                hit_from_source(raw["_id"], raw["_source"], raw["_score"])
                 for raw in self._msearch(index, [body])[0]["hits"]["hits"]
             ]
         return SearchResult(mode=mode, took_ms=(time.perf_counter() - started) * 1000, hits=hits)
@@ -233,7 +139,7 @@ class Retriever:
         hits = []
         for found in fused:
             if found.id in sources:  # a chunk deleted between the search and the fetch is left out
-                hit = _hit(found.id, sources[found.id], found.score)
+                hit = hit_from_source(found.id, sources[found.id], found.score)
                 hit.explain = found.explain
                 hits.append(hit)
         return hits
@@ -251,40 +157,7 @@ class Retriever:
         if len(chosen) < 2:
             raise ValueError(f"compare needs at least two distinct modes, got {chosen}")
         vector = _QueryVector(self.embedder, query)
-        results = {mode: self._search(index, query, mode, k, filters, vector) for mode in chosen}
-        ids = {mode: [hit.id for hit in result.hits] for mode, result in results.items()}
-        ranks = {mode: {chunk_id: rank for rank, chunk_id in enumerate(found, start=1)} for mode, found in ids.items()}
-        overlaps = []
-        for a, b in combinations(chosen, 2):
-            shared = [chunk_id for chunk_id in ids[a] if chunk_id in ranks[b]]
-            overlaps.append(ModeOverlap(modes=(a, b), shared=shared, overlap_at_k=len(shared) / k))
-        every = {chunk_id for found in ids.values() for chunk_id in found}
-        rows = []
-        for chunk_id in every:
-            row = {mode: ranks[mode].get(chunk_id) for mode in chosen}
-            found = [rank for rank in row.values() if rank is not None]
-            rows.append(
-                RankDifference(
-                    id=chunk_id,
-                    ranks=row,
-                    found_by=[mode for mode in chosen if row[mode] is not None],
-                    spread=max(found) - min(found),
-                )
-            )
-        rows.sort(key=lambda row: (min(r for r in row.ranks.values() if r is not None), row.id))
-        return Comparison(
-            query=query,
-            k=k,
-            modes=chosen,
-            results=results,
-            overlaps=overlaps,
-            common=[chunk_id for chunk_id in ids[chosen[0]] if all(chunk_id in ranks[m] for m in chosen)],
-            only={
-                mode: [c for c in ids[mode] if not any(c in ranks[other] for other in chosen if other != mode)]
-                for mode in chosen
-            },
-            ranks=rows,
-        )
+        return relate(query, k, {mode: self._search(index, query, mode, k, filters, vector) for mode in chosen})
 
     def index_tokenizer(self, index: str) -> ChineseTokenizer:
         """The tokenizer `index` was cut with: the base dictionaries plus its stored corpus dictionary."""
@@ -323,38 +196,13 @@ class Retriever:
         *,
         source: bool,
     ) -> dict[str, Any]:
+        """One list's search body (retrieval/lists.py), with the index's embedder checked or tokenizer used."""
         clauses = filters.to_es() if filters else []
-        body: dict[str, Any] = {"size": size}
-        if source:
-            body["_source"] = HIT_SOURCE_FIELDS
-        else:  # ids from doc values only (core.schema.chunk_id_from_fields)
-            body |= {"stored_fields": "_none_", "docvalue_fields": ID_FIELDS}
+        body = lists.envelope(size, source=source)
         if name == Mode.VECTOR:
-            meta = self._index(index)[0]
-            check_embedder_meta(meta, index, self.embedder)
-            knn: dict[str, Any] = {
-                "field": "embedding",
-                "query_vector": vector.get(),
-                "k": size,
-                "num_candidates": max(self.params.num_candidates, size),
-            }
-            if clauses:
-                knn["filter"] = clauses
-            body["knn"] = knn
-            return body
-        tokenizer = self._index(index)[1]
-        if name == Mode.BM25:
-            terms = join_terms(tokenizer.query_terms(query))
-            should = [
-                {"match": {"tokens": terms}},
-                {"match": {"title_tokens": {"query": terms, "boost": self.params.title_boost}}},
-            ]
-        elif name == Mode.BIGRAM:
-            should = [{"match": {"bigrams": join_terms(bigram_terms(tokenizer.keyword_text(query)))}}]
-        else:
-            should = [{"match": {"text": tokenizer.keyword_chars(query)}}]
-        body["query"] = {"bool": {"should": should, "minimum_should_match": 1, "filter": clauses}}
-        return body
+            check_embedder_meta(self._index(index)[0], index, self.embedder)
+            return body | lists.knn(vector.get(), size, self.params.num_candidates, clauses)
+        return body | lists.keyword(name, query, self._index(index)[1], self.params.title_boost, clauses)
 
 
 def _validate(query: str, k: int) -> None:
@@ -362,23 +210,6 @@ def _validate(query: str, k: int) -> None:
         raise ValueError(f"k must be at least 1, got {k}")
     if not query.strip():
         raise ValueError("query is empty")
-
-
-def _hit(chunk_id: str, source: dict[str, Any], score: float) -> Hit:
-    return Hit(
-        id=chunk_id,
-        score=float(score),
-        text=source.get("text", ""),
-        title=source.get("title") or "",
-        source=source.get("source") or "",
-        chapter=source.get("chapter"),
-        chapter_title=source.get("chapter_title"),
-        doc_id=source.get("doc_id") or "",
-        chunk_index=source.get("chunk_index") or 0,
-        page_start=source.get("page_start"),
-        page_end=source.get("page_end"),
-        section=source.get("section"),
-    )
 
 
 def build_retriever(settings: Settings, es: Elasticsearch, embedder: Embedder) -> Retriever:

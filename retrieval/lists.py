@@ -1,0 +1,93 @@
+"""The ranked lists hybrid search fuses: one small query builder per mode.
+
+Each builder returns the part of a search body that differs between the lists; `envelope`
+adds what they share (size, and `_source` or the doc values a chunk id is derived from).
+Keyword queries are cut by the index's own tokenizer, so they match what indexing wrote.
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel, model_validator
+
+from core.schema import HIT_SOURCE_FIELDS, ID_FIELDS, Mode
+from core.text import ChineseTokenizer, bigram_terms, join_terms
+
+Clauses = list[dict[str, Any]]
+
+
+class Filters(BaseModel):
+    sources: list[str] | None = None
+    chapter_from: int | None = None
+    chapter_to: int | None = None
+
+    @model_validator(mode="after")
+    def _ordered_range(self) -> "Filters":
+        if self.chapter_from is not None and self.chapter_to is not None and self.chapter_from > self.chapter_to:
+            raise ValueError(f"chapter_from ({self.chapter_from}) is after chapter_to ({self.chapter_to})")
+        return self
+
+    def to_es(self) -> Clauses:
+        """Filter clauses applied inside every list (kNN `filter`, BM25 `bool.filter`)."""
+        clauses: Clauses = []
+        if self.sources:
+            clauses.append({"terms": {"source": self.sources}})
+        if self.chapter_from is not None or self.chapter_to is not None:
+            bounds = {"gte": self.chapter_from, "lte": self.chapter_to}
+            clauses.append({"range": {"chapter": {key: v for key, v in bounds.items() if v is not None}}})
+        return clauses
+
+
+def envelope(size: int, *, source: bool) -> dict[str, Any]:
+    """What every list's body shares: its size, and `_source` or only the id doc values."""
+    if source:
+        return {"size": size, "_source": HIT_SOURCE_FIELDS}
+    # ids from doc values only (core.schema.chunk_id_from_fields)
+    return {"size": size, "stored_fields": "_none_", "docvalue_fields": ID_FIELDS}
+
+
+def knn(vector: list[float], size: int, num_candidates: int, clauses: Clauses) -> dict[str, Any]:
+    """`vector`: dense kNN over the chunk embeddings (HNSW), the filters applied inside the search."""
+    query: dict[str, Any] = {
+        "field": "embedding",
+        "query_vector": vector,
+        "k": size,
+        "num_candidates": max(num_candidates, size),
+    }
+    if clauses:
+        query["filter"] = clauses
+    return {"knn": query}
+
+
+def bm25(query: str, tokenizer: ChineseTokenizer, title_boost: float) -> Clauses:
+    """`bm25`: jieba query terms against the chunk tokens, and against the title tokens boosted."""
+    terms = join_terms(tokenizer.query_terms(query))
+    return [
+        {"match": {"tokens": terms}},
+        {"match": {"title_tokens": {"query": terms, "boost": title_boost}}},
+    ]
+
+
+def bigram(query: str, tokenizer: ChineseTokenizer, title_boost: float) -> Clauses:
+    """`bigram`: CJK character bigrams of the query's keywords, for text jieba cuts badly (no title part)."""
+    return [{"match": {"bigrams": join_terms(bigram_terms(tokenizer.keyword_text(query)))}}]
+
+
+def standard(query: str, tokenizer: ChineseTokenizer, title_boost: float) -> Clauses:
+    """`standard`: the single-character baseline, Elasticsearch's standard analyzer over the raw text."""
+    return [{"match": {"text": tokenizer.keyword_chars(query)}}]
+
+
+KEYWORD_LISTS: dict[Mode, Callable[[str, ChineseTokenizer, float], Clauses]] = {
+    Mode.BM25: bm25,
+    Mode.BIGRAM: bigram,
+    Mode.STANDARD: standard,
+}
+
+
+def keyword(
+    mode: Mode, query: str, tokenizer: ChineseTokenizer, title_boost: float, clauses: Clauses
+) -> dict[str, Any]:
+    """A keyword list's query: any of its `should` clauses must match, the filters always."""
+    should = KEYWORD_LISTS[mode](query, tokenizer, title_boost)
+    return {"query": {"bool": {"should": should, "minimum_should_match": 1, "filter": clauses}}}
