@@ -303,3 +303,14 @@ class LLMProbe:
             return None
         logger.warning("LLM endpoint %s answered HTTP %d to the probe", where, response.status_code)
         return f"大模型服务 {where} 返回 HTTP {response.status_code}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m service.llm check`: the report lives in `service.llm_check` (it uses the graph's prompts)."""
+    from service.llm_check import main as check
+
+    return check(argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -161,16 +161,18 @@ def table(runs: list[HabitRun]) -> str:
     tidy = runs[0]
     lines = [
         "| habit | strategy chosen | refused requests (1st question; 2nd) | LLM calls | trace as tidy | "
-        "web searches | verdict sources | `reasoning` event | reasoning characters in the answer |",
+        "web searches | verdict sources | `reasoning` event | reasoning leaked into the answer |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
         result = run.first.result
         same = [s.node for s in result.trace] == [s.node for s in tidy.first.result.trace]
+        thought = run.first.reasoning_events.strip()
         lines.append(
             f"| {run.habit} | {run.strategy} | {run.refused}; {run.refused_again} | {result.llm_calls} | "
             f"{'yes' if same else 'no'} | {result.web_calls} | {', '.join(e.source for e in result.evaluations)} | "
-            f"{len(run.first.reasoning_events)} chars | {run.leaked} |"
+            f"{f'yes ({len(thought)} characters)' if thought else 'no'} | "
+            f"{f'yes ({run.leaked} characters)' if run.leaked else 'no (0 characters)'} |"
         )
     return "\n".join(lines)
 
