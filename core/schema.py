@@ -1,40 +1,123 @@
-"""The knowledge-base index: its mapping, the fields queries read, chunk ids, the search modes.
+"""The knowledge-base index: the chunk record and its mapping, chunk ids, the search modes.
 
-Indexing writes exactly what `chunk_source` returns and the service reads the fields named
-here, so both sides agree on one schema.
+`ChunkRecord` is the one statement of what a chunk holds: each field carries its mapping, so
+the index mapping, the fields a search hit reads back and what indexing writes all come from
+it. A new field is added there, once.
 """
 
 import hashlib
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any, Self
+
+from pydantic import BaseModel, Field
 
 from core.embeddings import Embedder
 from core.text import ChineseTokenizer, bigram_terms, join_terms
 
+if TYPE_CHECKING:  # core.documents imports this module
+    from core.documents import Chunk
+
 SCHEMA_VERSION = 2  # 2: page, section and file-hash fields (added to older indices in place)
 
-# The `_source` fields a search hit carries back (never the embedding or the analysed terms).
-HIT_SOURCE_FIELDS = [
-    "text",
-    "title",
-    "source",
-    "doc_id",
-    "chunk_index",
-    "chapter",
-    "chapter_title",
-    "page_start",
-    "page_end",
-    "section",
-]
 
-# Provenance of a chunk (pages of a PDF, heading path) and the hash of the file it came from.
-PROVENANCE_PROPERTIES: dict[str, Any] = {
-    "page_start": {"type": "integer"},
-    "page_end": {"type": "integer"},
-    "section": {"type": "keyword"},
-    "file_hash": {"type": "keyword"},
-}
+@dataclass(frozen=True)
+class Mapped:
+    """A chunk field's Elasticsearch mapping (read from the field's annotation)."""
+
+    type: str
+    options: tuple[tuple[str, Any], ...] = ()
+
+    def mapping(self) -> dict[str, Any]:
+        return {"type": self.type, **dict(self.options)}
+
+
+KEYWORD = Mapped("keyword")
+INTEGER = Mapped("integer")
+STANDARD = Mapped("text", (("analyzer", "standard"),))
+WHITESPACE = Mapped("text", (("analyzer", "whitespace"),))  # terms computed in Python, joined by spaces
+
+
+class ChunkFields(BaseModel):
+    """What a search hit reads back of a chunk (never the embedding or the analysed terms)."""
+
+    text: Annotated[str, STANDARD] = ""  # the original; `standard` analysis only serves the single-character list
+    title: Annotated[str, STANDARD] = ""
+    source: Annotated[str, KEYWORD] = ""
+    doc_id: Annotated[str, KEYWORD] = ""
+    chunk_index: Annotated[int, INTEGER] = 0
+    chapter: Annotated[int | None, INTEGER] = None
+    chapter_title: Annotated[str | None, KEYWORD] = None
+    page_start: Annotated[int | None, INTEGER] = None
+    page_end: Annotated[int | None, INTEGER] = None
+    section: Annotated[str | None, KEYWORD] = None  # heading path, e.g. "第三章 药物治疗 / 3.2 用药"
+
+    @classmethod
+    def from_source(cls, source: dict[str, Any], **values: Any) -> Self:
+        """The fields of a chunk's `_source` (a null or absent one gets its default); `values`
+        are those a subclass adds (a hit's id and score)."""
+        known = {name: value for name, value in source.items() if name in cls.model_fields and value is not None}
+        return cls.model_validate({**known, **values})
+
+
+class ChunkRecord(ChunkFields):
+    """One chunk as indexed: `of_chunk` does the analysis, so every node indexes the same terms."""
+
+    tokens: Annotated[str, WHITESPACE]  # jieba index terms → BM25
+    bigrams: Annotated[str, WHITESPACE]  # CJK character bigrams → the second BM25 field
+    title_tokens: Annotated[str, WHITESPACE] = ""
+    embedding: Annotated[list[float], Mapped("dense_vector")]  # dims, similarity, HNSW: `index_body`
+    content_hash: Annotated[str, KEYWORD]
+    indexed_at: Annotated[str, Mapped("date")]
+    metadata: Annotated[dict[str, Any], Mapped("object", (("enabled", False),))] = Field(default_factory=dict)
+    file_hash: Annotated[str | None, KEYWORD] = None  # of the whole file: `--sync` skips files the index holds
+
+    @classmethod
+    def of_chunk(cls, chunk: "Chunk", embedding: list[float], tokenizer: ChineseTokenizer) -> "ChunkRecord":
+        """Built without validation: the strict mapping is the check, so Elasticsearch rejects a
+        bad chunk (a 400 for that item in the error file) without failing the chunks beside it."""
+        document = chunk.document
+        return cls.model_construct(
+            text=chunk.text,
+            tokens=join_terms(tokenizer.index_terms(chunk.text)),
+            bigrams=join_terms(bigram_terms(chunk.text)),
+            title=document.title,
+            title_tokens=join_terms(tokenizer.index_terms(document.title)) if document.title else "",
+            embedding=embedding,
+            doc_id=document.doc_id,
+            source=document.source,
+            chunk_index=chunk.index,
+            chapter=document.chapter,
+            chapter_title=document.chapter_title,
+            content_hash=content_hash(chunk.text),
+            indexed_at=datetime.now(UTC).isoformat(),
+            metadata=document.metadata,
+            page_start=chunk.page_start,
+            page_end=chunk.page_end,
+            section=chunk.section,
+            file_hash=document.file_hash,
+        )
+
+    def to_source(self) -> dict[str, Any]:
+        """The `_source` indexing writes (a bad value is Elasticsearch's to reject, see `of_chunk`)."""
+        return self.model_dump(warnings=False)
+
+
+def _properties(model: type[BaseModel]) -> dict[str, dict[str, Any]]:
+    """Each field's mapping, from the `Mapped` in its annotation."""
+    return {
+        name: next(m.mapping() for m in info.metadata if isinstance(m, Mapped))
+        for name, info in model.model_fields.items()
+    }
+
+
+CHUNK_PROPERTIES = _properties(ChunkRecord)
+# The `_source` fields a search hit carries back.
+HIT_SOURCE_FIELDS = list(ChunkFields.model_fields)
+# Provenance of a chunk (pages of a PDF, heading path) and the hash of the file it came from:
+# schema version 2, added to older indices in place.
+PROVENANCE_PROPERTIES = {name: CHUNK_PROPERTIES[name] for name in ("page_start", "page_end", "section", "file_hash")}
 
 
 class Mode(StrEnum):
@@ -60,36 +143,14 @@ LIST_MODES: tuple[Mode, ...] = (Mode.VECTOR, Mode.BM25, Mode.BIGRAM, Mode.STANDA
 
 def index_body(embedder: Embedder, shards: int = 1, replicas: int = 0) -> dict[str, Any]:
     """Settings and mapping of one knowledge-base index (server features only)."""
-    whitespace_text = {"type": "text", "analyzer": "whitespace"}
+    hnsw = {"type": "hnsw", "m": 16, "ef_construction": 100}
+    vector = {"dims": embedder.dim, "index": True, "similarity": "cosine", "index_options": hnsw}
     return {
         "settings": {"number_of_shards": shards, "number_of_replicas": replicas},
         "mappings": {
             "_meta": {"embedder": embedder.name, "dim": embedder.dim, "schema_version": SCHEMA_VERSION},
             "dynamic": "strict",
-            "properties": {
-                # Original text; `standard` analysis only serves the single-character baseline.
-                "text": {"type": "text", "analyzer": "standard"},
-                "tokens": whitespace_text,
-                "bigrams": whitespace_text,
-                "title": {"type": "text", "analyzer": "standard"},
-                "title_tokens": whitespace_text,
-                "embedding": {
-                    "type": "dense_vector",
-                    "dims": embedder.dim,
-                    "index": True,
-                    "similarity": "cosine",
-                    "index_options": {"type": "hnsw", "m": 16, "ef_construction": 100},
-                },
-                "doc_id": {"type": "keyword"},
-                "source": {"type": "keyword"},
-                "chunk_index": {"type": "integer"},
-                "chapter": {"type": "integer"},
-                "chapter_title": {"type": "keyword"},
-                "content_hash": {"type": "keyword"},
-                "indexed_at": {"type": "date"},
-                "metadata": {"type": "object", "enabled": False},
-                **PROVENANCE_PROPERTIES,
-            },
+            "properties": CHUNK_PROPERTIES | {"embedding": CHUNK_PROPERTIES["embedding"] | vector},
         },
     }
 
@@ -114,43 +175,3 @@ def chunk_id_from_fields(fields: dict[str, list[Any]]) -> str:
     every hit; the three doc values cost a fraction of that on a 50-deep list.
     """
     return chunk_id(fields["doc_id"][0], fields["chunk_index"][0], fields["content_hash"][0])
-
-
-def chunk_source(
-    *,
-    tokenizer: ChineseTokenizer,
-    text: str,
-    embedding: list[float],
-    doc_id: str,
-    chunk_index: int,
-    source: str,
-    title: str = "",
-    chapter: int | None = None,
-    chapter_title: str | None = None,
-    metadata: dict[str, Any] | None = None,
-    page_start: int | None = None,
-    page_end: int | None = None,
-    section: str | None = None,
-    file_hash: str | None = None,
-) -> dict[str, Any]:
-    """The `_source` of one chunk: analysis done here so every node indexes the same terms."""
-    return {
-        "text": text,
-        "tokens": join_terms(tokenizer.index_terms(text)),
-        "bigrams": join_terms(bigram_terms(text)),
-        "title": title,
-        "title_tokens": join_terms(tokenizer.index_terms(title)) if title else "",
-        "embedding": embedding,
-        "doc_id": doc_id,
-        "source": source,
-        "chunk_index": chunk_index,
-        "chapter": chapter,
-        "chapter_title": chapter_title,
-        "content_hash": content_hash(text),
-        "indexed_at": datetime.now(UTC).isoformat(),
-        "metadata": metadata or {},
-        "page_start": page_start,
-        "page_end": page_end,
-        "section": section,
-        "file_hash": file_hash,
-    }

@@ -53,7 +53,7 @@ from core.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, split_text
 from core.documents import Chunk, Document, document_chunks
 from core.embeddings import Embedder
 from core.retry import log_retry
-from core.schema import chunk_source
+from core.schema import ChunkRecord
 from core.store import TRANSIENT_STATUSES, create_index, ensure_index, swap_alias, versioned_name
 from core.text import ChineseTokenizer
 from indexing.dictionary import corpus_tokenizer
@@ -320,23 +320,7 @@ class _Writer:
         self.seconds = 0.0
 
     def _action(self, chunk: Chunk, vector: np.ndarray) -> dict[str, Any]:
-        document = chunk.document
-        source = chunk_source(
-            tokenizer=self._tokenizer,
-            text=chunk.text,
-            embedding=vector.tolist(),
-            doc_id=document.doc_id,
-            chunk_index=chunk.index,
-            source=document.source,
-            title=document.title,
-            chapter=document.chapter,
-            chapter_title=document.chapter_title,
-            metadata=document.metadata,
-            page_start=chunk.page_start,
-            page_end=chunk.page_end,
-            section=chunk.section,
-            file_hash=document.file_hash,
-        )
+        source = ChunkRecord.of_chunk(chunk, vector.tolist(), self._tokenizer).to_source()
         return {"_op_type": "index", "_index": self._index, "_id": chunk.id, "_source": source}
 
     def write(self, batch: Sequence[Chunk], vectors: np.ndarray) -> None:

@@ -1,27 +1,17 @@
-"""What a search returns: hits with their citation label, and the result of one mode."""
-
-from typing import Any
+"""What a search returns: hits (the chunk record's stored fields) with their citation label, and the result of one mode."""
 
 from pydantic import BaseModel, computed_field
 
 from core.documents import page_label, source_label
-from core.schema import Mode
+from core.schema import ChunkFields, Mode
 from retrieval.fusion import ListEvidence
 
 
-class Hit(BaseModel):
+class Hit(ChunkFields):
+    """A chunk a search returned: its stored fields (`ChunkFields`), id and score."""
+
     id: str
     score: float
-    text: str
-    title: str = ""
-    source: str = ""
-    chapter: int | None = None
-    chapter_title: str | None = None
-    doc_id: str = ""
-    chunk_index: int = 0
-    page_start: int | None = None
-    page_end: int | None = None
-    section: str | None = None  # heading path, e.g. "第三章 药物治疗 / 3.2 用药"
     # Hybrid only, why it was returned: per fused list, its 1-based rank and score there
     # (None: not returned by that list) and the list's contribution; they sum to `score`.
     explain: dict[str, ListEvidence] | None = None
@@ -50,20 +40,3 @@ class SearchResult(BaseModel):
     mode: Mode
     took_ms: float
     hits: list[Hit]
-
-
-def hit_from_source(chunk_id: str, source: dict[str, Any], score: float) -> Hit:
-    return Hit(
-        id=chunk_id,
-        score=float(score),
-        text=source.get("text", ""),
-        title=source.get("title") or "",
-        source=source.get("source") or "",
-        chapter=source.get("chapter"),
-        chapter_title=source.get("chapter_title"),
-        doc_id=source.get("doc_id") or "",
-        chunk_index=source.get("chunk_index") or 0,
-        page_start=source.get("page_start"),
-        page_end=source.get("page_end"),
-        section=source.get("section"),
-    )

@@ -29,7 +29,7 @@ from retrieval import lists
 from retrieval.compare import Comparison, relate
 from retrieval.fusion import FusionParams, fuse
 from retrieval.lists import Filters
-from retrieval.results import Hit, SearchResult, hit_from_source
+from retrieval.results import Hit, SearchResult
 
 _META_TTL_S = 30.0  # how long an index's embedder and dictionary are trusted before re-reading
 
@@ -127,7 +127,7 @@ class Retriever:
         else:
             body = self._body(index, mode, query, k, filters, vector, source=True)
             hits = [
-                hit_from_source(raw["_id"], raw["_source"], raw["_score"])
+                Hit.from_source(raw["_source"], id=raw["_id"], score=raw["_score"])
                 for raw in self._msearch(index, [body])[0]["hits"]["hits"]
             ]
         return SearchResult(mode=mode, took_ms=(time.perf_counter() - started) * 1000, hits=hits)
@@ -136,13 +136,11 @@ class Retriever:
         ranked = self._lists(index, query, self.params.hybrid_lists, max(k, self.params.depth), filters, vector)
         fused = fuse(ranked, self.params.fusion_params, top=k)
         sources = self._fetch(index, [hit.id for hit in fused])
-        hits = []
-        for found in fused:
-            if found.id in sources:  # a chunk deleted between the search and the fetch is left out
-                hit = hit_from_source(found.id, sources[found.id], found.score)
-                hit.explain = found.explain
-                hits.append(hit)
-        return hits
+        return [  # a chunk deleted between the search and the fetch is left out
+            Hit.from_source(sources[found.id], id=found.id, score=found.score, explain=found.explain)
+            for found in fused
+            if found.id in sources
+        ]
 
     def compare(
         self,
