@@ -174,13 +174,10 @@ async def ask_structured(
         strategy = model.strategy()
         try:
             reply = await _ask(model, strategy, schema, with_format(conversation, strategy, schema, prompts))
-        except openai.APIStatusError as err:
-            if model.can_fall_back(strategy) and is_refusal(err, strategy):
+        except openai.OpenAIError as err:  # an HTTP error, no connection, or a reply cut off by its length
+            if isinstance(err, openai.APIStatusError) and is_refusal(err, strategy) and model.can_fall_back(strategy):
                 model.refuse(strategy, f"HTTP {err.status_code}")
                 continue
-            logger.warning("%s call failed: %s", schema.__name__, err)
-            return Structured(None, f"模型调用失败：{type(err).__name__}", calls + 1, strategy, "\n".join(reasoning))
-        except openai.OpenAIError as err:  # also a reply cut off by its length (the SDK's parse)
             logger.warning("%s call failed: %s", schema.__name__, err)
             return Structured(None, f"模型调用失败：{type(err).__name__}", calls + 1, strategy, "\n".join(reasoning))
         calls += 1
