@@ -27,7 +27,7 @@ class LoadError:
     message: str
     line: int | None = None
     # empty, too_large, wrong_type, encrypted, no_text_layer, undecodable_text, corrupt, unsupported,
-    # missing, duplicate_id, bad_line
+    # missing, duplicate_id, bad_line, timeout (LOAD_TIMEOUT_S), crashed (the parser killed its process)
     reason: str | None = None
 
     def __str__(self) -> str:
