@@ -96,6 +96,11 @@ class Settings(BaseSettings):
     max_request_bytes: int = 64 * 1024
     log_level: str = "INFO"
 
+    # Other tools' protocols (service/protocols/): /v1 (OpenAI chat), /retrieval (Dify), /mcp
+    # The model name under which /v1 serves the default knowledge base (ES_INDEX), beside `kb:<name>`.
+    chat_default_model: str = Field("rag", min_length=1)
+    chat_reasoning: bool = True  # workflow steps as `reasoning_content`, apart from the answer
+
     @field_validator("api_keys", "cors_origins", "web_allow_sites", "web_deny_sites", mode="before")
     @classmethod
     def _split_commas(cls, value: object) -> object:

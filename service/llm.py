@@ -131,6 +131,7 @@ def chat_model(settings: Settings, model: str, temperature: float, habits: Habit
         api_key=settings.openai_api_key or SecretStr("not-needed"),
         timeout=settings.llm_timeout,
         max_retries=0,  # the retry layer is `core.retry`'s policy, around each call
+        stream_usage=True,  # a streamed answer's token counts too (`QueryResult.usage`)
     )
     return ChatModel(client, model, redact_url(base), settings.structured_output, habits or Habits())
 

@@ -34,6 +34,8 @@ from indexing.loaders import split_chapters
 from indexing.pipeline import index_documents
 from service.graph import QueryOptions, QueryResult, WorkflowDeps, run_query
 
+pytest_plugins = ["tests.protocols"]  # the protocol tests' fixtures
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = shared_data()
 SANGUO_PATH = sanguo_book()

@@ -27,6 +27,7 @@ from typing import Any
 import openai
 from elastic_transport import TransportError as ESTransportError
 from elasticsearch import ApiError, Elasticsearch
+from langchain_core.callbacks import UsageMetadataCallbackHandler
 from langgraph.graph import END, START, StateGraph
 
 from core.config import Settings
@@ -34,7 +35,7 @@ from core.store import EmbedderMismatchError, IndexNotFoundError, SearchError
 from retrieval.retriever import Retriever
 from service.graph import extractive_nodes, nodes
 from service.graph.memory import JudgementMemory
-from service.graph.schemas import AnswerMode, QueryOptions, QueryResult, WorkflowEvent
+from service.graph.schemas import AnswerMode, QueryOptions, QueryResult, TokenUsage, WorkflowEvent
 from service.graph.state import RunContext, WorkflowState
 from service.llm import ChatModel, LLMNotConfiguredError, LLMProbe, build_llms
 from service.websearch import WebSearch, build_web_search
@@ -245,7 +246,8 @@ async def _run_in_mode(
         "web_results": [],
     }
     # Each retrieval and each web search costs two super-steps; the code limits bound the total.
-    config = {"recursion_limit": 8 + 2 * ctx.max_retrievals + 2 * ctx.max_web_searches + 4}
+    usage = UsageMetadataCallbackHandler()  # every model call inside the nodes reports to it
+    config = {"recursion_limit": 8 + 2 * ctx.max_retrievals + 2 * ctx.max_web_searches + 4, "callbacks": [usage]}
     final: dict[str, Any] = {}
     graph = GRAPHS[mode]
     async for kind, chunk in graph.astream(initial, config=config, context=ctx, stream_mode=["custom", "values"]):
@@ -253,10 +255,10 @@ async def _run_in_mode(
             yield WorkflowEvent.model_validate(chunk)
         else:
             final = chunk
-    yield WorkflowEvent(event="final", data=_result(final, ctx).model_dump(mode="json"))
+    yield WorkflowEvent(event="final", data=_result(final, ctx, usage).model_dump(mode="json"))
 
 
-def _result(state: dict[str, Any], ctx: RunContext) -> QueryResult:
+def _result(state: dict[str, Any], ctx: RunContext, usage: UsageMetadataCallbackHandler) -> QueryResult:
     trace = state.get("trace", [])
     timings: dict[str, float] = {}
     for step in trace:
@@ -280,4 +282,8 @@ def _result(state: dict[str, Any], ctx: RunContext) -> QueryResult:
         web_calls=state.get("web_searches", 0),
         warnings=list(dict.fromkeys(state.get("warnings", []))),
         parts=state.get("part_answers", []),
+        usage=TokenUsage(
+            prompt_tokens=sum(model["input_tokens"] for model in usage.usage_metadata.values()),
+            completion_tokens=sum(model["output_tokens"] for model in usage.usage_metadata.values()),
+        ),
     )

@@ -26,6 +26,9 @@ from tests.fakes.server import FakeServer, Recorded, Response, Script, chunks
 
 ANSWER = "answer"
 EMBEDDINGS = "embeddings"
+# Token counts of every reply: a structured (tool-call) reply, and a streamed answer that asked for them.
+USAGE = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+STREAM_USAGE = {"prompt_tokens": 40, "completion_tokens": 20, "total_tokens": 60}
 
 
 @dataclass(frozen=True)
@@ -139,7 +142,9 @@ class FakeChatServer(FakeServer):
         if name == ANSWER:
             text = reply.content if isinstance(reply, Text) else str(reply)
             return (
-                self._stream(model, text, self.habit)
+                self._stream(
+                    model, text, self.habit, usage=bool((body.get("stream_options") or {}).get("include_usage"))
+                )
                 if body.get("stream")
                 else self._message(model, self._reasoned(text), "stop")
             )
@@ -196,7 +201,7 @@ class FakeChatServer(FakeServer):
                 "created": int(time.time()),
                 "model": model,
                 "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
-                "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+                "usage": USAGE,
             },
         )
 
@@ -211,7 +216,7 @@ class FakeChatServer(FakeServer):
         )
 
     @staticmethod
-    def _stream(model: str, text: str, habit: Habit = TIDY) -> Response:
+    def _stream(model: str, text: str, habit: Habit = TIDY, *, usage: bool) -> Response:
         def chunk(delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
             return {
                 "id": "chatcmpl-fake",
@@ -230,5 +235,8 @@ class FakeChatServer(FakeServer):
         elif habit.reasoning == "lone_close":
             text = f"{thought}\n</think>\n\n{text}"
         events += [chunk({"content": piece}, None) for piece in chunks(text)]
-        events += [chunk({}, "stop"), "[DONE]"]
+        events.append(chunk({}, "stop"))
+        if usage:  # stream_options.include_usage: one more chunk, without choices, with the counts
+            events.append({**chunk({}, None), "choices": [], "usage": STREAM_USAGE})
+        events.append("[DONE]")
         return Response(200, events, sse=True)
