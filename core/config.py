@@ -11,6 +11,8 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 FusionMethod = Literal["rrf", "minmax", "zscore", "rrf-gap"]  # retrieval/fusion.py
+# How judgements ask for structured output (service/structured.py): auto tries them in this order.
+StructuredOutput = Literal["auto", "tools", "json_schema", "json_object", "prompt"]
 
 
 class Settings(BaseSettings):
@@ -55,6 +57,8 @@ class Settings(BaseSettings):
     evaluator_model_name: str | None = None
     generation_temperature: float = 0.3
     llm_timeout: float = 60.0
+    structured_output: StructuredOutput = "auto"  # auto: the first strategy the endpoint accepts, remembered
+    show_reasoning: bool = True  # the model's reasoning as `reasoning` events and field (never in the answer)
 
     # Web search (Bocha)
     bocha_api_key: SecretStr | None = None

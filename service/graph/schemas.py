@@ -1,8 +1,8 @@
 """Data the workflow exchanges: the models' structured outputs and the public result types.
 
 The structured-output classes carry no docstrings or field descriptions on purpose: their
-JSON schema is sent to the model as the tool definition, and every word the model reads
-lives in `prompts.py`.
+JSON schema is sent to the model (as the tool definition, the response format or in the
+prompt: `service/structured.py`), and every word the model reads lives in `prompts.py`.
 """
 
 import re
@@ -157,6 +157,11 @@ class TokenUsage(BaseModel):
 class QueryResult(BaseModel):
     question: str
     answer: str
+    reasoning: str = Field(
+        "",
+        description="the answer model's reasoning (<think> block or reasoning_content), never part of `answer`; "
+        "empty when it did not reason or SHOW_REASONING=false",
+    )
     mode: AnswerMode = Field("llm", description="llm: written by the model; extractive: quotes only, no model")
     mode_reason: str = Field("", description="why this answer mode (ANSWER_MODE, model configured / reachable)")
     route: str
@@ -179,7 +184,7 @@ class QueryResult(BaseModel):
 
 
 class WorkflowEvent(BaseModel):
-    event: Literal["mode", "node", "token", "final", "error"]
+    event: Literal["mode", "node", "token", "reasoning", "final", "error"]
     data: dict[str, Any]
 
 
