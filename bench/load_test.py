@@ -29,18 +29,19 @@ from typing import Any
 import httpx
 
 from bench.datasets import load_sanguo
-from bench.embedding_cache import CachedEmbedder
+from bench.embedding_cache import CachedEmbedder, cache_path
 from bench.latency import percentile
-from core.config import get_settings
+from core.config import Settings
 from core.embeddings import load_embedder
 from core.store import create_client
 from core.text import get_tokenizer
+from indexing.options import IndexOptions, Scope
 from indexing.pipeline import index_documents
 
 
 def build_index(alias: str, chapters: int) -> tuple[int, list[str]]:
     """(chunks in the alias, the benchmark questions), after indexing what is missing."""
-    settings = get_settings()
+    settings = Settings()
     dataset = load_sanguo()
     es = create_client(settings)
     try:
@@ -48,9 +49,10 @@ def build_index(alias: str, chapters: int) -> tuple[int, list[str]]:
             es,
             dataset.documents[:chapters],
             alias=alias,
-            embedder=CachedEmbedder(load_embedder(settings.embedder, settings)),
+            embedder=CachedEmbedder(load_embedder(settings.embedder, settings), cache_path(settings)),
             tokenizer=get_tokenizer(settings.jieba_user_dict),
-            prune=True,
+            options=IndexOptions.from_settings(settings),
+            scope=Scope(prune=True),
             progress=True,
         )
     finally:
@@ -127,9 +129,6 @@ async def run_load(
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         wall = time.perf_counter() - started
 
-    ordered = sorted(latencies)
-    p50 = percentile(ordered, 50) if ordered else float("nan")
-    p95 = percentile(ordered, 95) if ordered else float("nan")
     return {
         "requests": sent,
         "ok": len(latencies),
@@ -138,13 +137,23 @@ async def run_load(
         "stopped_early": sent < requests,
         "seconds": round(wall, 2),
         "throughput_rps": round(len(latencies) / wall, 2) if wall else 0.0,
+        **latency_figures(latencies),
+        "retriever_p50_ms": round(statistics.median(took), 1) if took else None,
+    }
+
+
+def latency_figures(latencies: list[float]) -> dict[str, float | None]:
+    """Percentiles, maximum, mean and tail ratio of the request latencies (ms)."""
+    ordered = sorted(latencies)
+    p50 = percentile(ordered, 50) if ordered else float("nan")
+    p95 = percentile(ordered, 95) if ordered else float("nan")
+    return {
         "p50_ms": round(p50, 1),
         "p95_ms": round(p95, 1),
         "p99_ms": round(percentile(ordered, 99), 1) if ordered else None,
         "max_ms": round(ordered[-1], 1) if ordered else None,
         "mean_ms": round(statistics.fmean(ordered), 1) if ordered else None,
         "p95_over_p50": round(p95 / p50, 2) if ordered else None,
-        "retriever_p50_ms": round(statistics.median(took), 1) if took else None,
     }
 
 

@@ -27,7 +27,7 @@ from pydantic import BaseModel, SecretStr
 
 from core.config import Settings
 from core.redact import redact_url
-from core.retry import openai_async_retrying
+from core.retry import OPENAI, async_retrying
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ async def ask_structured(
         raise LLMNotConfiguredError()
     runnable = llm.with_structured_output(schema, method="function_calling", include_raw=True)
     try:
-        output: dict[str, Any] = await openai_async_retrying(f"{schema.__name__} call")(runnable.ainvoke, messages)
+        output: dict[str, Any] = await async_retrying(OPENAI, f"{schema.__name__} call")(runnable.ainvoke, messages)
     except openai.APIError as err:
         logger.warning("%s call failed: %s", schema.__name__, err)
         return None, f"模型调用失败：{type(err).__name__}"
@@ -95,7 +95,7 @@ async def stream_text(llm: BaseChatModel | None, messages: list[BaseMessage]) ->
     """The answer's text as the model streams it; opening the stream is retried, the rest is not."""
     if llm is None:
         raise LLMNotConfiguredError()
-    opened: Opened = await openai_async_retrying("answer stream")(_open_stream, llm, messages)
+    opened: Opened = await async_retrying(OPENAI, "answer stream")(_open_stream, llm, messages)
     stream, first = opened
     if first is None:
         return

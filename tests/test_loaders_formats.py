@@ -9,10 +9,11 @@ from bench import doc_fixtures as fx
 from core.documents import Document, document_chunks, page_label, source_label
 from indexing.loaders import load_paths
 from indexing.loaders.pdf import join_lines, undecodable_share
+from tests.conftest import MAX_FILE_MB
 
 
 def only_document(path: Path) -> Document:
-    result = load_paths([path])
+    result = load_paths([path], MAX_FILE_MB)
     assert result.errors == [], result.errors
     [document] = result.documents
     return document
@@ -121,7 +122,7 @@ def test_the_main_content_rule_reads_main_not_the_rest_of_the_body(tmp_path: Pat
 def test_a_page_of_nothing_but_chrome_is_an_empty_file_error(tmp_path: Path) -> None:
     path = tmp_path / "menu.html"
     path.write_text(f"<html><body>{fx.SHORT_CHROME['nav']}{fx.SHORT_CHROME['footer']}</body></html>", encoding="utf-8")
-    [error] = load_paths([path]).errors
+    [error] = load_paths([path], MAX_FILE_MB).errors
     assert error.reason == "empty" and "navigation" in error.message
 
 
@@ -214,7 +215,7 @@ def test_a_zip_that_is_not_a_word_file_is_reported(tmp_path: Path) -> None:
     path = tmp_path / "archive.docx"
     with zipfile.ZipFile(path, "w") as archive:
         archive.writestr("readme.txt", "不是 Word 文件")
-    [error] = load_paths([path]).errors
+    [error] = load_paths([path], MAX_FILE_MB).errors
     assert "corrupt or truncated Word file" in error.message
 
 

@@ -17,9 +17,8 @@ from pydantic import SecretStr
 from core.config import Settings
 from core.documents import Document
 from core.embeddings import Embedder
-from core.text import get_tokenizer
 from retrieval import extractive
-from retrieval.retriever import Retriever
+from retrieval.retriever import build_retriever
 from service.graph import QueryOptions, QueryResult, WorkflowDeps, build_deps, prompts, run_query
 from tests.conftest import knowledge_base
 from tests.fakes.bocha_server import API_KEY, FakeBochaServer, page
@@ -83,7 +82,7 @@ def deps_for(
         bocha_api_url=bocha.api_url,
         **extra,
     )
-    return build_deps(settings, es, Retriever(es, embedder, get_tokenizer()))
+    return build_deps(settings, es, build_retriever(settings, es, embedder))
 
 
 def ask(deps: WorkflowDeps, question: str) -> QueryResult:
@@ -111,7 +110,7 @@ def test_seed_scenario_with_the_model(es, embedder, corpus, bocha, index_name) -
         )
         result = ask(deps, AGENTIC_QUESTION)
 
-    assert result.mode == "llm" and result.sub_questions == SUBS
+    assert result.answer_mode == "llm" and result.sub_questions == SUBS
     assert [s.node for s in result.trace] == SEED_PATH
     assert chat.names() == ["RouteDecision", "Decomposition", "PlanDecision", "Evaluation", "EvaluationWithWeb", ANSWER]
     assert [r.body["query"] for r in bocha.requests] == ["林晚舟 毕业 大学"]  # one search, the evaluator's query
@@ -141,7 +140,7 @@ def test_seed_scenario_without_a_model(es, embedder, corpus, bocha, index_name) 
     result = ask(deps, question)
 
     parts = ["青岚镇云雾茶社是谁创办的", "林晚舟毕业于哪所大学", "请给出来源链接"]
-    assert (result.mode, result.llm_calls, result.sub_questions) == ("extractive", 0, parts)
+    assert (result.answer_mode, result.llm_calls, result.sub_questions) == ("extractive", 0, parts)
     assert [s.node for s in result.trace] == [
         "split_question",
         "retrieve",

@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from core.config import get_settings
 from core.documents import Document
 from indexing.loaders.base import BadFileError, LoadError, LoadResult, SourceFile, check_content, check_size
 from indexing.loaders.epub import html_to_text, parse_epub
@@ -115,14 +114,13 @@ def find_files(paths: Iterable[str | Path], result: LoadResult) -> list[SourceFi
     return files
 
 
-def load_files(files: Iterable[SourceFile], result: LoadResult, max_file_mb: float | None = None) -> LoadResult:
+def load_files(files: Iterable[SourceFile], result: LoadResult, max_file_mb: float) -> LoadResult:
     """Load `files` into `result` (documents, errors, the files that loaded whole, parse time)."""
-    limit = get_settings().max_file_mb if max_file_mb is None else max_file_mb
     seen: dict[str, str] = {}
     started = time.perf_counter()
     for file in files:
         errors_before = len(result.errors)
-        for document in load_file(file, result.errors, limit):
+        for document in load_file(file, result.errors, max_file_mb):
             if document.doc_id in seen:
                 message = f"duplicate document id {document.doc_id!r} (already from {seen[document.doc_id]}): skipped"
                 result.errors.append(LoadError(path=str(file.path), message=message, reason="duplicate_id"))
@@ -135,7 +133,9 @@ def load_files(files: Iterable[SourceFile], result: LoadResult, max_file_mb: flo
     return result
 
 
-def load_paths(paths: Iterable[str | Path], max_file_mb: float | None = None) -> LoadResult:
-    """Load files and folders (recursively); errors and skipped files are collected, not raised."""
+def load_paths(paths: Iterable[str | Path], max_file_mb: float) -> LoadResult:
+    """Load files and folders (recursively); errors and skipped files are collected, not raised.
+
+    Files over `max_file_mb` (the `MAX_FILE_MB` setting) are refused unread."""
     result = LoadResult()
     return load_files(find_files(paths, result), result, max_file_mb)

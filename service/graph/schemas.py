@@ -8,7 +8,7 @@ lives in `prompts.py`.
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, StrictBool, field_validator
+from pydantic import AliasChoices, BaseModel, Field, StrictBool, field_validator
 
 from core.schema import Mode
 from retrieval.extractive import PartAnswer
@@ -114,7 +114,11 @@ class ChatTurn(BaseModel):
 
 
 class QueryOptions(BaseModel):
-    mode: Mode = Mode.HYBRID
+    retrieval_mode: Mode = Field(
+        Mode.HYBRID,
+        validation_alias=AliasChoices("retrieval_mode", "mode"),
+        description="how each sub-question is searched; `mode`, its older name, is still accepted",
+    )
     k: int = Field(8, ge=1, le=50)
     web: bool = True
     max_retrievals: int | None = Field(None, ge=1, le=20)
@@ -145,7 +149,12 @@ class TraceStep(BaseModel):
 class QueryResult(BaseModel):
     question: str
     answer: str
-    mode: AnswerMode = Field("llm", description="llm: written by the model; extractive: quotes only, no model")
+    answer_mode: AnswerMode = Field(
+        "llm",
+        validation_alias=AliasChoices("answer_mode", "mode"),
+        serialization_alias="mode",  # the response's field name, as before
+        description="llm: written by the model; extractive: quotes only, no model",
+    )
     mode_reason: str = Field("", description="why this answer mode (ANSWER_MODE, model configured / reachable)")
     route: str
     route_reason: str
