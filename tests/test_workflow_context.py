@@ -99,8 +99,9 @@ def test_query_options_reject_an_unknown_mode_and_bad_limits() -> None:
         QueryOptions(mode="semantic")
     with pytest.raises(ValidationError):
         QueryOptions(max_web_searches=-1)
+    assert QueryOptions(mode="bm25").retrieval_mode == "bm25"  # the request field's older name
     assert QueryOptions().model_dump() == {
-        "mode": "hybrid",
+        "retrieval_mode": "hybrid",
         "k": 8,
         "web": True,
         "max_retrievals": None,
