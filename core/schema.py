@@ -20,7 +20,7 @@ from core.text import ChineseTokenizer, bigram_terms, join_terms
 if TYPE_CHECKING:  # core.documents imports this module
     from core.documents import Chunk
 
-SCHEMA_VERSION = 2  # 2: page, section and file-hash fields (added to older indices in place)
+SCHEMA_VERSION = 3  # 2: page, section and file-hash fields; 3: filterable metadata (added to older indices in place)
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,7 @@ KEYWORD = Mapped("keyword")
 INTEGER = Mapped("integer")
 STANDARD = Mapped("text", (("analyzer", "standard"),))
 WHITESPACE = Mapped("text", (("analyzer", "whitespace"),))  # terms computed in Python, joined by spaces
+FLATTENED = Mapped("flattened", (("ignore_above", 1024),))
 
 
 class ChunkFields(BaseModel):
@@ -53,6 +54,8 @@ class ChunkFields(BaseModel):
     page_start: Annotated[int | None, INTEGER] = None
     page_end: Annotated[int | None, INTEGER] = None
     section: Annotated[str | None, KEYWORD] = None  # heading path, e.g. "第三章 药物治疗 / 3.2 用药"
+    # The document's own metadata (a JSONL record's "metadata"), stored, not indexed: `metadata_terms` is.
+    metadata: Annotated[dict[str, Any], Mapped("object", (("enabled", False),))] = Field(default_factory=dict)
 
     @classmethod
     def from_source(cls, source: dict[str, Any], **values: Any) -> Self:
@@ -71,7 +74,9 @@ class ChunkRecord(ChunkFields):
     embedding: Annotated[list[float], Mapped("dense_vector")]  # dims, similarity, HNSW: `index_body`
     content_hash: Annotated[str, KEYWORD]
     indexed_at: Annotated[str, Mapped("date")]
-    metadata: Annotated[dict[str, Any], Mapped("object", (("enabled", False),))] = Field(default_factory=dict)
+    # `metadata` again, filterable: every leaf value a keyword under its dotted key (`metadata_terms.author`),
+    # values over 1024 characters unindexed. Chunks written before schema 3 have none until indexed again.
+    metadata_terms: Annotated[dict[str, Any], FLATTENED] = Field(default_factory=dict)
     file_hash: Annotated[str | None, KEYWORD] = None  # of the whole file: `--sync` skips files the index holds
 
     @classmethod
@@ -94,6 +99,7 @@ class ChunkRecord(ChunkFields):
             content_hash=content_hash(chunk.text),
             indexed_at=datetime.now(UTC).isoformat(),
             metadata=document.metadata,
+            metadata_terms=document.metadata,
             page_start=chunk.page_start,
             page_end=chunk.page_end,
             section=chunk.section,
@@ -119,6 +125,8 @@ HIT_SOURCE_FIELDS = list(ChunkFields.model_fields)
 # Provenance of a chunk (pages of a PDF, heading path) and the hash of the file it came from:
 # schema version 2, added to older indices in place.
 PROVENANCE_PROPERTIES = {name: CHUNK_PROPERTIES[name] for name in ("page_start", "page_end", "section", "file_hash")}
+# Fields added after the first schema: `core.store.ensure_index` puts them into older indices.
+ADDED_PROPERTIES = PROVENANCE_PROPERTIES | {"metadata_terms": CHUNK_PROPERTIES["metadata_terms"]}
 
 
 class Mode(StrEnum):

@@ -15,7 +15,7 @@ from elasticsearch.serializer import OrjsonSerializer
 from core.config import Settings
 from core.embeddings import Embedder
 from core.retry import ES_SEARCH, is_transient, retrying
-from core.schema import PROVENANCE_PROPERTIES, index_body
+from core.schema import ADDED_PROPERTIES, index_body
 
 
 class IndexNotFoundError(LookupError):
@@ -146,8 +146,8 @@ def ensure_index(
         es.indices.put_alias(index=name, name=alias)
     check_embedder(es, alias, embedder)
     index = concrete_indices(es, alias)[0]
-    # Indices built before schema 2 lack the provenance fields; adding fields is allowed in place.
-    es.indices.put_mapping(index=index, properties=PROVENANCE_PROPERTIES)
+    # Indices built before schema 3 lack some fields; adding fields is allowed in place.
+    es.indices.put_mapping(index=index, properties=ADDED_PROPERTIES)
     return index
 
 

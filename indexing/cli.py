@@ -22,7 +22,7 @@ from core.embeddings import load_embedder
 from core.redact import redact_url
 from core.store import EmbedderMismatchError, create_client
 from core.text import get_tokenizer
-from indexing.loaders import SUPPORTED_SUFFIXES, LoadError, LoadResult, SourceFile, find_files, load_files
+from indexing.loaders import SUPPORTED_SUFFIXES, LoadError, LoadLimits, LoadResult, SourceFile, find_files, load_files
 from indexing.options import Chunking, IndexOptions, Layout, Partition, Scope, Throughput
 from indexing.pipeline import FileCounts, IndexSummary, index_documents
 from indexing.plan import indexed_files
@@ -165,7 +165,7 @@ def _index(
     loaded = LoadResult()
     files = find_files(args.paths, loaded)
     sync = _plan_sync(es, args.index, files, loaded) if args.sync else None
-    load_files(sync.todo if sync else files, loaded, settings.max_file_mb)
+    load_files(sync.todo if sync else files, loaded, LoadLimits.from_settings(settings))
     for error in loaded.errors:
         logger.error("%s", error)
     if loaded.errors:

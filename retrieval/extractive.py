@@ -23,12 +23,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
 from pydantic import BaseModel
 
 from core.chunking import split_sentences
 from core.config import Settings
-from core.embeddings import Embedder
+from core.embeddings import Embedder, cosine_similarities
 from core.schema import Mode
 from core.text import ChineseTokenizer
 from retrieval.results import Hit
@@ -270,7 +269,7 @@ def select(
     # Only the windows sharing the most terms with the part are embedded (ties: retrieval order).
     shortlist = sorted(range(len(candidates)), key=lambda i: -covered[i])[: limits.candidates]
     vectors = embedder.embed_documents([candidates[i].text for i in shortlist])
-    similarities = _cosine(vectors, embedder.embed_query(part))
+    similarities = cosine_similarities(vectors, embedder.embed_query(part))
     scored = []
     for i, similarity in zip(shortlist, similarities, strict=True):
         window = candidates[i]
@@ -292,12 +291,6 @@ def select(
     top_similarity = max(extract.similarity for _, extract in scored)
     answered = union >= limits.min_coverage and top_similarity >= limits.min_similarity
     return PartAnswer(part=part, extracts=kept, answered=answered, best_similarity=top_similarity, coverage=union)
-
-
-def _cosine(vectors: np.ndarray, query: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(vectors, axis=1) * (np.linalg.norm(query) or 1.0)
-    similarities: np.ndarray = (vectors @ query) / np.where(norms == 0, 1.0, norms)
-    return similarities
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ Keyword queries are cut by the index's own tokenizer, so they match what indexin
 """
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, model_validator
 
@@ -14,6 +14,12 @@ from core.schema import HIT_SOURCE_FIELDS, ID_FIELDS, Mode
 from core.text import ChineseTokenizer, bigram_terms, join_terms
 
 Clauses = list[dict[str, Any]]
+
+
+class SearchFilter(Protocol):
+    """Anything that narrows a search: its filter clauses, put inside every list (`Filters`, Dify's metadata conditions)."""
+
+    def to_es(self) -> Clauses: ...
 
 
 class Filters(BaseModel):

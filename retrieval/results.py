@@ -12,6 +12,9 @@ class Hit(ChunkFields):
 
     id: str
     score: float
+    # Cosine similarity of the query's and the chunk's embeddings, negatives as 0: a score whose
+    # meaning depends on neither the other hits nor the mode (set when asked: `similarity=True`).
+    similarity: float | None = None
     # Hybrid only, why it was returned: per fused list, its 1-based rank and score there
     # (None: not returned by that list) and the list's contribution; they sum to `score`.
     explain: dict[str, ListEvidence] | None = None

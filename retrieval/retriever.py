@@ -21,14 +21,14 @@ import numpy as np
 from elasticsearch import Elasticsearch, NotFoundError
 
 from core.config import FusionMethod, Settings
-from core.embeddings import Embedder
+from core.embeddings import Embedder, cosine_similarities
 from core.schema import HIT_SOURCE_FIELDS, LIST_MODES, Mode, chunk_id_from_fields
 from core.store import IndexMeta, IndexNotFoundError, check_embedder_meta, msearch, read_index_meta
 from core.text import ChineseTokenizer, get_tokenizer
 from retrieval import lists
 from retrieval.compare import Comparison, relate
 from retrieval.fusion import FusionParams, fuse
-from retrieval.lists import Filters
+from retrieval.lists import SearchFilter
 from retrieval.results import Hit, SearchResult
 
 _META_TTL_S = 30.0  # how long an index's embedder and dictionary are trusted before re-reading
@@ -95,19 +95,47 @@ class Retriever:
         self._indices: dict[str, tuple[float, IndexMeta, ChineseTokenizer]] = {}
 
     def search(
-        self, index: str, query: str, mode: Mode | str = Mode.HYBRID, k: int = 10, filters: Filters | None = None
+        self,
+        index: str,
+        query: str,
+        mode: Mode | str = Mode.HYBRID,
+        k: int = 10,
+        filters: SearchFilter | None = None,
+        *,
+        similarity: bool = False,
     ) -> SearchResult:
-        return self._search(index, query, Mode.from_str(mode), k, filters, _QueryVector(self.embedder, query))
+        """The top `k` of `mode`; with `similarity`, each hit's cosine to the query too (one more `mget`)."""
+        vector = _QueryVector(self.embedder, query)
+        result = self._search(index, query, Mode.from_str(mode), k, filters, vector)
+        if similarity:
+            self._similarities(index, result.hits, vector)
+        return result
+
+    def _similarities(self, index: str, hits: list[Hit], vector: _QueryVector) -> None:
+        """Set each hit's `similarity` from its stored embedding (the vector list's cosine, any mode)."""
+        stored = self._fetch(index, [hit.id for hit in hits], ["embedding"])
+        found = [hit for hit in hits if hit.id in stored]
+        if not found:
+            return
+        vectors = np.asarray([stored[hit.id]["embedding"] for hit in found])
+        for hit, value in zip(found, cosine_similarities(vectors, np.asarray(vector.get())), strict=True):
+            hit.similarity = max(0.0, float(value))
 
     def ranked_lists(
-        self, index: str, query: str, lists: Sequence[Mode], size: int, filters: Filters | None = None
+        self, index: str, query: str, lists: Sequence[Mode], size: int, filters: SearchFilter | None = None
     ) -> dict[str, list[tuple[str, float]]]:
         """(chunk id, score) of each list, `size` deep, in one `_msearch` without `_source`."""
         _validate(query, size)
         return self._lists(index, query, lists, size, filters, _QueryVector(self.embedder, query))
 
     def _lists(
-        self, index: str, query: str, lists: Sequence[Mode], size: int, filters: Filters | None, vector: _QueryVector
+        self,
+        index: str,
+        query: str,
+        lists: Sequence[Mode],
+        size: int,
+        filters: SearchFilter | None,
+        vector: _QueryVector,
     ) -> dict[str, list[tuple[str, float]]]:
         """Every list of `lists` in one `_msearch`, which Elasticsearch runs concurrently.
 
@@ -122,7 +150,7 @@ class Retriever:
         }
 
     def _search(
-        self, index: str, query: str, mode: Mode, k: int, filters: Filters | None, vector: _QueryVector
+        self, index: str, query: str, mode: Mode, k: int, filters: SearchFilter | None, vector: _QueryVector
     ) -> SearchResult:
         _validate(query, k)
         started = time.perf_counter()
@@ -136,7 +164,7 @@ class Retriever:
             ]
         return SearchResult(mode=mode, took_ms=(time.perf_counter() - started) * 1000, hits=hits)
 
-    def _hybrid(self, index: str, query: str, k: int, filters: Filters | None, vector: _QueryVector) -> list[Hit]:
+    def _hybrid(self, index: str, query: str, k: int, filters: SearchFilter | None, vector: _QueryVector) -> list[Hit]:
         ranked = self._lists(index, query, self.params.hybrid_lists, max(k, self.params.depth), filters, vector)
         fused = fuse(ranked, self.params.fusion_params, top=k)
         sources = self._fetch(index, [hit.id for hit in fused])
@@ -152,7 +180,7 @@ class Retriever:
         query: str,
         k: int = 10,
         modes: Sequence[Mode | str] = (Mode.VECTOR, Mode.HYBRID),
-        filters: Filters | None = None,
+        filters: SearchFilter | None = None,
     ) -> Comparison:
         """Run `query` in each of `modes` (each timed on its own; the query embedded once) and relate their top-k ids."""
         chosen = list(dict.fromkeys(Mode.from_str(mode) for mode in modes))
@@ -160,6 +188,11 @@ class Retriever:
             raise ValueError(f"compare needs at least two distinct modes, got {chosen}")
         vector = _QueryVector(self.embedder, query)
         return relate(query, k, {mode: self._search(index, query, mode, k, filters, vector) for mode in chosen})
+
+    def chunk(self, index: str, chunk_id: str) -> Hit | None:
+        """One chunk by id, whole (None when the base has no such chunk)."""
+        source = self._fetch(index, [chunk_id]).get(chunk_id)
+        return Hit.from_source(source, id=chunk_id, score=0.0) if source is not None else None
 
     def index_tokenizer(self, index: str) -> ChineseTokenizer:
         """The tokenizer `index` was cut with: the base dictionaries plus its stored corpus dictionary."""
@@ -173,13 +206,13 @@ class Retriever:
             self._indices[index] = cached
         return cached[1], cached[2]
 
-    def _fetch(self, index: str, ids: list[str]) -> dict[str, dict[str, Any]]:
-        """The `_source` of `ids` in one request."""
+    def _fetch(self, index: str, ids: list[str], fields: list[str] = HIT_SOURCE_FIELDS) -> dict[str, dict[str, Any]]:
+        """The `_source` `fields` of `ids` in one request."""
         if not ids:
             return {}
         try:
             # realtime=False reads the refreshed view the search just saw, without a refresh check.
-            docs = self.es.mget(index=index, ids=ids, source=HIT_SOURCE_FIELDS, realtime=False)["docs"]
+            docs = self.es.mget(index=index, ids=ids, source=fields, realtime=False)["docs"]
         except NotFoundError as err:
             raise IndexNotFoundError(index) from err
         return {doc["_id"]: doc["_source"] for doc in docs if doc.get("found")}
@@ -193,7 +226,7 @@ class Retriever:
         name: Mode,
         query: str,
         size: int,
-        filters: Filters | None,
+        filters: SearchFilter | None,
         vector: _QueryVector,
         *,
         source: bool,

@@ -27,6 +27,7 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 from starlette.concurrency import run_in_threadpool
+from starlette.routing import Route
 
 from core.config import Settings
 from core.embeddings import Embedder, load_embedder
@@ -99,19 +100,23 @@ _api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False, description="
 _bearer = HTTPBearer(auto_error=False, description="one of API_KEYS")
 
 
+def key_accepted(settings: Settings, presented: str) -> bool:
+    """True when `API_KEYS` is empty or `presented` is one of them (compared in constant time)."""
+    if not settings.api_keys:
+        return True
+    matched = False
+    for key in settings.api_keys:
+        matched |= hmac.compare_digest(presented.encode(), key.get_secret_value().encode())
+    return matched
+
+
 def require_api_key(
     settings: SettingsDep,
     api_key: Annotated[str | None, Depends(_api_key_header)],
     bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> None:
-    """Open when `API_KEYS` is empty; otherwise one of its keys, compared in constant time."""
-    if not settings.api_keys:
-        return
-    presented = (api_key or (bearer.credentials if bearer else "")).encode()
-    matched = False
-    for key in settings.api_keys:
-        matched |= hmac.compare_digest(presented, key.get_secret_value().encode())
-    if not matched:
+    """Open when `API_KEYS` is empty; otherwise one of its keys."""
+    if not key_accepted(settings, api_key or (bearer.credentials if bearer else "")):
         raise HTTPException(
             status_code=401,
             detail="missing or invalid API key: send `Authorization: Bearer <key>` or `X-API-Key: <key>`",
@@ -298,7 +303,8 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
             redact_url(settings.es_url),
             app.state.embedder.name,
         )
-        yield
+        async with app.state.mcp.session_manager.run():
+            yield
         app.state.es.close()
 
     # /docs loads Swagger UI from the app (fastapi-offline's packaged files), not a CDN: it works offline.
@@ -309,11 +315,19 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
         summary="Chinese knowledge-base questions answered with hybrid retrieval, sufficiency checks and web fallback",
         lifespan=lifespan,
     )
+    # The protocol routers build on this module's dependencies, so they are imported once it is loaded.
+    from service.protocols import dify, mcp_server, openai_chat
+
     app.state.settings = settings
     app.state.metrics = Metrics()
+    app.state.mcp = mcp_server.build_mcp_server(app.state)
     add_error_handlers(app)
     app.include_router(health)
     app.include_router(api)
+    app.include_router(openai_chat.router)
+    app.include_router(dify.router)
+    mcp_endpoint = mcp_server.http_endpoint(app.state.mcp, lambda key: key_accepted(settings, key))
+    app.router.routes.append(Route("/mcp", mcp_endpoint, methods=["GET", "POST", "DELETE"], include_in_schema=False))
     app.mount("/static", StaticFiles(directory=WEB_DIR), name="static")
 
     @app.get("/", include_in_schema=False)
@@ -324,8 +338,8 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
     app.add_middleware(
         CORSMiddleware,
         allow_origins=settings.cors_origins,
-        allow_methods=["GET", "POST"],
-        allow_headers=["Authorization", "X-API-Key", "Content-Type"],
+        allow_methods=["GET", "POST", "DELETE"],
+        allow_headers=["Authorization", "X-API-Key", "Content-Type", "Mcp-Session-Id", "Mcp-Protocol-Version"],
     )
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     return app

@@ -184,6 +184,24 @@ _HANDLERS: list[tuple[type[Exception], Callable[[Request, Any], Awaitable[JSONRe
 ]
 
 
+async def error_response(request: Request, err: Exception) -> JSONResponse:
+    """The answer the app gives `err` (its handler above, else a logged 500 naming an error id),
+    for routes that speak another protocol and reshape it into that protocol's error body."""
+    for kind in type(err).__mro__:
+        for exception, handler in _HANDLERS:
+            if kind is exception:
+                return await handler(request, err)
+    request.app.state.metrics.record_error(endpoint_label(request.scope), "internal")
+    return JSONResponse({"detail": internal_error(err, request.scope["path"])}, status_code=500)
+
+
+def internal_error(err: Exception, path: str) -> str:
+    """Log `err` with its traceback under a new error id; the detail the client gets names only the id."""
+    error_id = uuid.uuid4().hex[:12]
+    logger.error("unhandled error %s on %s", error_id, path, exc_info=err)
+    return f"internal error {error_id} ({type(err).__name__}); details are in the service log"
+
+
 def add_error_handlers(app: FastAPI) -> None:
     """The mapping above, quiet outage logs, and `UnexpectedErrors` for anything else."""
     quiet_outage_logs()
@@ -216,10 +234,8 @@ class UnexpectedErrors:
         try:
             await self.app(scope, receive, send_tracked)
         except Exception as err:
-            error_id = uuid.uuid4().hex[:12]
-            logger.exception("unhandled error %s on %s", error_id, scope["path"])
+            detail = internal_error(err, scope["path"])
             if started:
                 return  # the response is under way: the client sees it cut short
             scope["app"].state.metrics.record_error(endpoint_label(scope), "internal")
-            detail = f"internal error {error_id} ({type(err).__name__}); details are in the service log"
             await JSONResponse({"detail": detail}, status_code=500)(scope, receive, send)

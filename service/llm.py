@@ -54,6 +54,7 @@ def chat_model(settings: Settings, model: str, temperature: float) -> ChatOpenAI
         api_key=settings.openai_api_key or SecretStr("not-needed"),
         timeout=settings.llm_timeout,
         max_retries=0,  # the retry layer is `core.retry`'s policy, around each call
+        stream_usage=True,  # a streamed answer's token counts too (`QueryResult.usage`)
     )
 
 

@@ -30,11 +30,13 @@ from core.config import Settings
 from core.documents import Document
 from core.embeddings import Embedder, load_embedder
 from core.text import get_tokenizer
-from indexing.loaders import split_chapters
+from indexing.loaders import LoadLimits, split_chapters
 from indexing.options import IndexOptions
 from indexing.pipeline import index_documents
 from retrieval.retriever import RetrievalParams
 from service.graph import QueryOptions, QueryResult, WorkflowDeps, run_query
+
+pytest_plugins = ["tests.protocols"]  # the protocol tests' fixtures
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = shared_data()
@@ -44,7 +46,7 @@ SANGUO_SLICES = {1: 2700, 37: 1500}
 ES_VERSION = "8.19.21"
 _ES_URL = os.environ.get("ES_URL")
 PROJECT_VARIABLES = sorted(name.upper() for name in Settings.model_fields)
-MAX_FILE_MB = Settings(_env_file=None).max_file_mb  # the default limit, for tests that load files
+LOAD_LIMITS = LoadLimits.from_settings(Settings(_env_file=None))  # the default limits, for tests that load files
 PARAMS = RetrievalParams.from_settings(Settings(_env_file=None))  # the service's retrieval parameters
 INDEX_OPTIONS = IndexOptions.from_settings(Settings(_env_file=None))  # the indexing job's
 

@@ -4,6 +4,7 @@ import io
 from typing import Any
 
 from core.documents import Document
+from indexing.loaders.base import BadFileError
 
 _BLOCKS = ["p", "div", "br", "li", "tr", "blockquote", "pre", "h1", "h2", "h3", "h4", "h5", "h6"]
 
@@ -16,13 +17,22 @@ def html_to_text(element: Any) -> str:
     return "\n".join(line for line in lines if line)
 
 
+def prepare() -> None:
+    """Import ebooklib and BeautifulSoup (before a worker process is forked)."""
+    import bs4  # noqa: F401
+    from ebooklib import epub  # noqa: F401
+
+
 def parse_epub(data: bytes, source: str, stem: str) -> list[Document]:
     """One document per spine item with text, numbered in reading order."""
     import ebooklib
     from bs4 import BeautifulSoup
     from ebooklib import epub
 
-    book = epub.read_epub(io.BytesIO(data), options={"ignore_ncx": True})
+    try:
+        book = epub.read_epub(io.BytesIO(data), options={"ignore_ncx": True})
+    except Exception as err:  # zipfile, lxml and ebooklib errors on damaged packages
+        raise BadFileError("corrupt", f"corrupt or truncated EPUB file: {type(err).__name__}: {err}") from err
     book_title = next(iter(book.get_metadata("DC", "title")), (stem,))[0]
     documents: list[Document] = []
     for idref, _linear in book.spine:

@@ -63,6 +63,12 @@ class _Line:
     level: int = 0
 
 
+def prepare() -> None:
+    """Import the PDF libraries (before a worker process is forked)."""
+    import pdfplumber  # noqa: F401
+    import pypdfium2  # noqa: F401
+
+
 def parse_pdf(data: bytes, source: str, stem: str) -> list[Document]:
     """One document of the whole file; raises `BadFileError` for files that cannot be read."""
     if b"%%EOF" not in data.rstrip()[-1024:]:
@@ -146,8 +152,19 @@ class _Tables:
             return []
 
     def close(self) -> None:
-        if self._pdf is not None:
+        """Close pdfplumber's file; its `close` reads every page, so a page pdfminer cannot parse fails it.
+
+        The text (PDFium's) stands either way: that failure is logged, not the file's error.
+        """
+        if self._pdf is None:
+            return
+        try:
             self._pdf.close()
+        except Exception as err:
+            logger.warning(
+                "pdfplumber could not close the file (%s: %s); the text is unaffected", type(err).__name__, err
+            )
+            self._pdf.stream.close()
 
 
 def _chars(page: Any) -> list[_Char]:

@@ -13,6 +13,7 @@ from pathlib import Path
 from charset_normalizer import from_bytes
 
 from core.documents import Document
+from indexing.loaders.base import BadFileError
 from indexing.loaders.structure import section_starts
 
 logger = logging.getLogger(__name__)
@@ -28,6 +29,7 @@ _HEADING = re.compile(
     re.MULTILINE,
 )
 _MAX_HEADING_CHARS = 60
+_MAX_REPLACED_SHARE = 0.01  # undecodable characters in a damaged file of one encoding
 _MARKDOWN_HEADING = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t#]*$", re.MULTILINE)
 
 
@@ -45,15 +47,33 @@ def chinese_number(numeral: str) -> int:
     return total + digit
 
 
+def decode_damaged(data: bytes, encoding: str) -> str | None:
+    """`data` in `encoding` with its few undecodable bytes (a cut-off character, a stray byte)
+    replaced by U+FFFD; None when they are more than a damaged file has (another encoding)."""
+    text = data.decode(encoding, errors="replace")
+    replaced = text.count("\ufffd")
+    if replaced > _MAX_REPLACED_SHARE * len(text):
+        return None
+    logger.warning("%d bytes that are not %s replaced by U+FFFD", replaced, encoding)
+    return text
+
+
 def decode_bytes(data: bytes) -> str:
-    """UTF-8 (with or without BOM), else the encoding charset-normalizer detects (GB18030, ...)."""
+    """UTF-8 (with or without BOM; a few damaged bytes replaced), else the encoding charset-normalizer
+    detects (GB18030, ...)."""
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError:
         pass
+    damaged = decode_damaged(data, "utf-8-sig")
+    if damaged is not None:
+        return damaged
     best = from_bytes(data).best()
     if best is None:
-        raise ValueError("cannot detect the text encoding (not UTF-8, GB18030/GBK or another known one)")
+        raise BadFileError(
+            "undecodable_text",
+            "cannot detect the text encoding (not UTF-8, GB18030/GBK or another known one): save it as UTF-8",
+        )
     logger.info("decoded as %s", best.encoding)
     return str(best)
 

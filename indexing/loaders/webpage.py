@@ -26,7 +26,7 @@ from typing import Any
 from core.documents import Document
 from indexing.loaders.base import BadFileError
 from indexing.loaders.structure import CELL_SEPARATOR, Block, build_document
-from indexing.loaders.text import decode_bytes
+from indexing.loaders.text import decode_bytes, decode_damaged
 
 logger = logging.getLogger(__name__)
 
@@ -74,9 +74,18 @@ def decode_html(data: bytes) -> str:
         encoding = _SUPERSETS.get(declared.lower(), declared)
         try:
             return data.decode(encoding)
-        except (LookupError, UnicodeDecodeError):
-            logger.warning("declared charset %r does not decode the page: detecting instead", declared)
+        except UnicodeDecodeError:
+            if (damaged := decode_damaged(data, encoding)) is not None:
+                return damaged
+        except LookupError:
+            pass
+        logger.warning("declared charset %r does not decode the page: detecting instead", declared)
     return decode_bytes(data)
+
+
+def prepare() -> None:
+    """Parse a tiny page once: the imports and caches of a first call (≈1 s) are then done, before a fork."""
+    parse_html("<title>预热</title><nav>首页</nav><h1>预热</h1><p>预热段落。</p>".encode(), "prepare.html", "prepare")
 
 
 def parse_html(data: bytes, source: str, stem: str) -> list[Document]:

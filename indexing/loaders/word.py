@@ -17,6 +17,11 @@ from indexing.loaders.structure import CELL_SEPARATOR, Block, build_document
 _HEADING_STYLE = re.compile(r"^(?:heading|标题)\s*(\d)$", re.IGNORECASE)
 
 
+def prepare() -> None:
+    """Import python-docx (before a worker process is forked)."""
+    import docx  # noqa: F401
+
+
 def parse_docx(data: bytes, source: str, stem: str) -> list[Document]:
     """One document of the whole file; raises `BadFileError` for files that cannot be read."""
     import docx

@@ -10,6 +10,7 @@ from service.graph.schemas import (
     GapReport,
     QueryOptions,
     QueryResult,
+    TokenUsage,
     TraceStep,
     WorkflowEvent,
 )
@@ -27,6 +28,7 @@ __all__ = [
     "LLMNotConfiguredError",
     "QueryOptions",
     "QueryResult",
+    "TokenUsage",
     "TraceStep",
     "WorkflowDeps",
     "WorkflowEvent",

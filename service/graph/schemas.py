@@ -146,6 +146,17 @@ class TraceStep(BaseModel):
     outcome: str
 
 
+class TokenUsage(BaseModel):
+    """Tokens the chat models counted for one question, over every call (0 when no model answered)."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
 class QueryResult(BaseModel):
     question: str
     answer: str
@@ -169,6 +180,9 @@ class QueryResult(BaseModel):
     warnings: list[str]
     parts: list[PartAnswer] = Field(
         default_factory=list, description="extractive mode: per question part, its quotes and the verdict's figures"
+    )
+    usage: TokenUsage = Field(
+        default_factory=TokenUsage, description="tokens of every model call, as the endpoint counted them"
     )
 
 

@@ -29,6 +29,7 @@ from typing import Literal, cast
 import openai
 from elastic_transport import TransportError as ESTransportError
 from elasticsearch import ApiError, Elasticsearch
+from langchain_core.callbacks import UsageMetadataCallbackHandler
 from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
@@ -39,7 +40,7 @@ from core.store import EmbedderMismatchError, IndexNotFoundError, SearchError
 from retrieval.retriever import Retriever
 from service.graph import extractive_nodes, nodes
 from service.graph.memory import JudgementMemory
-from service.graph.schemas import AnswerMode, QueryOptions, QueryResult, WorkflowEvent
+from service.graph.schemas import AnswerMode, QueryOptions, QueryResult, TokenUsage, WorkflowEvent
 from service.graph.state import RunContext, WorkflowState
 from service.llm import LLMNotConfiguredError, LLMProbe, build_llms
 from service.websearch import WebSearch, build_web_search
@@ -270,7 +271,9 @@ async def _run_in_mode(
         "web_results": [],
     }
     # Each retrieval and each web search costs two super-steps; the code limits bound the total.
-    config: RunnableConfig = {"recursion_limit": 8 + 2 * ctx.max_retrievals + 2 * ctx.max_web_searches + 4}
+    usage = UsageMetadataCallbackHandler()  # every model call inside the nodes reports to it
+    limit = 8 + 2 * ctx.max_retrievals + 2 * ctx.max_web_searches + 4
+    config: RunnableConfig = {"recursion_limit": limit, "callbacks": [usage]}
     final: WorkflowState = {}
     graph = GRAPHS[mode]
     async for kind, chunk in graph.astream(initial, config=config, context=ctx, stream_mode=["custom", "values"]):
@@ -278,10 +281,10 @@ async def _run_in_mode(
             yield WorkflowEvent.model_validate(chunk)
         else:  # "values": the whole state after each step
             final = cast(WorkflowState, chunk)
-    yield WorkflowEvent(event="final", data=_result(final, ctx).model_dump(mode="json", by_alias=True))
+    yield WorkflowEvent(event="final", data=_result(final, ctx, usage).model_dump(mode="json", by_alias=True))
 
 
-def _result(state: WorkflowState, ctx: RunContext) -> QueryResult:
+def _result(state: WorkflowState, ctx: RunContext, usage: UsageMetadataCallbackHandler) -> QueryResult:
     trace = state.get("trace", [])
     timings: dict[str, float] = {}
     for step in trace:
@@ -304,4 +307,8 @@ def _result(state: WorkflowState, ctx: RunContext) -> QueryResult:
         web_calls=state["web_searches"],
         warnings=list(dict.fromkeys(state.get("warnings", []))),
         parts=state.get("part_answers", []),
+        usage=TokenUsage(
+            prompt_tokens=sum(model["input_tokens"] for model in usage.usage_metadata.values()),
+            completion_tokens=sum(model["output_tokens"] for model in usage.usage_metadata.values()),
+        ),
     )

@@ -22,6 +22,9 @@ from tests.fakes.server import FakeServer, Recorded, Response, Script, chunks
 
 ANSWER = "answer"
 EMBEDDINGS = "embeddings"
+# Token counts of every reply: a structured (tool-call) reply, and a streamed answer that asked for them.
+USAGE = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+STREAM_USAGE = {"prompt_tokens": 40, "completion_tokens": 20, "total_tokens": 60}
 
 
 @dataclass(frozen=True)
@@ -96,7 +99,7 @@ class FakeChatServer(FakeServer):
         if name == ANSWER:
             text = reply.content if isinstance(reply, Text) else str(reply)
             return (
-                self._stream(model, text)
+                self._stream(model, text, usage=bool((body.get("stream_options") or {}).get("include_usage")))
                 if body.get("stream")
                 else self._message(model, {"role": "assistant", "content": text}, "stop")
             )
@@ -122,7 +125,7 @@ class FakeChatServer(FakeServer):
                 "created": int(time.time()),
                 "model": model,
                 "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
-                "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+                "usage": USAGE,
             },
         )
 
@@ -137,7 +140,7 @@ class FakeChatServer(FakeServer):
         )
 
     @staticmethod
-    def _stream(model: str, text: str) -> Response:
+    def _stream(model: str, text: str, *, usage: bool) -> Response:
         def chunk(delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
             return {
                 "id": "chatcmpl-fake",
@@ -149,5 +152,8 @@ class FakeChatServer(FakeServer):
 
         events: list[Any] = [chunk({"role": "assistant", "content": ""}, None)]
         events += [chunk({"content": piece}, None) for piece in chunks(text)]
-        events += [chunk({}, "stop"), "[DONE]"]
+        events.append(chunk({}, "stop"))
+        if usage:  # stream_options.include_usage: one more chunk, without choices, with the counts
+            events.append({**chunk({}, None), "choices": [], "usage": STREAM_USAGE})
+        events.append("[DONE]")
         return Response(200, events, sse=True)

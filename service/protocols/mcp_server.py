@@ -1,0 +1,205 @@
+"""An MCP server (the official `mcp` SDK) over the retriever and the workflow.
+
+Tools: `list_knowledge_bases`, `search(query, kb?, mode?, k?, filters?)` (hits with their
+citation labels and pages) and `ask(question, kb?, web?)` (the workflow's answer with its
+citations, under the same honesty rules as `/query`: what the context does not confirm is said
+to be unconfirmed). Resource: a chunk by id, `chunk://{kb}/{chunk_id}`.
+
+Transports: streamable HTTP at `/mcp` on the service (`mount`; the same keys as the rest of the
+API, checked before the SDK sees the request) and stdio (`python -m service.mcp`).
+A failure the caller can act on (an unknown base, a missing index, Elasticsearch away, no model
+configured) is a tool error with a message; anything else stays in the service log.
+"""
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from typing import Annotated, TypeVar
+
+from elastic_transport import TransportError as ESTransportError
+from elasticsearch import ApiError
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
+from mcp.server.transport_security import TransportSecuritySettings
+from pydantic import BaseModel, Field
+from starlette.datastructures import State
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from core.schema import Mode
+from core.store import EmbedderMismatchError, IndexNotFoundError, SearchError
+from retrieval.lists import Filters
+from retrieval.results import Hit
+from service.graph import Citation, QueryOptions, run_query
+from service.llm import LLMNotConfiguredError
+from service.protocols.access import UnknownKnowledgeBase, readable_kbs, resolve_kb, workflow_for
+from service.protocols.openai_chat import source_list
+from service.schemas_api import MAX_K
+
+T = TypeVar("T")
+
+INSTRUCTIONS = (
+    "中文知识库检索与问答：search 返回带出处（章节、页码、小节）的片段，ask 用检索增强的工作流回答并引用出处；"
+    "知识库里没有的内容，回答会明确说明无法确认。"
+)
+
+
+class KnowledgeBase(BaseModel):
+    name: str
+    default: bool = Field(description="the base `kb` means when left out")
+    chunks: int | None = Field(None, description="chunks indexed (None: the index is not built yet)")
+
+
+class KnowledgeBases(BaseModel):
+    knowledge_bases: list[KnowledgeBase]
+
+
+class SearchHit(BaseModel):
+    id: str = Field(description="chunk id: read it whole as the resource chunk://{kb}/{id}")
+    label: str = Field(description="how to cite it: 《书名》第 3 页 · 小节, or 第N章 …")
+    page: int | str | None
+    section: str | None
+    chapter: int | None
+    title: str
+    source: str
+    score: float
+    text: str
+
+
+class SearchHits(BaseModel):
+    kb: str
+    mode: Mode
+    hits: list[SearchHit]
+
+
+class Answer(BaseModel):
+    answer: str = Field(description="the answer with [n] citations and the numbered source list")
+    citations: list[Citation]
+    mode: str = Field(description="llm: written by the model; extractive: quoted sentences only")
+    web_used: bool
+    warnings: list[str]
+
+
+def _hit(hit: Hit) -> SearchHit:
+    return SearchHit.model_validate(hit.model_dump(include=set(SearchHit.model_fields)))
+
+
+async def _explained(call: Awaitable[T]) -> T:
+    """`call`'s result; a failure the caller can act on becomes a tool error saying what to do."""
+    try:
+        return await call
+    except (UnknownKnowledgeBase, IndexNotFoundError, EmbedderMismatchError, LLMNotConfiguredError, ValueError) as err:
+        raise ToolError(str(err)) from err
+    except (ESTransportError, ApiError, SearchError) as err:
+        raise ToolError("Elasticsearch 暂时不可用，请稍后重试") from err
+
+
+def build_mcp_server(state: State) -> MCPServer:
+    """The server's tools over `state` (the app's: settings, retriever, workflow), for either transport."""
+    server: MCPServer = MCPServer(name="es-agentic-rag", instructions=INSTRUCTIONS)
+
+    @server.tool()
+    async def list_knowledge_bases() -> KnowledgeBases:
+        """The knowledge bases you may search and ask, with their size."""
+        kbs = readable_kbs(state.settings)
+        counts = await asyncio.gather(*(asyncio.to_thread(_chunks, state, kb) for kb in kbs))
+        return KnowledgeBases(
+            knowledge_bases=[
+                KnowledgeBase(name=kb, default=i == 0, chunks=n)
+                for i, (kb, n) in enumerate(zip(kbs, counts, strict=True))
+            ]
+        )
+
+    @server.tool()
+    async def search(
+        query: Annotated[str, Field(min_length=1, description="what to look for, in Chinese or any language")],
+        kb: Annotated[str | None, Field(description="knowledge base (default: the service's default)")] = None,
+        mode: Annotated[Mode, Field(description="hybrid (default), vector, bm25, bigram or standard")] = Mode.HYBRID,
+        k: Annotated[int, Field(ge=1, le=MAX_K, description="number of hits")] = 5,
+        filters: Annotated[Filters | None, Field(description="sources, chapter_from, chapter_to")] = None,
+    ) -> SearchHits:
+        """Search a knowledge base; each hit has its citation label, page and section."""
+
+        async def run() -> SearchHits:
+            base = resolve_kb(state.settings, kb)
+            result = await asyncio.to_thread(state.retriever.search, base, query, mode, k, filters)
+            return SearchHits(kb=base, mode=result.mode, hits=[_hit(hit) for hit in result.hits])
+
+        return await _explained(run())
+
+    @server.tool()
+    async def ask(
+        question: Annotated[str, Field(min_length=1, description="the question")],
+        kb: Annotated[str | None, Field(description="knowledge base (default: the service's default)")] = None,
+        web: Annotated[bool, Field(description="allow a web search when the knowledge base is not enough")] = True,
+    ) -> Answer:
+        """Answer from a knowledge base with the agentic workflow, citing sources; says what it cannot confirm."""
+
+        async def run() -> Answer:
+            workflow = workflow_for(state.workflow, resolve_kb(state.settings, kb))
+            result = await run_query(workflow, question, QueryOptions(web=web))
+            state.metrics.record_workflow(result.route, result.web_used, result.llm_calls, result.web_calls)
+            return Answer(
+                answer=result.answer + source_list(result.citations),
+                citations=result.citations,
+                mode=result.answer_mode,
+                web_used=result.web_used,
+                warnings=result.warnings,
+            )
+
+        return await _explained(run())
+
+    @server.resource("chunk://{kb}/{chunk_id}", mime_type="application/json")
+    async def chunk(kb: str, chunk_id: str) -> str:
+        """One chunk, whole, with where it comes from."""
+        try:
+            base = resolve_kb(state.settings, kb)
+            hit = await asyncio.to_thread(state.retriever.chunk, base, chunk_id)
+        except (UnknownKnowledgeBase, IndexNotFoundError) as err:
+            raise ResourceNotFoundError(str(err)) from err
+        if hit is None:
+            raise ResourceNotFoundError(f"no chunk {chunk_id!r} in {kb!r}")
+        return json.dumps(hit.model_dump(mode="json", exclude={"explain", "similarity"}), ensure_ascii=False)
+
+    return server
+
+
+def _chunks(state: State, kb: str) -> int | None:
+    try:
+        return int(state.es.count(index=kb)["count"])
+    except ApiError:
+        return None
+
+
+class KeyRequired:
+    """The API's keys in front of an ASGI app: `Authorization: Bearer <key>` or `X-API-Key`, else a 401."""
+
+    def __init__(self, app: ASGIApp, accepted: Callable[[str], bool]) -> None:
+        self.app, self.accepted = app, accepted
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope.get("headers", [])}
+        scheme, _, bearer = headers.get("authorization", "").partition(" ")
+        presented = headers.get("x-api-key") or (bearer.strip() if scheme.lower() == "bearer" else "")
+        if scope["type"] == "http" and not self.accepted(presented):
+            answer = JSONResponse(
+                {"detail": "missing or invalid API key: send `Authorization: Bearer <key>` or `X-API-Key: <key>`"},
+                status_code=401,
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+            await answer(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def http_endpoint(server: MCPServer, accepted: Callable[[str], bool]) -> ASGIApp:
+    """The streamable HTTP transport as one ASGI endpoint (routed at `/mcp`), keys checked first.
+
+    Stateless: every request stands alone, so any worker answers it. The Host-header check of the
+    SDK (DNS rebinding) is off: the service runs behind whatever name it is given, with its keys.
+    """
+    server.streamable_http_app(
+        stateless_http=True, transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    )
+    return KeyRequired(StreamableHTTPASGIApp(server.session_manager), accepted)

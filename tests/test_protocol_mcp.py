@@ -1,0 +1,93 @@
+"""The MCP server through the `mcp` SDK's own client, over both transports: streamable HTTP at
+`/mcp` on the service under uvicorn (with the API's keys), and stdio (`python -m service.mcp`
+as a subprocess). The workflow runs for real against a fake OpenAI server."""
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import httpx2
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+
+from tests.conftest import subprocess_env
+from tests.fakes.openai_server import FakeChatServer
+from tests.protocols import ANSWER_TEXT, DOCS, KEY, QUESTION
+
+TOOLS = {"list_knowledge_bases", "search", "ask"}
+
+
+async def session(client: Client, protocol_kb: str) -> dict[str, Any]:
+    """What the tests check of one session: the tools, a search, an answer and a chunk resource."""
+    tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+    bases = (await client.call_tool("list_knowledge_bases", {})).structured_content
+    found = await client.call_tool("search", {"query": "七擒孟获", "k": 2})
+    hits = (found.structured_content or {})["hits"]
+    chunk = await client.read_resource(f"chunk://{protocol_kb}/{hits[0]['id']}")
+    answer = await client.call_tool("ask", {"question": QUESTION, "web": False})
+    unknown = await client.call_tool("search", {"query": "孟获", "kb": "no-such-kb"})
+    return {
+        "tools": tools,
+        "bases": bases,
+        "hits": hits,
+        "chunk": json.loads(chunk.contents[0].text),  # type: ignore[union-attr]
+        "answer": answer.structured_content,
+        "unknown": unknown,
+    }
+
+
+def check(seen: dict[str, Any], protocol_kb: str) -> None:
+    assert set(seen["tools"]) == TOOLS
+    assert set(seen["tools"]["search"].input_schema["properties"]) == {"query", "kb", "mode", "k", "filters"}
+    assert set(seen["tools"]["ask"].input_schema["properties"]) == {"question", "kb", "web"}
+    assert seen["bases"] == {"knowledge_bases": [{"name": protocol_kb, "default": True, "chunks": len(DOCS)}]}
+    top = seen["hits"][0]
+    assert len(seen["hits"]) == 2 and "孟获" in top["text"] and top["label"] == "第90章 七擒孟获 · sanguo"
+    assert {"page", "section", "chapter"} <= set(top)
+    assert seen["chunk"]["id"] == top["id"] and seen["chunk"]["text"] == top["text"]
+    answer = seen["answer"]
+    assert answer["answer"].startswith(ANSWER_TEXT) and "[1] 第90章 七擒孟获 · sanguo" in answer["answer"]
+    assert answer["citations"][0]["chapter"] == 90 and answer["mode"] == "llm" and answer["web_used"] is False
+    assert seen["unknown"].is_error and "no-such-kb" in seen["unknown"].content[0].text
+
+
+def test_streamable_http_at_mcp_with_the_api_key(protocol_url: str, protocol_kb: str) -> None:
+    async def run() -> dict[str, Any]:
+        async with (
+            httpx2.AsyncClient(headers={"Authorization": f"Bearer {KEY}"}, timeout=120) as http,
+            Client(streamable_http_client(f"{protocol_url}/mcp", http_client=http)) as client,
+        ):
+            return await session(client, protocol_kb)
+
+    check(asyncio.run(run()), protocol_kb)
+
+
+def test_mcp_without_a_key_is_401(protocol_url: str) -> None:
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    for headers in ({}, {"Authorization": "Bearer wrong"}):
+        response = httpx.post(f"{protocol_url}/mcp", json=body, headers=headers)
+        assert response.status_code == 401 and response.headers["www-authenticate"] == "Bearer"
+
+
+def test_stdio_python_m_service_mcp(
+    es_url: str, protocol_kb: str, protocol_llm: FakeChatServer, tmp_path: Path
+) -> None:
+    env = subprocess_env(
+        ES_URL=es_url,
+        ES_INDEX=protocol_kb,
+        JUDGEMENTS_INDEX=f"{protocol_kb}-judgements",
+        OPENAI_BASE_URL=protocol_llm.base_url,
+        MODEL_NAME="fake-model",
+        LOG_LEVEL="WARNING",
+    )
+    server = StdioServerParameters(command=sys.executable, args=["-m", "service.mcp"], env=env, cwd=tmp_path)
+
+    async def run() -> dict[str, Any]:
+        async with Client(server, read_timeout_seconds=120) as client:
+            return await session(client, protocol_kb)
+
+    check(asyncio.run(run()), protocol_kb)
