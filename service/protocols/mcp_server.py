@@ -98,6 +98,13 @@ async def _explained(call: Awaitable[T]) -> T:
 def build_mcp_server(state: State) -> MCPServer:
     """The server's tools over `state` (the app's: settings, retriever, workflow), for either transport."""
     server: MCPServer = MCPServer(name="es-agentic-rag", instructions=INSTRUCTIONS)
+    _add_search_tools(server, state)
+    _add_answer_tools(server, state)
+    return server
+
+
+def _add_search_tools(server: MCPServer, state: State) -> None:
+    """`list_knowledge_bases` and `search`."""
 
     @server.tool()
     async def list_knowledge_bases() -> KnowledgeBases:
@@ -127,6 +134,10 @@ def build_mcp_server(state: State) -> MCPServer:
             return SearchHits(kb=base, mode=result.mode, hits=[_hit(hit) for hit in result.hits])
 
         return await _explained(run())
+
+
+def _add_answer_tools(server: MCPServer, state: State) -> None:
+    """`ask` and the `chunk://` resource."""
 
     @server.tool()
     async def ask(
@@ -161,8 +172,6 @@ def build_mcp_server(state: State) -> MCPServer:
         if hit is None:
             raise ResourceNotFoundError(f"no chunk {chunk_id!r} in {kb!r}")
         return json.dumps(hit.model_dump(mode="json", exclude={"explain", "similarity"}), ensure_ascii=False)
-
-    return server
 
 
 def _chunks(state: State, kb: str) -> int | None:
