@@ -36,6 +36,10 @@ class FusionMethod(StrEnum):
         return parse_name(cls, value, "fusion method")
 
 
+# How judgements ask for structured output (service/structured.py): auto tries them in this order.
+StructuredOutput = Literal["auto", "tools", "json_schema", "json_object", "prompt"]
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_file=".env", env_file_encoding="utf-8", extra="ignore")
 
@@ -77,6 +81,8 @@ class Settings(BaseSettings):
     evaluator_model_name: str | None = None
     generation_temperature: float = 0.3
     llm_timeout: float = 60.0
+    structured_output: StructuredOutput = "auto"  # auto: the first strategy the endpoint accepts, remembered
+    show_reasoning: bool = True  # the model's reasoning as `reasoning` events and field (never in the answer)
 
     # Web search (Bocha)
     bocha_api_key: SecretStr | None = None

@@ -5,6 +5,7 @@ model and web search played by the fake servers. Screenshots go to test-output/.
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -18,6 +19,7 @@ from indexing.loaders import split_chapters
 from service.api import create_app
 from tests.conftest import REPO_ROOT, SANGUO_PATH, knowledge_base
 from tests.fakes.bocha_server import API_KEY, FakeBochaServer, page
+from tests.fakes.habits import HABITS
 from tests.fakes.openai_server import ANSWER, FakeChatServer
 from tests.serving import serve
 from tests.test_workflow import LOCAL_PATH
@@ -182,18 +184,50 @@ def extractive_url(es_url: str, alias: str, embedder: Embedder) -> Iterator[str]
         yield url
 
 
-def test_without_a_model_the_page_marks_the_answer_extractive(browser: Browser, extractive_url: str) -> None:
+@contextmanager
+def asked(browser: Browser, url: str, question: str) -> Iterator[Page]:
+    """A fresh tab on the page at `url` that has asked `question`."""
     context = browser.new_context(viewport={"width": 1280, "height": 900}, locale="zh-CN")
     tab = context.new_page()
-    tab.goto(extractive_url)
-    expect(tab.locator("#ready")).to_contain_text("回答为原文摘录")
-    tab.fill("#question", "张角兄弟三人分别叫什么名字？")
+    tab.goto(url)
+    tab.fill("#question", question)
     tab.click("#ask-button")
-    expect(tab.locator("#timeline li.total")).to_be_visible(timeout=60_000)
-    expect(tab.locator("#answer-mode")).to_have_text("抽取式回答 · 原文摘录，未使用大模型")
-    expect(tab.locator("#answer")).to_contain_text("时巨鹿郡有兄弟三人，一名张角，一名张宝，一名张梁。")
-    expect(tab.locator("#answer a.cite").first).to_have_attribute("href", "#cite-1")
-    expect(tab.locator("#cite-1")).to_contain_text("第1章")
-    expect(tab.locator("#timeline li[data-node=select_evidence]")).to_contain_text("[extractive]")
-    screenshot(tab, "answer-extractive.png")
+    yield tab
     context.close()
+
+
+def test_without_a_model_the_page_marks_the_answer_extractive(browser: Browser, extractive_url: str) -> None:
+    with asked(browser, extractive_url, "张角兄弟三人分别叫什么名字？") as tab:
+        expect(tab.locator("#ready")).to_contain_text("回答为原文摘录")
+        expect(tab.locator("#timeline li.total")).to_be_visible(timeout=60_000)
+        expect(tab.locator("#answer-mode")).to_have_text("抽取式回答 · 原文摘录，未使用大模型")
+        expect(tab.locator("#answer")).to_contain_text("时巨鹿郡有兄弟三人，一名张角，一名张宝，一名张梁。")
+        expect(tab.locator("#answer a.cite").first).to_have_attribute("href", "#cite-1")
+        expect(tab.locator("#cite-1")).to_contain_text("第1章")
+        expect(tab.locator("#timeline li[data-node=select_evidence]")).to_contain_text("[extractive]")
+        screenshot(tab, "answer-extractive.png")
+
+
+@pytest.fixture(scope="module")
+def reasoning_url(es_url: str, alias: str, embedder: Embedder) -> Iterator[str]:
+    """The same knowledge base; the model reasons inline (deepseek-r1 on Ollama: no tools, <think> in the content)."""
+    with FakeChatServer(HABITS["think_inline"]) as llm:
+        llm.on("RouteDecision", {"strategy": "simple", "reason": "常识"}).on(ANSWER, "一年有四个季节。")
+        settings = Settings(
+            _env_file=None, es_url=es_url, es_index=alias, openai_base_url=llm.base_url, model_name="r1"
+        )
+        with serve(create_app(settings, embedder=embedder)) as url:
+            yield url
+
+
+def test_the_reasoning_is_shown_folded_and_never_in_the_answer(browser: Browser, reasoning_url: str) -> None:
+    with asked(browser, reasoning_url, "一年有几个季节？") as tab:
+        expect(tab.locator("#answer")).to_have_text("一年有四个季节。")
+        box = tab.locator("#reasoning-box")
+        expect(box.locator("summary")).to_have_text("思考过程")
+        expect(box).not_to_have_attribute("open", "")  # folded
+        expect(tab.locator("#reasoning")).to_have_text(HABITS["think_inline"].reasoning_text)
+        expect(tab.locator("#reasoning")).to_be_hidden()
+        box.locator("summary").click()
+        expect(tab.locator("#reasoning")).to_be_visible()
+        screenshot(tab, "answer-reasoning.png")

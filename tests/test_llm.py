@@ -9,6 +9,7 @@ from pydantic import SecretStr
 
 from core.config import Settings
 from service.graph.nodes import stream_answer
+from service.graph.prompts import OUTPUT_FORMAT
 from service.graph.schemas import Decomposition, Evaluation
 from service.llm import LLMNotConfiguredError, ask_structured, build_llms
 from tests.fakes.openai_server import ANSWER, FakeChatServer, Text
@@ -40,8 +41,9 @@ def test_judge_and_answer_models_from_settings() -> None:
         judge, answer = build_llms(settings_for(server))
         same_judge, _ = build_llms(settings_for(server, evaluator_model_name=None))
     assert judge is not None and answer is not None and same_judge is not None
-    assert (judge.model_name, judge.temperature, answer.model_name, answer.temperature) == ("small", 0.0, "big", 0.7)
-    assert same_judge.model_name == "big"  # EVALUATOR_MODEL_NAME defaults to MODEL_NAME
+    assert (judge.name, judge.client.temperature, answer.name, answer.client.temperature) == ("small", 0.0, "big", 0.7)
+    assert same_judge.name == "big"  # EVALUATOR_MODEL_NAME defaults to MODEL_NAME
+    assert judge.habits is not answer.habits  # two models, two sets of habits
     assert "sk-test-secret" not in repr(judge)
 
 
@@ -51,35 +53,37 @@ def test_structured_output_is_a_forced_tool_call() -> None:
             "Evaluation", {"enough": False, "missing": ["a", "b", "a", " ", *"cdefgh"], "reason": "r", "web_query": "q"}
         )
         judge, _ = build_llms(settings_for(server))
-        parsed, error = asyncio.run(ask_structured(judge, Evaluation, [HumanMessage("问题")]))
-    assert error is None
-    assert parsed == Evaluation(enough=False, missing=["a", "b", "c", "d", "e", "f"], reason="r", web_query="q")
+        result = asyncio.run(ask_structured(judge, Evaluation, [HumanMessage("问题")], OUTPUT_FORMAT))
+    assert result.error is None and (result.calls, result.strategy) == (1, "tools")
+    assert result.value == Evaluation(enough=False, missing=["a", "b", "c", "d", "e", "f"], reason="r", web_query="q")
     [request] = server.requests
     body = request.body
     assert request.headers["authorization"] == "Bearer sk-test-secret"
     assert body["tool_choice"] == {"type": "function", "function": {"name": "Evaluation"}}
     assert body["tools"][0]["function"]["name"] == "Evaluation" and "response_format" not in body
+    assert "parallel_tool_calls" not in body  # a parameter some OpenAI-compatible servers reject
     assert body["temperature"] == 0.0 and not body.get("stream")
 
 
 @pytest.mark.parametrize(
-    ("reply", "requests", "error"),
+    ("reply", "requests", "calls", "error"),
     [
-        ('{"sub_questions": ["a"', 1, "无法解析"),  # truncated JSON
-        ({"sub_questions": [], "reason": "x"}, 1, "无法解析"),  # fails validation (1..8)
-        (Text("抱歉"), 1, "未按要求"),  # no tool call at all
-        (500, 3, "模型调用失败"),  # a 5xx after the retry policy's three attempts
-        (400, 1, "模型调用失败"),  # a 4xx is not retried
+        ('{"sub_questions": ["a"', 2, 2, "没有完整的 JSON 对象"),  # truncated JSON, asked for once more
+        ({"sub_questions": [], "reason": "x"}, 2, 2, "sub_questions: List should have at least 1 item"),  # 1..8
+        (Text("抱歉"), 1, 1, "未按要求"),  # no tool call at all (STRUCTURED_OUTPUT=tools: no other strategy)
+        (500, 3, 1, "模型调用失败"),  # a 5xx after the retry policy's three attempts: one call
+        (400, 1, 1, "模型调用失败"),  # a 4xx that names no feature is not a refusal, and is not retried
     ],
     ids=["truncated", "invalid", "no-tool-call", "http-500", "http-400"],
 )
-def test_bad_structured_output_is_a_result_not_a_crash(reply, requests, error) -> None:
+def test_bad_structured_output_is_a_result_not_a_crash(reply, requests, calls, error) -> None:
     with FakeChatServer() as server:
         server.on("Decomposition", reply)
-        judge, _ = build_llms(settings_for(server))
-        parsed, why = asyncio.run(ask_structured(judge, Decomposition, [HumanMessage("问题")]))
-    assert parsed is None and why is not None and error in why
-    assert len(server.requests) == requests
+        judge, _ = build_llms(settings_for(server, structured_output="tools"))
+        result = asyncio.run(ask_structured(judge, Decomposition, [HumanMessage("问题")], OUTPUT_FORMAT))
+    assert result.value is None and result.error is not None and error in result.error
+    assert (len(server.requests), result.calls) == (requests, calls)
+    assert server.names() == ["Decomposition"] * requests  # the same strategy every time
 
 
 def test_answer_streams_over_sse_without_emoji() -> None:
@@ -87,19 +91,9 @@ def test_answer_streams_over_sse_without_emoji() -> None:
     with FakeChatServer() as server:
         server.on(ANSWER, "刘备😀在桃园结义✨[1]。")
         _, answer = build_llms(settings_for(server))
-        text = asyncio.run(stream_answer(answer, [HumanMessage("问题")], pieces.append))
-    assert text == "刘备在桃园结义[1]。"
+        text, reasoning = asyncio.run(
+            stream_answer(answer, [HumanMessage("问题")], pieces.append, settings_for(server))
+        )
+    assert (text, reasoning) == ("刘备在桃园结义[1]。", "")
     assert len(pieces) >= 3 and "".join(p["data"]["text"] for p in pieces) == text
     assert server.requests[0].body["stream"] is True and server.requests[0].body["model"] == "big"
-
-
-def test_langchain_default_is_json_schema_and_the_fake_speaks_it_too() -> None:
-    """Why `ask_structured` forces function calling: this langchain-openai's default is `json_schema`."""
-    with FakeChatServer() as server:
-        server.on("Evaluation", {"enough": True, "missing": [], "reason": "够"})
-        judge, _ = build_llms(settings_for(server))
-        assert judge is not None
-        parsed = asyncio.run(judge.with_structured_output(Evaluation).ainvoke([HumanMessage("问题")]))
-    assert parsed == Evaluation(enough=True, reason="够")
-    body = server.requests[0].body
-    assert body["response_format"]["type"] == "json_schema" and "tools" not in body

@@ -17,6 +17,7 @@ from pydantic import SecretStr
 from core.config import Settings
 from core.embeddings import OpenAIEmbedder
 from core.retry import OPENAI_ATTEMPTS
+from service.graph.prompts import OUTPUT_FORMAT
 from service.graph.schemas import RouteDecision
 from service.llm import ask_structured, build_llms, stream_text
 from tests.fakes.openai_server import ANSWER, EMBEDDINGS, FakeChatServer
@@ -36,8 +37,8 @@ def test_a_transient_chat_failure_is_retried_and_logged_once(caplog: pytest.LogC
     with FakeChatServer() as server:
         server.on("RouteDecision", 503, {"strategy": "simple", "reason": "常识"})
         judge, _ = build_llms(settings_for(server))
-        parsed, error = asyncio.run(ask_structured(judge, RouteDecision, [HumanMessage("问题")]))
-    assert parsed == RouteDecision(strategy="simple", reason="常识") and error is None
+        result = asyncio.run(ask_structured(judge, RouteDecision, [HumanMessage("问题")], OUTPUT_FORMAT))
+    assert result.value == RouteDecision(strategy="simple", reason="常识") and result.error is None
     assert len(server.requests) == 2
     [line] = [r.getMessage() for r in caplog.records]
     assert line.startswith("RouteDecision call failed (") and "503" in line and "attempt 1" in line
@@ -48,14 +49,15 @@ def test_rate_limits_are_retried_up_to_the_policy_limit() -> None:
     with FakeChatServer() as server:
         server.on("RouteDecision", 429)
         judge, _ = build_llms(settings_for(server))
-        parsed, error = asyncio.run(ask_structured(judge, RouteDecision, [HumanMessage("问题")]))
-    assert parsed is None and error is not None and error.startswith("模型调用失败") and "RateLimit" in error
+        result = asyncio.run(ask_structured(judge, RouteDecision, [HumanMessage("问题")], OUTPUT_FORMAT))
+    error = result.error
+    assert result.value is None and error is not None and error.startswith("模型调用失败") and "RateLimit" in error
     assert len(server.requests) == OPENAI_ATTEMPTS
 
 
 def test_the_answer_stream_is_retried_until_its_first_piece() -> None:
     async def collect(llm: Any) -> list[str]:
-        return [piece async for piece in stream_text(llm, [HumanMessage("问题")])]
+        return [text async for _, text in stream_text(llm, [HumanMessage("问题")])]
 
     with FakeChatServer() as server:
         server.on(ANSWER, 502, "刘备、关羽、张飞在桃园结义。")

@@ -1,62 +1,36 @@
-"""The seed articles' own example, on a small fictional corpus written for it (so no model or
-search engine could know the answer): a multi-hop question whose first hop is in the knowledge
-base and whose second needs the web, plus a request for source links.
-
-Run twice: by the agentic workflow (the fake OpenAI-compatible server plays the model), and by
-the extractive workflow (no model). Bocha is the fake Bocha server; Elasticsearch is real.
+"""The seed articles' example (tests/seed_scenario.py), run by the agentic workflow (the fake
+OpenAI-compatible server plays the model: tidy, and once per habit of real servers), and by the
+extractive workflow (no model). Bocha is the fake Bocha server; Elasticsearch is real.
 """
 
 import asyncio
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from elasticsearch import Elasticsearch
-from pydantic import SecretStr
 
-from core.config import Settings
-from core.documents import Document
 from core.embeddings import Embedder
 from retrieval import extractive
-from retrieval.retriever import build_retriever
-from service.graph import QueryOptions, QueryResult, WorkflowDeps, build_deps, prompts, run_query
+from service.graph import QueryOptions, QueryResult, WorkflowDeps, prompts, run_query
 from tests.conftest import knowledge_base
-from tests.fakes.bocha_server import API_KEY, FakeBochaServer, page
+from tests.fakes.bocha_server import FakeBochaServer
+from tests.fakes.habits import HABITS, STRATEGY
 from tests.fakes.openai_server import ANSWER, FakeChatServer
+from tests.seed_scenario import (
+    AGENTIC_QUESTION,
+    CORPUS,
+    MODEL_CALLS,
+    SCRIPTED_ANSWER,
+    SUBS,
+    WEB_PAGE,
+    WEB_QUERY,
+    WEB_URL,
+    deps_for,
+    run_habit,
+    script_model,
+)
 from tests.test_extractive import assert_only_quotes
 from tests.test_workflow import SEED_PATH
-
-# 青岚镇 and everyone in it are invented for this test.
-CORPUS = [
-    Document(
-        "qinglan-1",
-        "青岚镇的云雾茶社由林晚舟于二〇一五年创办。茶社的招牌茶叫“雾里青”，用镇北白鹭山的春茶制成。"
-        "每年清明前后，茶社会请镇上的老茶师沈砚秋主持开园仪式。",
-        "青岚镇志.md",
-        title="青岚镇志·茶事",
-    ),
-    Document(
-        "qinglan-2",
-        "白鹭山在青岚镇北面，山上有一座石拱桥，名叫望归桥，相传是清代乡绅周允和出资修建。",
-        "青岚镇志.md",
-        title="青岚镇志·山川",
-    ),
-    Document(
-        "qinglan-3",
-        "青岚镇的集市每逢农历初一、十五开市，镇东的渡口每天有三班渡船往返对岸的柳湾村。",
-        "青岚镇志.md",
-        title="青岚镇志·集市",
-    ),
-]
-WEB_URL = "https://baike.example.org/item/林晚舟"
-WEB_PAGE = page(
-    "林晚舟 - 示例百科",
-    WEB_URL,
-    "林晚舟，茶人，2009年毕业于江南农业大学茶学系，后回到家乡青岚镇创办云雾茶社。",
-    site="示例百科",
-)
-AGENTIC_QUESTION = "青岚镇云雾茶社的创办人是谁？这位创办人毕业于哪所大学？请给出来源链接。"
-SUBS = ["青岚镇云雾茶社的创办人是谁？", "林晚舟毕业于哪所大学？"]
 
 
 @pytest.fixture(scope="module")
@@ -71,40 +45,12 @@ def bocha() -> Iterator[FakeBochaServer]:
         yield server
 
 
-def deps_for(
-    es: Elasticsearch, embedder: Embedder, corpus: str, bocha: FakeBochaServer, judgements: str, **extra: Any
-) -> WorkflowDeps:
-    settings = Settings(
-        _env_file=None,
-        es_index=corpus,
-        judgements_index=judgements,
-        bocha_api_key=SecretStr(API_KEY),
-        bocha_api_url=bocha.api_url,
-        **extra,
-    )
-    return build_deps(settings, es, build_retriever(settings, es, embedder))
-
-
 def ask(deps: WorkflowDeps, question: str) -> QueryResult:
     return asyncio.run(run_query(deps, question, QueryOptions(k=3)))
 
 
 def test_seed_scenario_with_the_model(es, embedder, corpus, bocha, index_name) -> None:
-    with FakeChatServer() as chat:
-        chat.on("RouteDecision", {"strategy": "complex", "reason": "需要知识库和出处"})
-        chat.on("Decomposition", {"sub_questions": SUBS, "reason": "先找创办人，再查其学历"})
-        chat.on("PlanDecision", {"next_action": "retrieve", "reason": "还要查第二跳"})
-        chat.on(
-            "Evaluation",
-            {
-                "enough": False,
-                "missing": ["林晚舟毕业的大学", "来源链接"],
-                "reason": "资料[1]只写了林晚舟创办茶社",
-                "web_query": "林晚舟 毕业 大学",
-            },
-        )
-        chat.on("EvaluationWithWeb", {"enough": True, "missing": [], "reason": "网络资料补足了学历和链接"})
-        chat.on(ANSWER, f"云雾茶社由林晚舟创办[1]；她毕业于江南农业大学[4]。来源链接：{WEB_URL}")
+    with script_model(FakeChatServer()) as chat:
         deps = deps_for(
             es, embedder, corpus, bocha, index_name("test-judgements"), openai_base_url=chat.base_url, model_name="m"
         )
@@ -112,8 +58,8 @@ def test_seed_scenario_with_the_model(es, embedder, corpus, bocha, index_name) -
 
     assert result.answer_mode == "llm" and result.sub_questions == SUBS
     assert [s.node for s in result.trace] == SEED_PATH
-    assert chat.names() == ["RouteDecision", "Decomposition", "PlanDecision", "Evaluation", "EvaluationWithWeb", ANSWER]
-    assert [r.body["query"] for r in bocha.requests] == ["林晚舟 毕业 大学"]  # one search, the evaluator's query
+    assert chat.names() == MODEL_CALLS
+    assert [r.body["query"] for r in bocha.requests] == [WEB_QUERY]  # one search, the evaluator's query
     first, second = (c.body for c in chat.calls("Evaluation") + chat.calls("EvaluationWithWeb"))
     assert "由林晚舟于二〇一五年创办" in first["messages"][-1]["content"]  # the first hop came from the corpus
     assert second["messages"][0]["content"] == prompts.EVALUATE_WITH_WEB_SYSTEM
@@ -124,6 +70,33 @@ def test_seed_scenario_with_the_model(es, embedder, corpus, bocha, index_name) -
     assert (1, "local", None) in kinds and (4, "web", WEB_URL) in kinds
     assert result.citations[0].title == "青岚镇志·茶事"
     assert WEB_URL in result.answer and prompts.UNCONFIRMED not in result.answer
+
+
+@pytest.mark.parametrize("habit", list(HABITS))
+def test_seed_scenario_with_every_habit_of_real_servers(es, embedder, corpus, index_name, habit) -> None:
+    """Each habit's server gives the tidy server's run: decomposed, verdicts from the model, one web
+    search, the answer exactly as scripted (not a character of reasoning, streamed or final)."""
+    run = run_habit(es, embedder, corpus, habit, index_name("test-judgements"))
+    result = run.first.result
+
+    assert result.sub_questions == SUBS and [s.node for s in result.trace] == SEED_PATH
+    assert [(e.enough, e.with_web, e.source) for e in result.evaluations] == [
+        (False, False, "model"),
+        (True, True, "model"),
+    ]
+    assert run.web_queries == [WEB_QUERY]  # one search over both questions (the second is answered from caches)
+    assert result.answer == run.first.streamed == SCRIPTED_ANSWER and run.leaked == 0
+    assert {(c.number, c.kind, c.url) for c in result.citations} == {(1, "local", None), (4, "web", WEB_URL)}
+    assert run.strategy == STRATEGY[habit]
+    repeats = 2 if HABITS[habit].invalid_first else 1  # a bad output is asked for once more
+    assert run.accepted == [n for n in MODEL_CALLS for _ in range(1 if n == ANSWER else repeats)]
+    thought = HABITS[habit].reasoning_text
+    if HABITS[habit].reasoning:
+        assert run.first.reasoning_events.strip() == result.reasoning == thought  # the `reasoning` events and field
+    else:
+        assert run.first.reasoning_events == result.reasoning == ""
+    assert run.refused_again == 0  # the strategy was remembered: the second question sends nothing refused
+    assert run.second.result.answer == SCRIPTED_ANSWER
 
 
 def test_seed_scenario_without_a_model(es, embedder, corpus, bocha, index_name) -> None:

@@ -334,16 +334,28 @@ def test_malformed_structured_output_is_not_enough_and_no_crash(make_deps, chat,
     chat.on("EvaluationWithWeb", '{"enough": "true", "missing": []}')  # a string is not a JSON boolean
     chat.on(ANSWER, "刘备、关羽、张飞在桃园结义。")
     question = "刘备、关羽、张飞在哪里结义？"
-    result = ask(make_deps(web), question)
+    result = ask(make_deps(web, structured_output="tools"), question)
 
     # The seeds' rule: an unparseable verdict searches the web with missing = the sub-questions,
     # and the one-search limit still holds when the second verdict is unparseable too.
     assert nodes(result) == [*LOCAL_PATH[:-1], "web_search", "evaluate", "generate"]
     assert result.route == "complex" and result.sub_questions == [question]
-    assert result.llm_calls == len(chat.requests) == 5
+    # Each bad output is asked for once more (route, the two verdicts); no tool call is final with tools only.
+    assert result.llm_calls == len(chat.requests) == 8
+    assert chat.names() == [
+        *["RouteDecision"] * 2,
+        "Decomposition",
+        *["Evaluation"] * 2,
+        *["EvaluationWithWeb"] * 2,
+        ANSWER,
+    ]
+    assert (
+        "字段不符合要求：enough: Input should be a valid boolean"
+        in chat.calls("Evaluation")[1].body["messages"][-1]["content"]
+    )
     assert [(e.enough, e.missing, e.source) for e in result.evaluations] == [(False, [question], "parse_error")] * 2
     assert result.web_calls == len(web.requests) == 1 and web.requests[0].body["query"] == question
-    assert len(result.warnings) == 3  # route, decompose, and the (same) evaluation warning once
+    assert len(result.warnings) == 4  # route, decompose and each verdict, naming what was wrong
     assert "无法从上下文确认" in result.answer
 
 

@@ -16,11 +16,11 @@ from collections.abc import Awaitable, Callable
 from functools import wraps
 from typing import Protocol
 
-from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
 from langgraph.runtime import Runtime
 from langgraph.types import StreamWriter
 
+from core.config import Settings
 from service.graph import prompts
 from service.graph.context import NumberedContext, citations, contexts_hash, select_contexts
 from service.graph.schemas import (
@@ -35,7 +35,8 @@ from service.graph.schemas import (
     TraceStep,
 )
 from service.graph.state import Passage, RunContext, WorkflowState
-from service.llm import ask_structured, stream_text
+from service.llm import ChatModel, Structured, ask_structured, stream_text
+from service.structured import SchemaT
 from service.websearch import WebSearchError, dedupe_by_url, url_key
 
 logger = logging.getLogger(__name__)
@@ -81,17 +82,24 @@ def budget_exhausted(ctx: RunContext, llm_calls: int) -> str | None:
     return None
 
 
+async def judge(
+    ctx: RunContext, state: WorkflowState, schema: type[SchemaT], messages: list[BaseMessage]
+) -> Structured[SchemaT]:
+    """One judgement by the judge model; a second attempt may spend the calls left before the answer's."""
+    left = ctx.max_llm_calls - 1 - state["llm_calls"]
+    return await ask_structured(ctx.deps.judge_llm, schema, messages, prompts.OUTPUT_FORMAT, max_calls=max(left, 1))
+
+
 @traced("rewrite_question")
 async def rewrite_question(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeResult:
     ctx = runtime.context
     if blocked := budget_exhausted(ctx, state["llm_calls"]):
         return {"warnings": [blocked]}, "预算已用完，沿用原问题"
-    parsed, error = await ask_structured(
-        ctx.deps.judge_llm, StandaloneQuestion, prompts.rewrite_messages(state["history"], state["question"])
-    )
+    result = await judge(ctx, state, StandaloneQuestion, prompts.rewrite_messages(state["history"], state["question"]))
+    parsed, error = result.value, result.error
     if parsed is None:
-        return {"llm_calls": 1, "warnings": [f"多轮改写失败（{error}），按原问题处理"]}, f"改写失败：{error}"
-    return {"question": parsed.question, "llm_calls": 1}, f"独立问题：{parsed.question}"
+        return {"llm_calls": result.calls, "warnings": [f"多轮改写失败（{error}），按原问题处理"]}, f"改写失败：{error}"
+    return {"question": parsed.question, "llm_calls": result.calls}, f"独立问题：{parsed.question}"
 
 
 @traced("route_question")
@@ -99,27 +107,30 @@ async def route_question(state: WorkflowState, runtime: Runtime[RunContext]) -> 
     ctx = runtime.context
     if blocked := budget_exhausted(ctx, state["llm_calls"]):
         return {"route": "complex", "route_reason": blocked, "warnings": [blocked]}, "complex（预算已用完）"
-    parsed, error = await ask_structured(ctx.deps.judge_llm, RouteDecision, prompts.route_messages(state["question"]))
+    result = await judge(ctx, state, RouteDecision, prompts.route_messages(state["question"]))
+    parsed, error = result.value, result.error
     if parsed is None:
         reason = f"路由结果无效（{error}），按 complex 处理以查证据"
         return {
             "route": "complex",
             "route_reason": reason,
-            "llm_calls": 1,
+            "llm_calls": result.calls,
             "warnings": [reason],
         }, "complex（路由结果无效）"
     return {
         "route": parsed.strategy,
         "route_reason": parsed.reason,
-        "llm_calls": 1,
+        "llm_calls": result.calls,
     }, f"{parsed.strategy}：{parsed.reason}"
 
 
 @traced("direct_answer")
 async def direct_answer(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeResult:
     ctx = runtime.context
-    answer = await stream_answer(ctx.deps.answer_llm, prompts.direct_messages(state["question"]), runtime.stream_writer)
-    return {"answer": answer, "citations": [], "llm_calls": 1}, f"直接回答，{len(answer)} 字"
+    answer, reasoning = await stream_answer(
+        ctx.deps.answer_llm, prompts.direct_messages(state["question"]), runtime.stream_writer, ctx.deps.settings
+    )
+    return {"answer": answer, "reasoning": reasoning, "citations": [], "llm_calls": 1}, f"直接回答，{len(answer)} 字"
 
 
 @traced("decompose_question")
@@ -128,12 +139,13 @@ async def decompose_question(state: WorkflowState, runtime: Runtime[RunContext])
     question = state["question"]
     if blocked := budget_exhausted(ctx, state["llm_calls"]):
         return {"sub_questions": [question], "cursor": 0, "warnings": [blocked]}, "预算已用完，以原问题检索"
-    parsed, error = await ask_structured(ctx.deps.judge_llm, Decomposition, prompts.decompose_messages(question))
+    result = await judge(ctx, state, Decomposition, prompts.decompose_messages(question))
+    parsed, error = result.value, result.error
     if parsed is None:
         warning = f"问题拆分结果无效（{error}），以原问题检索"
-        return {"sub_questions": [question], "cursor": 0, "llm_calls": 1, "warnings": [warning]}, warning
+        return {"sub_questions": [question], "cursor": 0, "llm_calls": result.calls, "warnings": [warning]}, warning
     subs = parsed.sub_questions
-    return {"sub_questions": subs, "cursor": 0, "llm_calls": 1}, f"{len(subs)} 个子问题：" + "；".join(subs)
+    return {"sub_questions": subs, "cursor": 0, "llm_calls": result.calls}, f"{len(subs)} 个子问题：" + "；".join(subs)
 
 
 @traced("retrieve")
@@ -172,10 +184,14 @@ async def plan_next_step(state: WorkflowState, runtime: Runtime[RunContext]) -> 
         return {"retrieve_more": False, "warnings": [blocked]}, f"{blocked} → evaluate"
     contexts, _ = select_contexts(state.get("passages", {}), [], ctx.deps.settings.context_token_budget)
     messages = prompts.plan_messages(state["question"], subs, cursor, contexts)
-    parsed, error = await ask_structured(ctx.deps.judge_llm, PlanDecision, messages)
+    result = await judge(ctx, state, PlanDecision, messages)
+    parsed, error = result.value, result.error
     if parsed is None:
-        return {"retrieve_more": True, "llm_calls": 1}, f"规划结果无效（{error}），继续检索下一个子问题 → retrieve"
-    update: WorkflowState = {"retrieve_more": parsed.next_action == "retrieve", "llm_calls": 1}
+        return {
+            "retrieve_more": True,
+            "llm_calls": result.calls,
+        }, f"规划结果无效（{error}），继续检索下一个子问题 → retrieve"
+    update: WorkflowState = {"retrieve_more": parsed.next_action == "retrieve", "llm_calls": result.calls}
     return update, f"{parsed.next_action}：{parsed.reason}"
 
 
@@ -206,7 +222,7 @@ async def evaluate(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeRe
 async def _judge(
     state: WorkflowState, ctx: RunContext, contexts: list[NumberedContext], digest: str
 ) -> tuple[EvaluationStep, int, list[str]]:
-    """(verdict, LLM calls it made (0 or 1), warnings): from code, the cache or the model.
+    """(verdict, LLM calls it made, warnings): from code, the cache or the model.
 
     After a web search the model gets its own prompt and schema, without `web_query`. An
     unparseable verdict names every sub-question missing, so it may send the question to the
@@ -230,16 +246,17 @@ async def _judge(
         messages = prompts.evaluate_with_web_messages(question, subs, contexts)
     else:
         schema, messages = Evaluation, prompts.evaluate_messages(question, subs, contexts)
-    parsed, error = await ask_structured(ctx.deps.judge_llm, schema, messages)
+    result = await judge(ctx, state, schema, messages)
+    parsed, error = result.value, result.error
     if parsed is None:
         reason = f"评估结果无效（{error}），按资料不足处理，缺少的视为全部子问题"
         step = EvaluationStep(
             enough=False, missing=subs or [question], reason=reason, with_web=with_web, source="parse_error"
         )
-        return step, 1, [reason]
+        return step, result.calls, [reason]
     if memory is not None:
         memory.remember(question, digest, parsed)
-    return EvaluationStep(**parsed.model_dump(), with_web=with_web, source="model"), 1, []
+    return EvaluationStep(**parsed.model_dump(), with_web=with_web, source="model"), result.calls, []
 
 
 async def log_verdict(ctx: RunContext, question: str, digest: str, step: EvaluationStep) -> list[str]:
@@ -310,7 +327,7 @@ async def generate(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeRe
     last = evaluations[-1] if evaluations else None
     unavailable = state.get("web_unavailable")
     messages = prompts.generate_messages(state["question"], contexts, last, [unavailable] if unavailable else [])
-    answer = await stream_answer(ctx.deps.answer_llm, messages, runtime.stream_writer)
+    answer, reasoning = await stream_answer(ctx.deps.answer_llm, messages, runtime.stream_writer, ctx.deps.settings)
     tail = ""
     if last is not None and not last.enough and prompts.UNCONFIRMED not in answer:
         tail += prompts.unconfirmed_note(last)
@@ -321,16 +338,27 @@ async def generate(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeRe
         answer += tail
     cited = citations(answer, contexts)
     warnings = [f"资料超出提示词预算，舍弃了 {trimmed} 条排名最低的资料"] if trimmed else []
-    update: WorkflowState = {"answer": answer, "citations": cited, "llm_calls": 1, "warnings": warnings}
+    update: WorkflowState = {
+        "answer": answer,
+        "reasoning": reasoning,
+        "citations": cited,
+        "llm_calls": 1,
+        "warnings": warnings,
+    }
     return update, f"{len(answer)} 字，引用 {len(cited)} 条（资料 {len(contexts)} 条）"
 
 
-async def stream_answer(llm: BaseChatModel | None, messages: list[BaseMessage], writer: StreamWriter) -> str:
-    """Stream the answer as "token" events, emoji removed on the way."""
-    parts: list[str] = []
-    async for text in stream_text(llm, messages):
-        piece = _EMOJI.sub("", text)
-        if piece:
-            parts.append(piece)
+async def stream_answer(
+    llm: ChatModel | None, messages: list[BaseMessage], writer: StreamWriter, settings: Settings
+) -> tuple[str, str]:
+    """(answer, reasoning): the answer streamed as "token" events (emoji removed), the reasoning as
+    "reasoning" events unless SHOW_REASONING=false. Both come from the stream's totals, so no
+    reasoning reaches the answer, its citations or the final event."""
+    stream = stream_text(llm, messages)
+    async for kind, text in stream:
+        if kind == "reasoning":
+            if settings.show_reasoning:
+                writer({"event": "reasoning", "data": {"text": text}})
+        elif piece := _EMOJI.sub("", text):
             writer({"event": "token", "data": {"text": piece}})
-    return "".join(parts)
+    return _EMOJI.sub("", stream.answer), stream.reasoning.strip() if settings.show_reasoning else ""

@@ -9,6 +9,7 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
 from service.graph.context import NumberedContext
 from service.graph.schemas import ChatTurn, Evaluation
+from service.structured import OutputPrompts
 
 WEB_OPEN = "<<<网络资料开始>>>"
 WEB_CLOSE = "<<<网络资料结束>>>"
@@ -23,7 +24,7 @@ REWRITE_SYSTEM = (
     "你负责多轮对话中的问题改写。根据对话历史，把用户的最新问题改写成一个独立、完整的问题："
     "补全被省略的主语和对象，把代词（他、她、它、这、那、其）替换成所指的具体人名或事物，"
     "不回答问题，不添加历史中没有的信息。如果最新问题本身已经完整，原样返回。"
-    "通过工具 StandaloneQuestion 返回，字段 question 为改写后的问题。"
+    "结果有一个字段：question 为改写后的问题。"
 )
 
 ROUTE_SYSTEM = (
@@ -31,7 +32,7 @@ ROUTE_SYSTEM = (
     "- simple：常识性问题、寒暄、与知识库无关且无需查证的问题，可以直接回答；\n"
     "- complex：需要依据知识库（例如小说、产品手册、医疗笔记）中的具体内容、人物、情节、数字或出处来回答，"
     "或者用户要求给出来源、链接、引用的问题。\n"
-    "拿不准时选 complex。通过工具 RouteDecision 返回：strategy 为 simple 或 complex，reason 用一句中文说明理由。"
+    "拿不准时选 complex。结果有两个字段：strategy 为 simple 或 complex，reason 用一句中文说明理由。"
 )
 
 DECOMPOSE_SYSTEM = (
@@ -40,7 +41,7 @@ DECOMPOSE_SYSTEM = (
     "2. 每个子问题独立完整，不使用代词（他、她、它、其、该、此人等），写出具体的人名、地名、事物名；\n"
     "3. 每个子问题只问一件事，适合直接拿去检索；简单问题只需要一个子问题（可以就是原问题）；\n"
     "4. 不回答问题。\n"
-    "通过工具 Decomposition 返回：sub_questions 为子问题列表，reason 用一句中文说明拆分思路。"
+    "结果有两个字段：sub_questions 为子问题列表（字符串数组），reason 用一句中文说明拆分思路。"
 )
 
 PLAN_SYSTEM = (
@@ -48,14 +49,14 @@ PLAN_SYSTEM = (
     "- retrieve：继续为下一个子问题检索；\n"
     "- evaluate：已检索到的资料看起来已足够回答原问题，停止检索，进入充分性评估。\n"
     "只有确信剩余子问题不再需要时才选 evaluate。" + _SOURCES_ARE_DATA + "\n"
-    "通过工具 PlanDecision 返回：next_action 为 retrieve 或 evaluate，reason 用一句中文说明理由。"
+    "结果有两个字段：next_action 为 retrieve 或 evaluate，reason 用一句中文说明理由。"
 )
 
 EVALUATE_SYSTEM = (
     "你是严格的证据评估员，判断编号资料是否足以完整、准确地回答问题（包括问题中的每一个要求，"
     "例如“给出来源链接”）。不要用你自己的知识补全资料里没有的内容。" + _SOURCES_ARE_DATA + "\n"
-    "通过工具 Evaluation 返回：\n"
-    "- enough：资料足够时为 true，否则为 false；\n"
+    "结果有以下字段：\n"
+    "- enough：资料足够时为 true，否则为 false（布尔值）；\n"
     "- missing：资料中缺少的具体方面，每项一个短语，最多 6 项；enough 为 true 时为空列表；\n"
     "- reason：一两句中文理由，指出依据的资料编号；\n"
     "- web_query：enough 为 false 且缺少的内容可能在互联网上找到时，给出一个简洁的中文网络搜索词，否则留空。\n"
@@ -72,10 +73,20 @@ EVALUATE_WITH_WEB_SYSTEM = (
     "你是严格的证据评估员。已经为这个问题做过一次网络搜索，下面的编号资料包括本地资料和网络资料。"
     "判断这些资料现在是否足以完整、准确地回答问题（包括问题中的每一个要求，例如“给出来源链接”：网络资料的网址可以作为来源链接）。"
     "不要用你自己的知识补全资料里没有的内容，也不要再提出新的搜索。" + _SOURCES_ARE_DATA + "\n"
-    "通过工具 EvaluationWithWeb 返回：\n"
-    "- enough：资料足够时为 true，否则为 false；\n"
+    "结果有以下字段：\n"
+    "- enough：资料足够时为 true，否则为 false（布尔值）；\n"
     "- missing：仍然缺少的具体方面，每项一个短语，最多 6 项；enough 为 true 时为空列表；\n"
     "- reason：一两句中文理由，指出依据的资料编号（本地或网络）。"
+)
+
+# What the structured-output protocol adds (service/structured.py): the schema for JSON mode and a
+# plain completion, and the one second attempt after an output the schema rejects.
+OUTPUT_FORMAT = OutputPrompts(
+    schema="只输出一个 JSON 对象，不要输出任何其他文字（不要解释，不要代码块标记）。这个 JSON 对象必须符合下面的 JSON Schema：\n{schema}",
+    repair=(
+        "你上一次的输出不符合要求：{error}\n上一次的输出是：\n{output}\n\n"
+        "请重新给出结果：只输出一个符合要求的 JSON 对象，字段名和类型与要求完全一致。"
+    ),
 )
 
 GENERATE_SYSTEM = (

@@ -1,8 +1,8 @@
 """Data the workflow exchanges: the models' structured outputs and the public result types.
 
 The structured-output classes carry no docstrings or field descriptions on purpose: their
-JSON schema is sent to the model as the tool definition, and every word the model reads
-lives in `prompts.py`.
+JSON schema is sent to the model (as the tool definition, the response format or in the
+prompt: `service/structured.py`), and every word the model reads lives in `prompts.py`.
 """
 
 import re
@@ -160,6 +160,11 @@ class TokenUsage(BaseModel):
 class QueryResult(BaseModel):
     question: str
     answer: str
+    reasoning: str = Field(
+        "",
+        description="the answer model's reasoning (<think> block or reasoning_content), never part of `answer`; "
+        "empty when it did not reason or SHOW_REASONING=false",
+    )
     answer_mode: AnswerMode = Field(
         "llm",
         validation_alias=AliasChoices("answer_mode", "mode"),
@@ -187,7 +192,7 @@ class QueryResult(BaseModel):
 
 
 class WorkflowEvent(BaseModel):
-    event: Literal["mode", "node", "token", "final", "error"]
+    event: Literal["mode", "node", "token", "reasoning", "final", "error"]
     data: dict[str, Any]
 
 

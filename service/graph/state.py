@@ -51,6 +51,7 @@ class WorkflowState(TypedDict, total=False):
     evaluations: Annotated[list[EvaluationStep], operator.add]
     llm_calls: Count
     answer: str
+    reasoning: str  # the answer model's reasoning, kept out of `answer`
     citations: list[Citation]
     trace: Annotated[list[TraceStep], operator.add]
     warnings: Annotated[list[str], operator.add]

@@ -30,7 +30,6 @@ import openai
 from elastic_transport import TransportError as ESTransportError
 from elasticsearch import ApiError, Elasticsearch
 from langchain_core.callbacks import UsageMetadataCallbackHandler
-from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
@@ -42,7 +41,7 @@ from service.graph import extractive_nodes, nodes
 from service.graph.memory import JudgementMemory
 from service.graph.schemas import AnswerMode, QueryOptions, QueryResult, TokenUsage, WorkflowEvent
 from service.graph.state import RunContext, WorkflowState
-from service.llm import LLMNotConfiguredError, LLMProbe, build_llms
+from service.llm import ChatModel, LLMNotConfiguredError, LLMProbe, build_llms
 from service.websearch import WebSearch, build_web_search
 
 logger = logging.getLogger(__name__)
@@ -53,8 +52,8 @@ class WorkflowDeps:
     retriever: Retriever
     index: str
     settings: Settings
-    judge_llm: BaseChatModel | None
-    answer_llm: BaseChatModel | None
+    judge_llm: ChatModel | None
+    answer_llm: ChatModel | None
     web_search: WebSearch | None
     judgements: JudgementMemory | None
     probe: LLMProbe | None = None
@@ -293,6 +292,7 @@ def _result(state: WorkflowState, ctx: RunContext, usage: UsageMetadataCallbackH
     return QueryResult(
         question=state["question"],
         answer=state.get("answer", ""),
+        reasoning=state.get("reasoning", ""),
         answer_mode=ctx.answer_mode,
         mode_reason=ctx.mode_reason,
         route=state.get("route", ""),

@@ -144,6 +144,13 @@ function showMode(data) {
   badge.hidden = false;
 }
 
+// The model's reasoning ("reasoning" events, then the final `reasoning`): folded, never in the answer.
+function showReasoning(text) {
+  $("reasoning").textContent = text.trim();
+  $("reasoning-box").hidden = !text.trim();
+  if (!text) $("reasoning-box").open = false;
+}
+
 // Server-sent events over a POST body: fetch + a small parser (EventSource only does GET).
 async function* sseEvents(response) {
   const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
@@ -179,8 +186,10 @@ async function ask(event) {
   $("warnings").hidden = true;
   $("answer-mode").hidden = true;
   renderAnswer("");
+  showReasoning("");
   $("ask-button").disabled = true;
   let text = "";
+  let thought = "";
   try {
     const response = await fetch("query/stream", { method: "POST", headers: headers(), body: JSON.stringify({ question, ...options() }) });
     if (!response.ok) { showError(await errorText(response)); return; }
@@ -188,8 +197,10 @@ async function ask(event) {
       if (kind === "mode") showMode(data);
       else if (kind === "node") addTimelineStep(data);
       else if (kind === "token") { text += data.text; renderAnswer(text); }
+      else if (kind === "reasoning") { thought += data.text; showReasoning(thought); }
       else if (kind === "final") {
         renderAnswer(data.answer ?? text);
+        showReasoning(data.reasoning ?? thought);
         renderCitations(data.citations);
         finishTimeline(data);
         if (data.warnings && data.warnings.length) { $("warnings").textContent = `提示：${data.warnings.join("；")}`; $("warnings").hidden = false; }
