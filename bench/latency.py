@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.datasets import load_named
-from bench.embedding_cache import CachedEmbedder
+from bench.embedding_cache import CachedEmbedder, cache_path
 from bench.retrieval_eval import RESULTS, SERVICE, machine, update_docs
 from core.config import Settings
 from core.embeddings import load_embedder
@@ -87,7 +87,7 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--datasets", default="sanguo,cmrc")
     parser.add_argument("--max-queries", type=int, default=100, help="per index (the first ones)")
@@ -97,8 +97,63 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS / "latency")
     parser.add_argument("--update-docs", action="store_true")
     parser.add_argument("--extra-depths", default="50", help="also time hybrid at these fusion depths (hybrid@N)")
-    args = parser.parse_args(argv)
+    return parser
 
+
+Run = tuple[str, RetrievalParams, str]  # (label, retriever parameters, mode)
+
+
+def _warm_up(
+    retrievers: dict[str, Retriever], runs: list[Run], alias: str, queries: list[str], args: argparse.Namespace
+) -> None:
+    """`--warmup` searches of every run with every retriever."""
+    for retriever in retrievers.values():
+        for _label, run_params, mode in runs:
+            retriever.params = run_params
+            for text in queries[: args.warmup]:
+                retriever.search(alias, text, mode, args.k)
+
+
+def _time(
+    retrievers: dict[str, Retriever],
+    runs: list[Run],
+    alias: str,
+    queries: list[str],
+    args: argparse.Namespace,
+    rng: random.Random,
+) -> dict[str, dict[str, list[float]]]:
+    """Milliseconds per search, per retriever and run label, in a shuffled order per query."""
+    samples: dict[str, dict[str, list[float]]] = {
+        variant: {label: [] for label, _, _ in runs} for variant in retrievers
+    }
+    for _ in range(args.repeat):
+        for text in queries:
+            order = [(variant, run) for variant in retrievers for run in runs]
+            for variant, (label, run_params, mode) in rng.sample(order, len(order)):
+                retriever = retrievers[variant]
+                retriever.params = run_params
+                started = time.perf_counter()
+                retriever.search(alias, text, mode, args.k)
+                samples[variant][label].append((time.perf_counter() - started) * 1000)
+    return samples
+
+
+def _result(chunks: int, samples: dict[str, dict[str, list[float]]]) -> dict[str, Any]:
+    result: dict[str, Any] = {"chunks": chunks}
+    for variant, by_mode in samples.items():
+        latency = summarize(by_mode)
+        result[variant] = {
+            "latency": latency,
+            "hybrid_over_vector": {
+                "p50": round(latency["hybrid"]["p50_ms"] / latency["vector"]["p50_ms"], 3),
+                "p95": round(latency["hybrid"]["p95_ms"] / latency["vector"]["p95_ms"], 3),
+            },
+        }
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     settings = Settings()
     es = create_client(settings)
     embedder = load_embedder(settings.embedder, settings)
@@ -109,57 +164,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         "warmup": args.warmup,
         "indices": {},
     }
-    cached = CachedEmbedder(embedder)
+    cached = CachedEmbedder(embedder, cache_path(settings))
     tokenizer = get_tokenizer(settings.jieba_user_dict)
     params = RetrievalParams.from_settings(settings)
     retrievers = {
         "live": Retriever(es, embedder, tokenizer, params),
         "cached": Retriever(es, cached, tokenizer, params),
     }
-    # (label, retriever parameters, mode): every mode, plus hybrid at other fusion depths.
-    runs = [(mode, params, mode) for mode in Mode] + [
+    # Every mode, plus hybrid at other fusion depths.
+    runs: list[Run] = [(mode, params, mode) for mode in Mode] + [
         (f"hybrid@{depth}", replace(params, depth=depth), "hybrid")
         for depth in map(int, filter(None, args.extra_depths.split(",")))
         if depth != params.depth
     ]
-    labels = [label for label, _, _ in runs]
     for dataset in map(load_named, args.datasets.split(",")):
         alias = SERVICE.alias(dataset)
         queries = [q.text for q in dataset.queries[: args.max_queries]]
         for text in queries:
             cached.embed_query(text)
         try:
-            for retriever in retrievers.values():
-                for _label, run_params, mode in runs:
-                    retriever.params = run_params
-                    for text in queries[: args.warmup]:
-                        retriever.search(alias, text, mode, args.k)
+            _warm_up(retrievers, runs, alias, queries, args)
         except IndexNotFoundError as err:
             hint = f"run `python -m bench.retrieval_eval --datasets {dataset.name.split('-')[0]}` first"
             raise SystemExit(f"{err} ({hint})") from err
-        samples: dict[str, dict[str, list[float]]] = {
-            variant: {label: [] for label in labels} for variant in retrievers
-        }
-        for _ in range(args.repeat):
-            for text in queries:
-                order = [(variant, run) for variant in retrievers for run in runs]
-                for variant, (label, run_params, mode) in rng.sample(order, len(order)):
-                    retriever = retrievers[variant]
-                    retriever.params = run_params
-                    started = time.perf_counter()
-                    retriever.search(alias, text, mode, args.k)
-                    samples[variant][label].append((time.perf_counter() - started) * 1000)
-        result: dict[str, Any] = {"chunks": es.count(index=alias)["count"]}
-        for variant, by_mode in samples.items():
-            latency = summarize(by_mode)
-            result[variant] = {
-                "latency": latency,
-                "hybrid_over_vector": {
-                    "p50": round(latency["hybrid"]["p50_ms"] / latency["vector"]["p50_ms"], 3),
-                    "p95": round(latency["hybrid"]["p95_ms"] / latency["vector"]["p95_ms"], 3),
-                },
-            }
-        report["indices"][alias] = result
+        samples = _time(retrievers, runs, alias, queries, args, rng)
+        report["indices"][alias] = _result(es.count(index=alias)["count"], samples)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     table = markdown(report)
     args.out.with_suffix(".md").write_text(table, encoding="utf-8")

@@ -35,13 +35,14 @@ from typing import Any
 import httpx
 
 from bench.datasets import load_sanguo
-from bench.embedding_cache import CachedEmbedder
+from bench.embedding_cache import CachedEmbedder, cache_path
 from bench.latency import percentile
 from bench.retrieval_eval import REPO, RESULTS, machine, update_docs
-from core.config import get_settings
+from core.config import Settings
 from core.embeddings import load_embedder
 from core.store import create_client
 from core.text import get_tokenizer
+from indexing.options import IndexOptions, Scope
 from indexing.pipeline import index_documents
 from retrieval.retriever import build_retriever
 
@@ -51,7 +52,7 @@ DOCS_BEGIN, DOCS_END = "<!-- load-test:begin -->", "<!-- load-test:end -->"
 
 def build_index(alias: str, chapters: int | None) -> tuple[int, list[str]]:
     """(chunks in the alias, the held-out questions), after indexing what is missing."""
-    settings = get_settings()
+    settings = Settings()
     dataset = load_sanguo()
     es = create_client(settings)
     try:
@@ -59,9 +60,10 @@ def build_index(alias: str, chapters: int | None) -> tuple[int, list[str]]:
             es,
             dataset.documents[:chapters],
             alias=alias,
-            embedder=CachedEmbedder(load_embedder(settings.embedder, settings)),
+            embedder=CachedEmbedder(load_embedder(settings.embedder, settings), cache_path(settings)),
             tokenizer=get_tokenizer(settings.jieba_user_dict),
-            prune=True,
+            options=IndexOptions.from_settings(settings),
+            scope=Scope(prune=True),
             progress=True,
         )
     finally:
@@ -170,7 +172,7 @@ def latency_summary(samples: list[float]) -> dict[str, float | None]:
 
 def time_retriever(alias: str, questions: list[str], mode: str, requests: int, warmup: int, k: int) -> dict[str, Any]:
     """`Retriever.search` in this process, one query at a time: the retriever's own latency."""
-    settings = get_settings()
+    settings = Settings()
     es = create_client(settings)
     try:
         retriever = build_retriever(settings, es, load_embedder(settings.embedder, settings))
@@ -241,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--concurrency must include 1: the other levels are compared with it")
 
     chunks, questions = build_index(args.index, args.chapters)
-    settings = get_settings()
+    settings = Settings()
     es = create_client(settings)
     try:
         report: dict[str, Any] = {

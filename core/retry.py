@@ -1,15 +1,26 @@
-"""Retry policies for remote calls: one tenacity layer per call, the clients' own retries off.
+"""Retries and transient errors of every remote call, in one place (docs/reliability.md).
 
-The policy for OpenAI-compatible endpoints (the chat models in `service/llm.py`, the remote
-embedder in `core/embeddings.py`) lives here because both sides use it; every policy of the
-project is listed in docs/reliability.md.
+Each remote call has one tenacity layer, its client's own retries off (Elasticsearch reads
+are the exception: the transport retries them on another node, `core.store.create_client`).
+A `Policy` is how often and how long to try, and which errors are worth another attempt:
+
+- `OPENAI`: chat models (`service/llm.py`) and the remote embedder (`core/embeddings.py`);
+- `ES_SEARCH`: one failed search of an `_msearch` (`core.store.msearch`);
+- `ES_BULK`: bulk writes of the indexing job (`indexing/write.py`);
+- `WEB_SEARCH`: the Bocha web search (`service/websearch.py`).
+
+The transient tests say which failures may pass when tried later; the API answers those with
+503 and Retry-After (`service/errors.py`).
 """
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import openai
+from elasticsearch import ApiError, ConnectionTimeout
+from elasticsearch import ConnectionError as ESConnectionError
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -17,13 +28,50 @@ from tenacity import (
     retry_if_exception,
     stop_after_attempt,
     wait_exponential,
+    wait_fixed,
     wait_random,
 )
+from tenacity.wait import wait_base
 
 logger = logging.getLogger(__name__)
 
-OPENAI_ATTEMPTS = 3
-_WAIT = wait_exponential(multiplier=0.5, max=4) + wait_random(0, 0.25)  # 0.5 s, 1 s, ... plus jitter
+# Elasticsearch answers that mean "not now" (a node or shard is away, the cluster is busy).
+TRANSIENT_STATUSES = frozenset({429, 502, 503, 504})
+TRANSIENT_TYPES = frozenset(
+    {
+        "no_shard_available_action_exception",
+        "unavailable_shards_exception",
+        "search_phase_execution_exception",  # "all shards failed" while shards recover
+        "cluster_block_exception",
+        "master_not_discovered_exception",
+        "node_not_connected_exception",
+        "node_disconnected_exception",
+        "es_rejected_execution_exception",
+    }
+)
+
+
+def is_transient(status: int | None, error_type: str | None) -> bool:
+    """Whether an Elasticsearch failure (HTTP status, error type) may pass if retried later."""
+    return status in TRANSIENT_STATUSES or error_type in TRANSIENT_TYPES
+
+
+def es_api_transient(error: ApiError) -> bool:
+    """An Elasticsearch error answer, by its status and the error type in its body."""
+    body = error.body.get("error") if isinstance(error.body, dict) else None
+    return is_transient(error.meta.status, body.get("type") if isinstance(body, dict) else None)
+
+
+def marked_transient(error: BaseException) -> bool:
+    """An error of this project that says itself whether it may pass (`transient`)."""
+    return getattr(error, "transient", False) is True
+
+
+def es_write_transient(error: BaseException) -> bool:
+    """A write worth re-sending: a lost connection, a time-out, a transient answer or item."""
+    if isinstance(error, ESConnectionError | ConnectionTimeout):
+        return True
+    return marked_transient(error) or (isinstance(error, ApiError) and error.meta.status in TRANSIENT_STATUSES)
 
 
 def openai_transient(error: BaseException) -> bool:
@@ -35,6 +83,26 @@ def openai_transient(error: BaseException) -> bool:
     if isinstance(error, openai.APITimeoutError):
         return False
     return isinstance(error, openai.APIConnectionError | openai.RateLimitError | openai.InternalServerError)
+
+
+@dataclass(frozen=True)
+class Policy:
+    attempts: int
+    wait: wait_base
+    transient: Callable[[BaseException], bool]
+
+
+OPENAI_ATTEMPTS = 3
+OPENAI = Policy(
+    OPENAI_ATTEMPTS, wait_exponential(multiplier=0.5, max=4) + wait_random(0, 0.25), openai_transient
+)  # 0.5 s, 1 s + jitter
+# A shard copy lost with its node between the query and fetch phases: once more, when the
+# cluster has moved on to the surviving copies.
+ES_SEARCH = Policy(2, wait_fixed(0.5), marked_transient)
+# 1, 2, 4, 8, 16 s (31 s in all): time for a node to restart or a primary to move.
+ES_BULK = Policy(6, wait_exponential(multiplier=1, max=16), es_write_transient)
+# One retry on a time-out or a 5xx; none on 4xx (429 means slow down) nor on a refused connection.
+WEB_SEARCH = Policy(2, wait_fixed(0.2), marked_transient)
 
 
 def log_retry(log: logging.Logger, what: str) -> Callable[[RetryCallState], None]:
@@ -55,21 +123,21 @@ def log_retry(log: logging.Logger, what: str) -> Callable[[RetryCallState], None
     return before_sleep
 
 
-def openai_retrying(what: str) -> Retrying:
-    """The OpenAI-compatible endpoint policy for a blocking call; the last error is re-raised."""
-    return Retrying(**_openai_policy(what))
-
-
-def openai_async_retrying(what: str) -> AsyncRetrying:
-    """The same policy for a coroutine."""
-    return AsyncRetrying(**_openai_policy(what))
-
-
-def _openai_policy(what: str) -> dict[str, Any]:
+def _arguments(policy: Policy, what: str, log: logging.Logger) -> dict[str, Any]:
     return {
-        "stop": stop_after_attempt(OPENAI_ATTEMPTS),
-        "wait": _WAIT,
-        "retry": retry_if_exception(openai_transient),
-        "before_sleep": log_retry(logger, what),
+        "stop": stop_after_attempt(policy.attempts),
+        "wait": policy.wait,
+        "retry": retry_if_exception(policy.transient),
+        "before_sleep": log_retry(log, what),
         "reraise": True,
     }
+
+
+def retrying(policy: Policy, what: str, log: logging.Logger = logger) -> Retrying:
+    """`policy` for a blocking call named `what` in the log; the last error is re-raised."""
+    return Retrying(**_arguments(policy, what, log))
+
+
+def async_retrying(policy: Policy, what: str, log: logging.Logger = logger) -> AsyncRetrying:
+    """The same for a coroutine."""
+    return AsyncRetrying(**_arguments(policy, what, log))

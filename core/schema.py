@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Self
 
 from pydantic import BaseModel, Field
 
+from core.config import parse_name
 from core.embeddings import Embedder
 from core.text import ChineseTokenizer, bigram_terms, join_terms
 
@@ -140,10 +141,7 @@ class Mode(StrEnum):
     @classmethod
     def from_str(cls, value: str) -> "Mode":
         """The mode named `value`; the error lists every valid name."""
-        try:
-            return cls(value)
-        except ValueError:
-            raise ValueError(f"unknown mode {value!r}: use one of {', '.join(m.value for m in cls)}") from None
+        return parse_name(cls, value, "mode")
 
 
 LIST_MODES: tuple[Mode, ...] = (Mode.VECTOR, Mode.BM25, Mode.BIGRAM, Mode.STANDARD)

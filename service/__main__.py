@@ -5,12 +5,12 @@ import logging
 
 import uvicorn
 
-from core.config import get_settings
+from core.config import Settings
 from service.api import create_app
 
 
 def main() -> None:
-    settings = get_settings()
+    settings = Settings()
     parser = argparse.ArgumentParser(prog="python -m service", description=__doc__)
     parser.add_argument("--host", default=settings.host)
     parser.add_argument("--port", type=int, default=settings.port)

@@ -29,7 +29,8 @@ from starlette.exceptions import HTTPException  # FastAPI's is a subclass; its b
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from core.redact import redact_url
-from core.store import EmbedderMismatchError, IndexNotFoundError, SearchError, is_transient
+from core.retry import es_api_transient
+from core.store import EmbedderMismatchError, IndexNotFoundError, SearchError
 from service.llm import LLMNotConfiguredError
 from service.metrics import endpoint_label
 
@@ -81,12 +82,6 @@ def quiet_outage_logs() -> None:
 def _one_line(text: str, limit: int = 200) -> str:
     line = " ".join(text.split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
-def _transient(err: ApiError) -> bool:
-    error = err.body.get("error") if isinstance(err.body, dict) else None
-    kind = error.get("type") if isinstance(error, dict) else None
-    return is_transient(err.meta.status, kind)
 
 
 def _error(
@@ -162,7 +157,7 @@ async def _es_search_failed(request: Request, err: SearchError) -> JSONResponse:
 
 async def _es_api_error(request: Request, err: ApiError) -> JSONResponse:
     reason = f"Elasticsearch answered {err.meta.status}: {_one_line(str(err.message))}"
-    return _es_failed(request, reason, transient=_transient(err), cause=str(err.meta.status))
+    return _es_failed(request, reason, transient=es_api_transient(err), cause=str(err.meta.status))
 
 
 async def _llm_not_configured(request: Request, err: LLMNotConfiguredError) -> JSONResponse:

@@ -34,7 +34,7 @@ from pydantic import SecretStr
 
 from core.config import Settings, StructuredOutput
 from core.redact import redact_url
-from core.retry import openai_async_retrying
+from core.retry import OPENAI, async_retrying
 from service.reasoning import ReasoningForm, ReasoningStream
 from service.structured import (
     STRATEGIES,
@@ -204,7 +204,7 @@ async def ask_structured(
 
 async def _ask(model: ChatModel, strategy: Strategy, schema: type[SchemaT], messages: list[BaseMessage]) -> Reply:
     runnable = request(model.client, strategy, schema)
-    message: BaseMessage = await openai_async_retrying(f"{schema.__name__} call")(runnable.ainvoke, messages)
+    message: BaseMessage = await async_retrying(OPENAI, f"{schema.__name__} call")(runnable.ainvoke, messages)
     return read_reply(message, strategy)
 
 
@@ -228,7 +228,7 @@ class AnswerStream:
         return self._split.reasoning
 
     async def __aiter__(self) -> AsyncIterator[Piece]:
-        opened: Opened = await openai_async_retrying("answer stream")(_open_stream, self._model.client, self._messages)
+        opened: Opened = await async_retrying(OPENAI, "answer stream")(_open_stream, self._model.client, self._messages)
         stream, first = opened
         if first is not None:
             for piece in self._pieces(first):

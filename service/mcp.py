@@ -10,20 +10,21 @@ import asyncio
 import logging
 import sys
 
-from core.config import get_settings
+from core.config import Settings
 from service.api import create_app
 
 
-async def serve() -> None:
-    app = create_app(get_settings())
+async def serve(settings: Settings) -> None:
+    app = create_app(settings)
     async with app.router.lifespan_context(app):
         await app.state.mcp.run_stdio_async()
 
 
 def main() -> None:
-    logging.basicConfig(level=get_settings().log_level, stream=sys.stderr)
+    settings = Settings()
+    logging.basicConfig(level=settings.log_level, stream=sys.stderr)
     logging.getLogger("elastic_transport").setLevel(logging.WARNING)
-    asyncio.run(serve())
+    asyncio.run(serve(settings))
 
 
 if __name__ == "__main__":

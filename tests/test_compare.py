@@ -14,7 +14,7 @@ from core.text import ChineseTokenizer
 from retrieval import search as cli
 from retrieval.compare import Comparison
 from retrieval.retriever import Retriever
-from tests.conftest import knowledge_base
+from tests.conftest import PARAMS, knowledge_base
 
 TEXTS = {
     "hyper": "高血糖患者常见口渴、多饮、多尿，应按医嘱使用胰岛素并复测血糖。",
@@ -34,7 +34,7 @@ def kb(es: Elasticsearch, embedder: Embedder) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def retriever(es: Elasticsearch, embedder: Embedder) -> Retriever:
-    return Retriever(es, embedder, ChineseTokenizer())
+    return Retriever(es, embedder, ChineseTokenizer(), PARAMS)
 
 
 def test_comparison_matches_the_modes_run_separately(retriever: Retriever, kb: str) -> None:

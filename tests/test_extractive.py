@@ -15,7 +15,7 @@ from core.config import Settings
 from core.embeddings import Embedder
 from core.text import get_tokenizer
 from retrieval import extractive
-from retrieval.retriever import Retriever
+from retrieval.retriever import build_retriever
 from service.graph import QueryResult, WorkflowDeps, build_deps
 from tests.conftest import ask, sanguo_slices
 
@@ -85,7 +85,7 @@ def make_deps(
 
     def make() -> WorkflowDeps:
         settings = Settings(_env_file=None, es_index=sanguo_kb, judgements_index=judgements)
-        return build_deps(settings, es, Retriever(es, embedder, get_tokenizer()))
+        return build_deps(settings, es, build_retriever(settings, es, embedder))
 
     return make
 
@@ -125,7 +125,7 @@ def test_without_a_model_the_answer_quotes_cited_sentences(make_deps) -> None:
     deps = make_deps()
     result = ask(deps, OATH)
 
-    assert (result.mode, result.llm_calls, result.web_calls) == ("extractive", 0, 0)
+    assert (result.answer_mode, result.llm_calls, result.web_calls) == ("extractive", 0, 0)
     assert "未配置大模型" in result.mode_reason
     assert [s.node for s in result.trace] == EXTRACTIVE_PATH
     [verdict] = result.evaluations
@@ -138,7 +138,7 @@ def test_without_a_model_the_answer_quotes_cited_sentences(make_deps) -> None:
 def test_an_unanswerable_question_says_it_cannot_confirm(make_deps) -> None:
     deps = make_deps()
     result = ask(deps, UNANSWERABLE)
-    assert result.mode == "extractive"
+    assert result.answer_mode == "extractive"
     [verdict] = result.evaluations
     assert (verdict.enough, verdict.missing) == (False, ["诸葛亮的手机号码是多少"])
     assert f"{extractive.UNCONFIRMED}：诸葛亮的手机号码是多少" in result.answer

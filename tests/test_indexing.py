@@ -5,7 +5,9 @@ Texts and chunks are short (chunk_size 60) so the real embedder stays cheap.
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,7 +18,9 @@ from core.embeddings import Embedder
 from core.schema import chunk_id, content_hash
 from core.store import EmbedderMismatchError, concrete_indices, create_index
 from core.text import get_tokenizer
-from indexing.pipeline import Partition, index_documents
+from indexing.options import Chunking, Partition, Scope, Throughput
+from indexing.pipeline import IndexSummary, index_documents
+from tests.conftest import INDEX_OPTIONS
 
 SIZE, OVERLAP = 60, 10
 
@@ -80,17 +84,28 @@ BODIES = (
 )
 
 
-def run(es: Elasticsearch, alias: str, documents: list[Document], embedder: Embedder, **kwargs):
+def run(
+    es: Elasticsearch,
+    alias: str,
+    documents: list[Document],
+    embedder: Embedder,
+    *,
+    batch_size: int = 4,
+    concurrency: int = 1,
+    error_file: Path | None = None,
+    **scope: Any,
+) -> IndexSummary:
+    """The pipeline with small chunks; `scope` as `indexing.options.Scope`'s fields."""
+    options = replace(INDEX_OPTIONS, chunking=Chunking(SIZE, OVERLAP), throughput=Throughput(batch_size, concurrency))
     return index_documents(
         es,
         documents,
         alias=alias,
         embedder=embedder,
         tokenizer=get_tokenizer(None),
-        chunk_size=SIZE,
-        chunk_overlap=OVERLAP,
-        batch_size=kwargs.pop("batch_size", 4),
-        **kwargs,
+        options=options,
+        scope=Scope(**scope),
+        error_file=error_file,
     )
 
 
@@ -245,12 +260,12 @@ def test_a_lost_connection_is_retried_then_reported(caplog: pytest.LogCaptureFix
     """Nothing listens on port 9 (discard): each attempt fails to connect, the batch is re-sent."""
     import elasticsearch
 
-    from indexing import pipeline
+    from indexing import write
 
     client = Elasticsearch("http://127.0.0.1:9", request_timeout=2)
     action = {"_op_type": "index", "_index": "never", "_id": "a", "_source": {"text": "x"}}
     with pytest.raises(elasticsearch.ConnectionError):
-        pipeline.bulk_write(client, [action], attempts=2)
+        write.bulk_write(client, [action], attempts=2)
     retries = [r.message for r in caplog.records if "Elasticsearch bulk write failed" in r.message]
     assert all("retrying in 1.0 s" in message for message in retries)
     # One retry layer: two attempts are two connection attempts, not two times the client's retries.

@@ -13,7 +13,7 @@ from core.chunking import split_text
 from core.schema import chunk_id, content_hash
 from core.store import create_index
 from indexing.loaders import load_paths
-from tests.conftest import indexing_result, start_indexing, wait_for_chunks
+from tests.conftest import LOAD_LIMITS, indexing_result, start_indexing, wait_for_chunks
 from tests.test_indexing import OtherEmbedder
 
 SMALL = ["--chunk-size", "60", "--chunk-overlap", "10", "--no-progress"]
@@ -88,7 +88,7 @@ def test_a_killed_run_completes_on_rerun_with_no_duplicates_and_no_gaps(
     # the same against a real uninterrupted run).
     expected_ids = {
         chunk_id(document.doc_id, i, content_hash(text))
-        for document in load_paths([novel]).documents
+        for document in load_paths([novel], LOAD_LIMITS).documents
         for i, text in enumerate(split_text(document.text, 60, 10))
     }
 

@@ -32,13 +32,13 @@ for module in pkgutil.iter_modules(core.__path__):
     importlib.import_module(f"core.{module.name}")
 import gc
 import jieba
-from core.config import get_settings
+from core.config import Settings
 from core.text import get_tokenizer
 print(json.dumps({
     "modules": sorted(sys.modules),
     "threads": threading.active_count(),
     "jieba_dictionary_loaded": jieba.dt.initialized,
-    "settings_read": get_settings.cache_info().currsize,
+    "settings_read": sum(isinstance(o, Settings) for o in gc.get_objects()),
     "tokenizers": get_tokenizer.cache_info().currsize,
     "objects": sorted({
         type(o).__name__ for o in gc.get_objects()

@@ -7,7 +7,7 @@ import pytest
 
 from bench import doc_fixtures as fx
 from indexing.loaders import chinese_number, load_paths
-from tests.conftest import SANGUO_PATH
+from tests.conftest import LOAD_LIMITS, SANGUO_PATH
 
 NOVEL = """序言：本书据旧本整理。
 
@@ -21,7 +21,7 @@ NOVEL = """序言：本书据旧本整理。
 
 
 def test_the_sanguo_file_has_120_chapters_with_numbers_and_titles() -> None:
-    result = load_paths([SANGUO_PATH])
+    result = load_paths([SANGUO_PATH], LOAD_LIMITS)
     assert result.errors == []
     documents = result.documents
     assert [d.chapter for d in documents] == list(range(1, 121))
@@ -36,7 +36,7 @@ def test_the_sanguo_file_has_120_chapters_with_numbers_and_titles() -> None:
 def test_chinese_numeral_headings_a_front_matter_document_and_no_false_headings(tmp_path: Path) -> None:
     path = tmp_path / "novel.txt"
     path.write_text(NOVEL, encoding="utf-8")
-    documents = load_paths([path]).documents
+    documents = load_paths([path], LOAD_LIMITS).documents
     assert [(d.doc_id, d.chapter, d.chapter_title) for d in documents] == [
         ("novel.txt#front", None, None),
         ("novel.txt#ch1", 1, "宴桃园豪杰三结义"),
@@ -57,7 +57,7 @@ def test_chinese_numbers(numeral: str, value: int) -> None:
 def test_non_utf8_text_is_detected_not_crashed_on(tmp_path: Path, encoding: str) -> None:
     path = tmp_path / f"legacy-{encoding}.txt"
     path.write_bytes(NOVEL.encode(encoding))
-    result = load_paths([path])
+    result = load_paths([path], LOAD_LIMITS)
     assert result.errors == []
     assert result.documents[1].chapter_title == "宴桃园豪杰三结义"
     assert "".join(d.text for d in result.documents) == NOVEL
@@ -66,7 +66,7 @@ def test_non_utf8_text_is_detected_not_crashed_on(tmp_path: Path, encoding: str)
 def test_markdown_title_from_its_first_heading(tmp_path: Path) -> None:
     path = tmp_path / "guide.md"
     path.write_text("# 甲亢患者饮食指南\n\n甲亢病人应当少吃含碘食物。\n", encoding="utf-8")
-    [document] = load_paths([path]).documents
+    [document] = load_paths([path], LOAD_LIMITS).documents
     assert (document.doc_id, document.title, document.source) == ("guide.md", "甲亢患者饮食指南", "guide.md")
     assert "含碘" in document.text
 
@@ -85,7 +85,7 @@ def test_jsonl_reports_malformed_lines_with_their_numbers_and_keeps_the_rest(tmp
         json.dumps(["not", "an", "object"]),
     ]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    result = load_paths([path])
+    result = load_paths([path], LOAD_LIMITS)
     assert [(d.doc_id, d.title, d.metadata) for d in result.documents] == [
         ("q1", "低血糖", {"lang": "zh"}),
         ("3", "", {}),
@@ -98,7 +98,7 @@ def test_jsonl_reports_malformed_lines_with_their_numbers_and_keeps_the_rest(tmp
 def test_epub_chapters_follow_the_spine_as_plain_text(tmp_path: Path) -> None:
     path = tmp_path / "book.epub"
     fx.write_epub(path)
-    result = load_paths([path])
+    result = load_paths([path], LOAD_LIMITS)
     assert result.errors == []
     assert [(d.doc_id, d.chapter, d.chapter_title) for d in result.documents] == [
         ("book.epub#ch1", 1, "第一章 起"),
@@ -115,7 +115,7 @@ def test_folders_unreadable_and_missing_files_are_reported_and_the_rest_loaded(t
     (folder / "b.md").write_text("乙文件。", encoding="utf-8")
     (folder / "broken.epub").write_bytes(b"not a zip at all")
     (folder / "image.png").write_bytes(b"\x89PNG")
-    result = load_paths([folder, tmp_path / "missing.txt"])
+    result = load_paths([folder, tmp_path / "missing.txt"], LOAD_LIMITS)
     assert sorted(d.doc_id for d in result.documents) == ["b.md", "sub/a.txt"]
     assert result.skipped == [str(folder / "image.png")]
     messages = {Path(e.path).name: e.message for e in result.errors}
@@ -127,6 +127,6 @@ def test_the_same_document_id_twice_is_reported(tmp_path: Path) -> None:
     for sub in ("x", "y"):
         (tmp_path / sub).mkdir()
         (tmp_path / sub / "same.txt").write_text(f"{sub}的内容。", encoding="utf-8")
-    result = load_paths([tmp_path / "x" / "same.txt", tmp_path / "y" / "same.txt"])
+    result = load_paths([tmp_path / "x" / "same.txt", tmp_path / "y" / "same.txt"], LOAD_LIMITS)
     assert [d.text for d in result.documents] == ["x的内容。"]
     assert "duplicate document id 'same.txt'" in result.errors[0].message

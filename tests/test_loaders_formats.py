@@ -1,6 +1,7 @@
 """PDF, Word, HTML and Markdown loaders on generated files: text quality, pages, sections, bad files."""
 
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -9,10 +10,11 @@ from bench import doc_fixtures as fx
 from core.documents import Document, document_chunks, page_label, source_label
 from indexing.loaders import load_paths
 from indexing.loaders.pdf import join_lines, undecodable_share
+from tests.conftest import LOAD_LIMITS
 
 
 def only_document(path: Path) -> Document:
-    result = load_paths([path])
+    result = load_paths([path], LOAD_LIMITS)
     assert result.errors == [], result.errors
     [document] = result.documents
     return document
@@ -121,7 +123,7 @@ def test_the_main_content_rule_reads_main_not_the_rest_of_the_body(tmp_path: Pat
 def test_a_page_of_nothing_but_chrome_is_an_empty_file_error(tmp_path: Path) -> None:
     path = tmp_path / "menu.html"
     path.write_text(f"<html><body>{fx.SHORT_CHROME['nav']}{fx.SHORT_CHROME['footer']}</body></html>", encoding="utf-8")
-    [error] = load_paths([path]).errors
+    [error] = load_paths([path], LOAD_LIMITS).errors
     assert error.reason == "empty" and "navigation" in error.message
 
 
@@ -199,7 +201,7 @@ def bad_files(folder: Path) -> dict[str, str]:
 def test_each_bad_file_is_one_clear_error_and_the_good_file_still_loads(tmp_path: Path) -> None:
     expected = bad_files(tmp_path)
     (tmp_path / "good.md").write_text("# 好文件\n\n正常的内容。\n", encoding="utf-8")
-    result = load_paths([tmp_path], max_file_mb=0.1)
+    result = load_paths([tmp_path], replace(LOAD_LIMITS, max_file_mb=0.1))
     assert [d.source for d in result.documents] == ["good.md"]
     assert [f.source for f in result.loaded] == ["good.md"]
     messages = {Path(error.path).name: error.message for error in result.errors}
@@ -214,7 +216,7 @@ def test_a_zip_that_is_not_a_word_file_is_reported(tmp_path: Path) -> None:
     path = tmp_path / "archive.docx"
     with zipfile.ZipFile(path, "w") as archive:
         archive.writestr("readme.txt", "不是 Word 文件")
-    [error] = load_paths([path]).errors
+    [error] = load_paths([path], LOAD_LIMITS).errors
     assert "corrupt or truncated Word file" in error.message
 
 

@@ -7,6 +7,7 @@ longer run: `python -m bench.fuzz_loaders`).
 import os
 import signal
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ import indexing.loaders
 from bench import fuzz_loaders
 from core.documents import Document
 from indexing.loaders import load_paths
+from tests.conftest import LOAD_LIMITS
 
 EXAMPLES = 25  # per format: about a minute in all on a loaded 2-core machine
 
@@ -35,7 +37,7 @@ def test_a_file_over_the_time_limit_and_a_crashing_parser_are_their_files_errors
     for name in ("slow.txt", "segfault.txt", "z-fine.txt"):
         (tmp_path / name).write_text("一句话。", encoding="utf-8")
     started = time.perf_counter()
-    result = load_paths([tmp_path], timeout_s=2)
+    result = load_paths([tmp_path], replace(LOAD_LIMITS, timeout_s=2))
     assert time.perf_counter() - started < 30  # the sleeping worker was stopped, not waited for
     assert [(Path(e.path).name, e.reason) for e in result.errors] == [
         ("segfault.txt", "crashed"),

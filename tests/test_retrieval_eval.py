@@ -6,6 +6,7 @@ import pytest
 
 from bench.datasets import BENCH_DATA, Dataset, Query, load_cmrc, load_medical, load_sanguo, seeded_split
 from bench.retrieval_eval import choose, fused_ids, mean_metrics, paired_bootstrap, query_metrics
+from core.config import FusionMethod
 from retrieval.fusion import FusionParams, fuse
 from tests.conftest import SANGUO_PATH
 
@@ -50,7 +51,9 @@ def test_offline_fusion_is_the_services_fusion() -> None:
         "bigram": [("c", 3.0)],
     }
     config = {"method": "rrf", "k": 60, "lists": ("vector", "bm25"), "vector_weight": 2.0}
-    expected = fuse({"vector": lists["vector"], "bm25": lists["bm25"]}, FusionParams("rrf", 60, {"vector": 2.0}))
+    expected = fuse(
+        {"vector": lists["vector"], "bm25": lists["bm25"]}, FusionParams(FusionMethod.RRF, 60, {"vector": 2.0})
+    )
     assert fused_ids(lists, config) == [hit.id for hit in expected] == ["a", "c", "b"]
 
 

@@ -14,7 +14,7 @@ from bench.datasets import load_medical
 from core.embeddings import Embedder
 from core.text import ChineseTokenizer
 from retrieval.retriever import Retriever
-from tests.conftest import knowledge_base
+from tests.conftest import PARAMS, knowledge_base
 
 FIXTURE = Path(__file__).resolve().parent / "data"
 # The small fixture, not bench/data's evaluation set: that one is measured (dev/test) by bench.retrieval_eval.
@@ -36,7 +36,7 @@ def test_fixture_pairs_cover_the_confusable_terms() -> None:
 
 
 def test_hybrid_top1_is_right_for_every_query(es: Elasticsearch, embedder: Embedder, medical_kb: str) -> None:
-    retriever = Retriever(es, embedder, ChineseTokenizer())
+    retriever = Retriever(es, embedder, ChineseTokenizer(), PARAMS)
     report, wrong = [], []
     for query in DATASET.queries:
         hybrid = retriever.search(medical_kb, query.text, "hybrid", 3).hits

@@ -56,7 +56,7 @@ def test_seed_scenario_with_the_model(es, embedder, corpus, bocha, index_name) -
         )
         result = ask(deps, AGENTIC_QUESTION)
 
-    assert result.mode == "llm" and result.sub_questions == SUBS
+    assert result.answer_mode == "llm" and result.sub_questions == SUBS
     assert [s.node for s in result.trace] == SEED_PATH
     assert chat.names() == MODEL_CALLS
     assert [r.body["query"] for r in bocha.requests] == [WEB_QUERY]  # one search, the evaluator's query
@@ -113,7 +113,7 @@ def test_seed_scenario_without_a_model(es, embedder, corpus, bocha, index_name) 
     result = ask(deps, question)
 
     parts = ["青岚镇云雾茶社是谁创办的", "林晚舟毕业于哪所大学", "请给出来源链接"]
-    assert (result.mode, result.llm_calls, result.sub_questions) == ("extractive", 0, parts)
+    assert (result.answer_mode, result.llm_calls, result.sub_questions) == ("extractive", 0, parts)
     assert [s.node for s in result.trace] == [
         "split_question",
         "retrieve",

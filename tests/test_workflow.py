@@ -17,8 +17,7 @@ from pydantic import SecretStr
 
 from core.config import Settings
 from core.embeddings import Embedder
-from core.text import get_tokenizer
-from retrieval.retriever import Retriever
+from retrieval.retriever import build_retriever
 from service.graph import (
     ChatTurn,
     LLMNotConfiguredError,
@@ -88,7 +87,7 @@ def make_deps(
             values.update(bocha_api_key=SecretStr(API_KEY), bocha_api_url=web.api_url)
         values.update(overrides)
         settings = Settings(_env_file=None, **values)
-        return build_deps(settings, es, Retriever(es, embedder, get_tokenizer()))
+        return build_deps(settings, es, build_retriever(settings, es, embedder))
 
     return make
 
@@ -215,7 +214,7 @@ def test_seed_local_facts_plus_web_fallback_with_source_links(make_deps, chat, b
     # The second plan_next_step has no sub-question left: decided in code, no model call.
     assert chat.names() == ["RouteDecision", "Decomposition", "PlanDecision", "Evaluation", "EvaluationWithWeb", ANSWER]
     assert (result.llm_calls, result.web_calls, len(web.requests)) == (6, 1, 1)
-    assert result.mode == "llm" and chat.gets[0].path == "/v1/models"  # auto mode probed the endpoint
+    assert result.answer_mode == "llm" and chat.gets[0].path == "/v1/models"  # auto mode probed the endpoint
     request = web.requests[0]
     assert request.headers["authorization"] == f"Bearer {API_KEY}"
     assert request.body == {"query": "罗贯中 朝代", "freshness": "noLimit", "summary": True, "count": 8}
@@ -526,7 +525,7 @@ def test_nothing_retrieved_is_judged_without_the_model(make_deps, chat, bocha) -
 
 def test_answer_mode_llm_without_configuration_names_the_settings(es, embedder, sanguo_kb) -> None:
     settings = Settings(_env_file=None, es_index=sanguo_kb, answer_mode="llm")
-    deps = build_deps(settings, es, Retriever(es, embedder, get_tokenizer()))
+    deps = build_deps(settings, es, build_retriever(settings, es, embedder))
     assert deps.judge_llm is None and deps.web_search is None
     with pytest.raises(LLMNotConfiguredError, match=r"OPENAI_BASE_URL.*MODEL_NAME"):
         ask(deps, "刘备在哪里结义？")

@@ -85,7 +85,7 @@ def test_contexts_hash_and_judgement_cache() -> None:
     one, _ = select_contexts({"a1": passage("a1", 1, 0.5)}, [], budget=10_000)
     two, _ = select_contexts({"a1": passage("a1", 1, 0.5)}, [WEB], budget=10_000)
     assert contexts_hash(one) == contexts_hash(list(one)) != contexts_hash(two)
-    memory = JudgementMemory(None, "unused", cache_size=1)
+    memory = JudgementMemory.from_settings(None, Settings(_env_file=None, judgement_cache_size=1))
     verdict = Evaluation(enough=True, reason="够")
     memory.remember("问", contexts_hash(one), verdict)
     assert memory.cached("问", contexts_hash(one)) == verdict
@@ -99,8 +99,9 @@ def test_query_options_reject_an_unknown_mode_and_bad_limits() -> None:
         QueryOptions.model_validate({"mode": "semantic"})
     with pytest.raises(ValidationError):
         QueryOptions(max_web_searches=-1)
+    assert QueryOptions(mode="bm25").retrieval_mode == "bm25"  # the request field's older name
     assert QueryOptions().model_dump() == {
-        "mode": "hybrid",
+        "retrieval_mode": "hybrid",
         "k": 8,
         "web": True,
         "max_retrievals": None,
@@ -119,7 +120,9 @@ def test_structured_outputs_are_cleaned_and_coerced() -> None:
 
 def test_judgement_cache_entries_expire_after_the_ttl() -> None:
     now = [50.0]
-    memory = JudgementMemory(None, "unused", ttl_s=600, clock=lambda: now[0])
+    memory = JudgementMemory.from_settings(
+        None, Settings(_env_file=None, judgement_cache_ttl_s=600), clock=lambda: now[0]
+    )
     memory.remember("问题", "hash", Evaluation(enough=True, reason="资料足够"))
     now[0] += 599
     cached = memory.cached("问题", "hash")
@@ -134,7 +137,9 @@ def test_the_judgement_log_is_created_with_the_configured_replicas(
 ) -> None:
     """On a cluster the log must survive a node loss like the knowledge base does (ES_REPLICAS)."""
     name = index_name("judgements")
-    memory = JudgementMemory(es, name, knowledge_base="kb", replicas=1)
+    memory = JudgementMemory.from_settings(
+        es, Settings(_env_file=None, judgements_index=name, es_index="kb", es_replicas=1)
+    )
     memory.log("q1", "孟获是谁？", "hash", EvaluationStep(enough=True, missing=[], reason="够了"))
     settings = es.indices.get_settings(index=name).body[name]["settings"]["index"]
     assert settings["number_of_replicas"] == "1"

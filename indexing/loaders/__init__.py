@@ -26,10 +26,9 @@ from pathlib import Path
 
 from pebble import ProcessExpired, ProcessPool
 
-from core.config import get_settings
 from core.documents import Document
 from indexing.loaders import epub, pdf, webpage, word
-from indexing.loaders.base import BadFileError, LoadError, LoadResult, SourceFile, check_content, check_size
+from indexing.loaders.base import BadFileError, LoadError, LoadLimits, LoadResult, SourceFile, check_content, check_size
 from indexing.loaders.epub import html_to_text, parse_epub
 from indexing.loaders.jsonl import parse_jsonl
 from indexing.loaders.pdf import parse_pdf
@@ -41,6 +40,7 @@ __all__ = [
     "SUPPORTED_SUFFIXES",
     "Document",
     "LoadError",
+    "LoadLimits",
     "LoadResult",
     "SourceFile",
     "chinese_number",
@@ -176,20 +176,15 @@ def _load_in_worker(
     return documents
 
 
-def load_files(
-    files: Iterable[SourceFile], result: LoadResult, max_file_mb: float | None = None, timeout_s: float | None = None
-) -> LoadResult:
+def load_files(files: Iterable[SourceFile], result: LoadResult, limits: LoadLimits) -> LoadResult:
     """Load `files` into `result` (documents, errors, the files that loaded whole, parse time)."""
-    settings = get_settings()
-    limit = settings.max_file_mb if max_file_mb is None else max_file_mb
-    timeout = settings.load_timeout_s if timeout_s is None else timeout_s
     seen: dict[str, str] = {}
     started = time.perf_counter()
     files = list(files)
     with _worker(files) as pool:
         for file in files:
             errors_before = len(result.errors)
-            for document in _load_in_worker(pool, file, result.errors, limit, timeout):
+            for document in _load_in_worker(pool, file, result.errors, limits.max_file_mb, limits.timeout_s):
                 if document.doc_id in seen:
                     message = (
                         f"duplicate document id {document.doc_id!r} (already from {seen[document.doc_id]}): skipped"
@@ -204,9 +199,7 @@ def load_files(
     return result
 
 
-def load_paths(
-    paths: Iterable[str | Path], max_file_mb: float | None = None, timeout_s: float | None = None
-) -> LoadResult:
+def load_paths(paths: Iterable[str | Path], limits: LoadLimits) -> LoadResult:
     """Load files and folders (recursively); errors and skipped files are collected, not raised."""
     result = LoadResult()
-    return load_files(find_files(paths, result), result, max_file_mb, timeout_s)
+    return load_files(find_files(paths, result), result, limits)

@@ -8,6 +8,7 @@ import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core.config import Settings
 from core.documents import Document
 
 _MB = 1024 * 1024
@@ -19,6 +20,24 @@ class BadFileError(ValueError):
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
         self.reason = reason
+
+
+@dataclass(frozen=True)
+class LoadLimits:
+    """The largest file read (`MAX_FILE_MB`) and the longest one file may take to parse (`LOAD_TIMEOUT_S`)."""
+
+    max_file_mb: float
+    timeout_s: float
+
+    def __post_init__(self) -> None:
+        if self.max_file_mb <= 0 or self.timeout_s <= 0:
+            raise ValueError(
+                f"the file size and parse time limits must be positive, got {self.max_file_mb} MB and {self.timeout_s} s"
+            )
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "LoadLimits":
+        return cls(settings.max_file_mb, settings.load_timeout_s)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ WEB_DID_NOT_CONFIRM = "网络搜索结果也未能确认"
 async def split_question(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeResult:
     ctx = runtime.context
     parts = extractive.split_question(state["question"], ctx.max_retrievals)
-    update = {
+    update: WorkflowState = {
         "sub_questions": parts,
         "search_texts": extractive.search_texts(parts),
         "cursor": 0,
@@ -34,11 +34,6 @@ async def split_question(state: WorkflowState, runtime: Runtime[RunContext]) -> 
         "warnings": [HISTORY_IGNORED] if state.get("history") else [],
     }
     return update, f"{len(parts)} 个部分：" + "；".join(parts)
-
-
-def next_part(state: WorkflowState) -> str:
-    """Retrieve for every part (the parts were capped at `max_retrievals` when split)."""
-    return "retrieve" if state.get("cursor", 0) < len(state["sub_questions"]) else "select_evidence"
 
 
 def _sources(state: WorkflowState, part: str, passages: int) -> list[Source]:
@@ -71,19 +66,18 @@ async def select_evidence(state: WorkflowState, runtime: Runtime[RunContext]) ->
     step = _verdict(answers, with_web=bool(web))
     contexts, _ = select_contexts(state.get("passages", {}), web, settings.context_token_budget)
     warnings = await log_verdict(ctx, state["question"], contexts_hash(contexts), step)
-    next_step, why, unavailable = after_evaluation(state, ctx, step, state.get("llm_calls", 0))
+    search_web, why, unavailable = after_evaluation(state, ctx, step, state["llm_calls"])
     if unavailable:
         warnings.append(unavailable)
-    update = {
+    update: WorkflowState = {
         "part_answers": answers,
         "evaluations": [step],
-        "next_step": next_step,
+        "search_web": search_web,
         "web_unavailable": unavailable,
         "warnings": warnings,
     }
     verdict = "足够" if step.enough else f"不足（缺少 {len(step.missing)} 项）"
-    shown = "quote_answer" if next_step == "generate" else next_step
-    return update, f"{verdict}[extractive]，{why} → {shown}"
+    return update, f"{verdict}[extractive]，{why} → {'web_search' if search_web else 'quote_answer'}"
 
 
 def _verdict(answers: list[PartAnswer], with_web: bool) -> EvaluationStep:
@@ -120,7 +114,7 @@ async def quote_answer(state: WorkflowState, runtime: Runtime[RunContext]) -> No
             contexts.append(NumberedContext(number, passage=passages[source_id]))
             quoted[source_id] = Quoted(number)
     unavailable = state.get("web_unavailable")
-    searched = state.get("web_searches", 0) > 0 and not unavailable
+    searched = state["web_searches"] > 0 and not unavailable
     why_not = [unavailable] if unavailable else [WEB_DID_NOT_CONFIRM] if searched else []
     answer = extractive.compose(answers, quoted, why_not)
     for line in answer.splitlines(keepends=True):

@@ -49,11 +49,12 @@ class JudgementMemory:
         self,
         es: Elasticsearch | None,
         index: str,
-        knowledge_base: str = "",
-        cache_size: int = 1024,
-        ttl_s: float = 3600.0,
+        *,
+        knowledge_base: str,
+        cache_size: int,
+        ttl_s: float,
+        replicas: int,
         clock: Callable[[], float] = time.monotonic,
-        replicas: int = 0,
     ) -> None:
         self.es = es
         self.replicas = replicas
@@ -62,6 +63,21 @@ class JudgementMemory:
         self._cache: TTLCache[str, Judgement] = TTLCache(maxsize=cache_size, ttl=ttl_s, timer=clock)
         self._lock = threading.Lock()  # cachetools caches are not thread-safe
         self._index_ready = False
+
+    @classmethod
+    def from_settings(
+        cls, es: Elasticsearch | None, settings: Settings, clock: Callable[[], float] = time.monotonic
+    ) -> "JudgementMemory":
+        """The memory of the knowledge base `ES_INDEX`, logged to `JUDGEMENTS_INDEX` (a test may pass a clock)."""
+        return cls(
+            es,
+            settings.judgements_index,
+            knowledge_base=settings.es_index,
+            cache_size=settings.judgement_cache_size,
+            ttl_s=settings.judgement_cache_ttl_s,
+            replicas=settings.es_replicas,
+            clock=clock,
+        )
 
     @staticmethod
     def _key(question: str, contexts_hash: str) -> str:

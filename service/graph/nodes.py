@@ -1,9 +1,11 @@
 """The workflow's nodes: thin steps over `retrieval`, `websearch`, `llm` and the prompts.
 
-Every node returns a state update and a one-line outcome; `traced` times it, appends it to the
-trace and emits a "node" event. Decisions that steer the graph are written to `next_step`, and
-every hard limit (sub-questions, `max_retrievals`, `max_web_searches`, LLM-call and time
-budgets) is checked here in code, whatever the model answered.
+Every node returns a partial state (`WorkflowState`) and a one-line outcome; `traced` times it,
+appends it to the trace and emits a "node" event. Counters (`llm_calls`, `retrievals`,
+`web_searches`) are reducers: a node returns what it adds. Decisions that steer a graph are
+written as facts (`retrieve_more`, `search_web`, `web_found`) that each graph's routers turn into
+its own node names (workflow.py), and every hard limit (sub-questions, `max_retrievals`,
+`max_web_searches`, LLM-call and time budgets) is checked here in code, whatever the model answered.
 """
 
 import asyncio
@@ -12,7 +14,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from functools import wraps
-from typing import Any, Protocol
+from typing import Protocol
 
 from langchain_core.messages import BaseMessage
 from langgraph.runtime import Runtime
@@ -39,14 +41,14 @@ from service.websearch import WebSearchError, dedupe_by_url, url_key
 
 logger = logging.getLogger(__name__)
 
-NodeResult = tuple[dict[str, Any], str]  # (state update, one-line outcome for the trace)
+NodeResult = tuple[WorkflowState, str]  # (partial state, one-line outcome for the trace)
 Step = Callable[[WorkflowState, Runtime[RunContext]], Awaitable[NodeResult]]
 
 
 class Node(Protocol):
     """What LangGraph calls: the state, and the runtime as a keyword."""
 
-    def __call__(self, state: WorkflowState, *, runtime: Runtime[RunContext]) -> Awaitable[dict[str, Any]]: ...
+    def __call__(self, state: WorkflowState, *, runtime: Runtime[RunContext]) -> Awaitable[WorkflowState]: ...
 
 
 WEB_NOT_CONFIGURED = "网络搜索不可用：未配置 BOCHA_API_KEY"
@@ -58,12 +60,13 @@ _EMOJI = re.compile("[\U0001f000-\U0001faff\u2600-\u27bf\u2b00-\u2bff\ufe0f\u200
 def traced(name: str) -> Callable[[Step], Node]:
     def decorate(func: Step) -> Node:
         @wraps(func)
-        async def node(state: WorkflowState, *, runtime: Runtime[RunContext]) -> dict[str, Any]:
+        async def node(state: WorkflowState, *, runtime: Runtime[RunContext]) -> WorkflowState:
             started = time.perf_counter()
             update, outcome = await func(state, runtime)
             step = TraceStep(node=name, ms=round((time.perf_counter() - started) * 1000, 2), outcome=outcome)
             runtime.stream_writer({"event": "node", "data": step.model_dump()})
-            return {**update, "trace": [step]}
+            update["trace"] = [step]
+            return update
 
         return node
 
@@ -83,41 +86,41 @@ async def judge(
     ctx: RunContext, state: WorkflowState, schema: type[SchemaT], messages: list[BaseMessage]
 ) -> Structured[SchemaT]:
     """One judgement by the judge model; a second attempt may spend the calls left before the answer's."""
-    left = ctx.max_llm_calls - 1 - state.get("llm_calls", 0)
+    left = ctx.max_llm_calls - 1 - state["llm_calls"]
     return await ask_structured(ctx.deps.judge_llm, schema, messages, prompts.OUTPUT_FORMAT, max_calls=max(left, 1))
 
 
 @traced("rewrite_question")
 async def rewrite_question(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeResult:
     ctx = runtime.context
-    if blocked := budget_exhausted(ctx, state.get("llm_calls", 0)):
+    if blocked := budget_exhausted(ctx, state["llm_calls"]):
         return {"warnings": [blocked]}, "预算已用完，沿用原问题"
     result = await judge(ctx, state, StandaloneQuestion, prompts.rewrite_messages(state["history"], state["question"]))
-    calls, parsed, error = state.get("llm_calls", 0) + result.calls, result.value, result.error
+    parsed, error = result.value, result.error
     if parsed is None:
-        return {"llm_calls": calls, "warnings": [f"多轮改写失败（{error}），按原问题处理"]}, f"改写失败：{error}"
-    return {"question": parsed.question, "llm_calls": calls}, f"独立问题：{parsed.question}"
+        return {"llm_calls": result.calls, "warnings": [f"多轮改写失败（{error}），按原问题处理"]}, f"改写失败：{error}"
+    return {"question": parsed.question, "llm_calls": result.calls}, f"独立问题：{parsed.question}"
 
 
 @traced("route_question")
 async def route_question(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeResult:
     ctx = runtime.context
-    if blocked := budget_exhausted(ctx, state.get("llm_calls", 0)):
+    if blocked := budget_exhausted(ctx, state["llm_calls"]):
         return {"route": "complex", "route_reason": blocked, "warnings": [blocked]}, "complex（预算已用完）"
     result = await judge(ctx, state, RouteDecision, prompts.route_messages(state["question"]))
-    calls, parsed, error = state.get("llm_calls", 0) + result.calls, result.value, result.error
+    parsed, error = result.value, result.error
     if parsed is None:
         reason = f"路由结果无效（{error}），按 complex 处理以查证据"
         return {
             "route": "complex",
             "route_reason": reason,
-            "llm_calls": calls,
+            "llm_calls": result.calls,
             "warnings": [reason],
         }, "complex（路由结果无效）"
     return {
         "route": parsed.strategy,
         "route_reason": parsed.reason,
-        "llm_calls": calls,
+        "llm_calls": result.calls,
     }, f"{parsed.strategy}：{parsed.reason}"
 
 
@@ -127,27 +130,22 @@ async def direct_answer(state: WorkflowState, runtime: Runtime[RunContext]) -> N
     answer, reasoning = await stream_answer(
         ctx.deps.answer_llm, prompts.direct_messages(state["question"]), runtime.stream_writer, ctx.deps.settings
     )
-    return {
-        "answer": answer,
-        "reasoning": reasoning,
-        "citations": [],
-        "llm_calls": state.get("llm_calls", 0) + 1,
-    }, f"直接回答，{len(answer)} 字"
+    return {"answer": answer, "reasoning": reasoning, "citations": [], "llm_calls": 1}, f"直接回答，{len(answer)} 字"
 
 
 @traced("decompose_question")
 async def decompose_question(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeResult:
     ctx = runtime.context
     question = state["question"]
-    if blocked := budget_exhausted(ctx, state.get("llm_calls", 0)):
+    if blocked := budget_exhausted(ctx, state["llm_calls"]):
         return {"sub_questions": [question], "cursor": 0, "warnings": [blocked]}, "预算已用完，以原问题检索"
     result = await judge(ctx, state, Decomposition, prompts.decompose_messages(question))
-    calls, parsed, error = state.get("llm_calls", 0) + result.calls, result.value, result.error
+    parsed, error = result.value, result.error
     if parsed is None:
         warning = f"问题拆分结果无效（{error}），以原问题检索"
-        return {"sub_questions": [question], "cursor": 0, "llm_calls": calls, "warnings": [warning]}, warning
+        return {"sub_questions": [question], "cursor": 0, "llm_calls": result.calls, "warnings": [warning]}, warning
     subs = parsed.sub_questions
-    return {"sub_questions": subs, "cursor": 0, "llm_calls": calls}, f"{len(subs)} 个子问题：" + "；".join(subs)
+    return {"sub_questions": subs, "cursor": 0, "llm_calls": result.calls}, f"{len(subs)} 个子问题：" + "；".join(subs)
 
 
 @traced("retrieve")
@@ -156,7 +154,7 @@ async def retrieve(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeRe
     cursor = state.get("cursor", 0)
     sub_question = state["sub_questions"][cursor]
     query = state.get("search_texts", state["sub_questions"])[cursor]
-    result = await asyncio.to_thread(ctx.deps.retriever.search, ctx.deps.index, query, ctx.mode, ctx.k)
+    result = await asyncio.to_thread(ctx.deps.retriever.search, ctx.deps.index, query, ctx.retrieval_mode, ctx.k)
     passages = dict(state.get("passages", {}))
     found = {**state.get("found", {}), sub_question: [hit.id for hit in result.hits]}
     new = 0
@@ -170,30 +168,31 @@ async def retrieve(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeRe
                 update={"score": max(known.score, hit.score), "rank": min(known.rank, rank)}
             )
     top = result.hits[0].label if result.hits else "无"
-    update = {"passages": passages, "found": found, "cursor": cursor + 1, "retrievals": state.get("retrievals", 0) + 1}
+    update: WorkflowState = {"passages": passages, "found": found, "cursor": cursor + 1, "retrievals": 1}
     return update, f"子问题 {cursor + 1}「{sub_question}」：{len(result.hits)} 条（新增 {new}），首条：{top}"
 
 
 @traced("plan_next_step")
 async def plan_next_step(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeResult:
     ctx = runtime.context
-    subs, cursor, retrievals = state["sub_questions"], state.get("cursor", 0), state.get("retrievals", 0)
+    subs, cursor, retrievals = state["sub_questions"], state.get("cursor", 0), state["retrievals"]
     if cursor >= len(subs):
-        return {"next_step": "evaluate"}, "子问题已全部检索 → evaluate"
+        return {"retrieve_more": False}, "子问题已全部检索 → evaluate"
     if retrievals >= ctx.max_retrievals:
-        return {"next_step": "evaluate"}, f"已达检索上限 max_retrievals={ctx.max_retrievals} → evaluate"
-    if blocked := budget_exhausted(ctx, state.get("llm_calls", 0)):
-        return {"next_step": "evaluate", "warnings": [blocked]}, f"{blocked} → evaluate"
+        return {"retrieve_more": False}, f"已达检索上限 max_retrievals={ctx.max_retrievals} → evaluate"
+    if blocked := budget_exhausted(ctx, state["llm_calls"]):
+        return {"retrieve_more": False, "warnings": [blocked]}, f"{blocked} → evaluate"
     contexts, _ = select_contexts(state.get("passages", {}), [], ctx.deps.settings.context_token_budget)
     messages = prompts.plan_messages(state["question"], subs, cursor, contexts)
     result = await judge(ctx, state, PlanDecision, messages)
-    calls, parsed, error = state.get("llm_calls", 0) + result.calls, result.value, result.error
+    parsed, error = result.value, result.error
     if parsed is None:
         return {
-            "next_step": "retrieve",
-            "llm_calls": calls,
+            "retrieve_more": True,
+            "llm_calls": result.calls,
         }, f"规划结果无效（{error}），继续检索下一个子问题 → retrieve"
-    return {"next_step": parsed.next_action, "llm_calls": calls}, f"{parsed.next_action}：{parsed.reason}"
+    update: WorkflowState = {"retrieve_more": parsed.next_action == "retrieve", "llm_calls": result.calls}
+    return update, f"{parsed.next_action}：{parsed.reason}"
 
 
 @traced("evaluate")
@@ -206,24 +205,24 @@ async def evaluate(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeRe
     digest = contexts_hash(contexts)
     step, calls, warnings = await _judge(state, ctx, contexts, digest)
     warnings += await log_verdict(ctx, question, digest, step)
-    next_step, why, unavailable = after_evaluation(state, ctx, step, calls)
+    search_web, why, unavailable = after_evaluation(state, ctx, step, state["llm_calls"] + calls)
     if unavailable:
         warnings.append(unavailable)
     verdict = "足够" if step.enough else f"不足（缺少 {len(step.missing)} 项）"
-    update = {
+    update: WorkflowState = {
         "evaluations": [step],
         "llm_calls": calls,
-        "next_step": next_step,
+        "search_web": search_web,
         "web_unavailable": unavailable,
         "warnings": warnings,
     }
-    return update, f"{verdict}[{step.source}]，{why} → {next_step}"
+    return update, f"{verdict}[{step.source}]，{why} → {'web_search' if search_web else 'generate'}"
 
 
 async def _judge(
     state: WorkflowState, ctx: RunContext, contexts: list[NumberedContext], digest: str
 ) -> tuple[EvaluationStep, int, list[str]]:
-    """(verdict, LLM calls so far, warnings): from code, the cache or the model.
+    """(verdict, LLM calls it made, warnings): from code, the cache or the model.
 
     After a web search the model gets its own prompt and schema, without `web_query`. An
     unparseable verdict names every sub-question missing, so it may send the question to the
@@ -232,33 +231,32 @@ async def _judge(
     question, subs = state["question"], state.get("sub_questions", [])
     with_web = any(c.web for c in contexts)
     memory = ctx.deps.judgements
-    calls = state.get("llm_calls", 0)
     if not contexts:
         return (
             EvaluationStep(enough=False, missing=subs or [question], reason="没有检索到任何资料", source="no_context"),
-            calls,
+            0,
             [],
         )
     if memory is not None and (cached := memory.cached(question, digest)) is not None:
-        return EvaluationStep(**cached.model_dump(), with_web=with_web, source="cache"), calls, []
-    if blocked := budget_exhausted(ctx, calls):
-        return EvaluationStep(enough=False, reason=blocked, with_web=with_web, source="budget"), calls, [blocked]
+        return EvaluationStep(**cached.model_dump(), with_web=with_web, source="cache"), 0, []
+    if blocked := budget_exhausted(ctx, state["llm_calls"]):
+        return EvaluationStep(enough=False, reason=blocked, with_web=with_web, source="budget"), 0, [blocked]
     if state.get("web_results"):
         schema: type[Judgement] = EvaluationWithWeb
         messages = prompts.evaluate_with_web_messages(question, subs, contexts)
     else:
         schema, messages = Evaluation, prompts.evaluate_messages(question, subs, contexts)
     result = await judge(ctx, state, schema, messages)
-    parsed, error, calls = result.value, result.error, calls + result.calls
+    parsed, error = result.value, result.error
     if parsed is None:
         reason = f"评估结果无效（{error}），按资料不足处理，缺少的视为全部子问题"
         step = EvaluationStep(
             enough=False, missing=subs or [question], reason=reason, with_web=with_web, source="parse_error"
         )
-        return step, calls, [reason]
+        return step, result.calls, [reason]
     if memory is not None:
         memory.remember(question, digest, parsed)
-    return EvaluationStep(**parsed.model_dump(), with_web=with_web, source="model"), calls, []
+    return EvaluationStep(**parsed.model_dump(), with_web=with_web, source="model"), result.calls, []
 
 
 async def log_verdict(ctx: RunContext, question: str, digest: str, step: EvaluationStep) -> list[str]:
@@ -276,21 +274,21 @@ async def log_verdict(ctx: RunContext, question: str, digest: str, step: Evaluat
 
 def after_evaluation(
     state: WorkflowState, ctx: RunContext, step: EvaluationStep, llm_calls: int
-) -> tuple[str, str, str | None]:
-    """(next node, why, why the web could not help or None): the web-fallback limits in one place."""
+) -> tuple[bool, str, str | None]:
+    """(search the web?, why, why the web could not help or None): the web-fallback limits in one place."""
     if step.enough:
-        return "generate", "资料足够", None
+        return False, "资料足够", None
     if not step.missing:
-        return "generate", "未指明缺少内容，不搜索", None
+        return False, "未指明缺少内容，不搜索", None
     if not ctx.web:
-        return "generate", "网络搜索已关闭", WEB_DISABLED
+        return False, "网络搜索已关闭", WEB_DISABLED
     if ctx.deps.web_search is None:
-        return "generate", "网络搜索不可用", WEB_NOT_CONFIGURED
-    if state.get("web_searches", 0) >= ctx.max_web_searches:
-        return "generate", f"已达网络搜索上限 max_web_searches={ctx.max_web_searches}", None
+        return False, "网络搜索不可用", WEB_NOT_CONFIGURED
+    if state["web_searches"] >= ctx.max_web_searches:
+        return False, f"已达网络搜索上限 max_web_searches={ctx.max_web_searches}", None
     if blocked := budget_exhausted(ctx, llm_calls):
-        return "generate", blocked, None
-    return "web_search", "到网络上查找缺少的内容", None
+        return False, blocked, None
+    return True, "到网络上查找缺少的内容", None
 
 
 @traced("web_search")
@@ -298,7 +296,6 @@ async def web_search(state: WorkflowState, runtime: Runtime[RunContext]) -> Node
     ctx = runtime.context
     last = state["evaluations"][-1]
     query = (last.web_query or "").strip() or " ".join(last.missing) or state["question"]
-    searches = state.get("web_searches", 0) + 1
     known = list(state.get("web_results", []))
     try:
         if ctx.deps.web_search is None:  # `_after_evaluation` never routes here without a client
@@ -307,15 +304,17 @@ async def web_search(state: WorkflowState, runtime: Runtime[RunContext]) -> Node
     except WebSearchError as err:
         logger.warning("web search failed: %s", err)
         reason = f"网络搜索失败：{err.reason}"
-        update = {"web_searches": searches, "web_unavailable": reason, "next_step": "generate", "warnings": [reason]}
-        return update, f"「{query}」失败：{err.reason} → generate"
+        return _no_web_results(reason), f"「{query}」失败：{err.reason} → 作答"
     new = dedupe_by_url(results, seen={url_key(w.url) for w in known})
     if not new:
-        reason = "网络搜索没有找到新的结果"
-        update = {"web_searches": searches, "web_unavailable": reason, "next_step": "generate", "warnings": [reason]}
-        return update, f"「{query}」：没有新结果 → generate"
-    update = {"web_searches": searches, "web_results": known + new, "web_unavailable": None, "next_step": "evaluate"}
-    return update, f"「{query}」：{len(new)} 条新结果 → evaluate"
+        return _no_web_results("网络搜索没有找到新的结果"), f"「{query}」：没有新结果 → 作答"
+    update: WorkflowState = {"web_searches": 1, "web_results": known + new, "web_unavailable": None, "web_found": True}
+    return update, f"「{query}」：{len(new)} 条新结果 → 重新评估"
+
+
+def _no_web_results(reason: str) -> WorkflowState:
+    """A web search that brought nothing new: counted, said in the answer, and the graph answers."""
+    return {"web_searches": 1, "web_unavailable": reason, "web_found": False, "warnings": [reason]}
 
 
 @traced("generate")
@@ -339,11 +338,11 @@ async def generate(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeRe
         answer += tail
     cited = citations(answer, contexts)
     warnings = [f"资料超出提示词预算，舍弃了 {trimmed} 条排名最低的资料"] if trimmed else []
-    update = {
+    update: WorkflowState = {
         "answer": answer,
         "reasoning": reasoning,
         "citations": cited,
-        "llm_calls": state.get("llm_calls", 0) + 1,
+        "llm_calls": 1,
         "warnings": warnings,
     }
     return update, f"{len(answer)} 字，引用 {len(cited)} 条（资料 {len(contexts)} 条）"

@@ -8,7 +8,7 @@ prompt: `service/structured.py`), and every word the model reads lives in `promp
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, StrictBool, field_validator
+from pydantic import AliasChoices, BaseModel, Field, StrictBool, field_validator
 
 from core.contract import Choice, StrictModel
 from core.schema import Mode
@@ -115,7 +115,11 @@ class ChatTurn(StrictModel):
 
 
 class QueryOptions(StrictModel):
-    mode: Choice[Mode] = Mode.HYBRID
+    retrieval_mode: Choice[Mode] = Field(
+        Mode.HYBRID,
+        validation_alias=AliasChoices("retrieval_mode", "mode"),
+        description="how each sub-question is searched; `mode`, its older name, is still accepted",
+    )
     k: int = Field(8, ge=1, le=50)
     web: bool = True
     max_retrievals: int | None = Field(None, ge=1, le=20)
@@ -162,7 +166,12 @@ class QueryResult(BaseModel):
         description="the answer model's reasoning (<think> block or reasoning_content), never part of `answer`; "
         "empty when it did not reason or SHOW_REASONING=false",
     )
-    mode: AnswerMode = Field("llm", description="llm: written by the model; extractive: quotes only, no model")
+    answer_mode: AnswerMode = Field(
+        "llm",
+        validation_alias=AliasChoices("answer_mode", "mode"),
+        serialization_alias="mode",  # the response's field name, as before
+        description="llm: written by the model; extractive: quotes only, no model",
+    )
     mode_reason: str = Field("", description="why this answer mode (ANSWER_MODE, model configured / reachable)")
     route: str
     route_reason: str

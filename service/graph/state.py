@@ -4,7 +4,7 @@ import operator
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, TypedDict
+from typing import TYPE_CHECKING, Annotated, Literal, TypedDict
 
 from core.schema import Mode
 from retrieval.extractive import PartAnswer
@@ -24,24 +24,32 @@ class Passage(Hit):
     found_by: str = ""
 
 
+Count = Annotated[int, operator.add]  # a counter: a node returns how many it adds (the run starts at 0)
+
+
 class WorkflowState(TypedDict, total=False):
+    """The state, and (every key optional) the partial update a node returns; LangGraph merges it."""
+
     question: str  # standalone question (rewritten when there is a history)
     history: list[ChatTurn]
-    route: str
+    route: Literal["simple", "complex"]
     route_reason: str
     sub_questions: list[str]
     search_texts: list[str]  # extractive mode: what to search per sub-question (default: itself)
     cursor: int  # index of the next sub-question to retrieve for
-    retrievals: int
+    retrievals: Count
     passages: dict[str, Passage]  # merged by chunk id, best score and rank kept
     found: dict[str, list[str]]  # sub-question -> chunk ids its retrieval returned, best first
     part_answers: list[PartAnswer]  # extractive mode: the verdict and quotes per question part
     web_results: list[WebResult]  # kept apart from local passages
-    web_searches: int
+    web_searches: Count
     web_unavailable: str | None  # why the web could not be searched, said in the answer
-    next_step: str  # the decision of the last deciding node, read by the edges
+    # Decisions the graphs' routers read (each graph names its own next node, workflow.py):
+    retrieve_more: bool  # the planner's: retrieve the next sub-question (else evaluate)
+    search_web: bool  # the last verdict's: search the web for what is missing (else answer)
+    web_found: bool  # the last web search's: new results to judge again (else answer)
     evaluations: Annotated[list[EvaluationStep], operator.add]
-    llm_calls: int
+    llm_calls: Count
     answer: str
     reasoning: str  # the answer model's reasoning, kept out of `answer`
     citations: list[Citation]
@@ -54,7 +62,7 @@ class RunContext:
     """Per-query dependencies and limits, handed to every node by LangGraph's runtime."""
 
     deps: "WorkflowDeps"
-    mode: Mode
+    retrieval_mode: Mode
     k: int
     web: bool
     max_retrievals: int

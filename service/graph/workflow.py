@@ -14,21 +14,25 @@ The extractive workflow (no model: quotes only; `retrieval.extractive`):
                                                              ↑        └missing parts, web allowed and left → web_search
                                                              └──── new web results ────────────┘ (none → quote_answer)
 
-`ANSWER_MODE` picks one per query (`choose_mode`). Nodes decide (and enforce the limits); the
-edges below only read `next_step`.
+`ANSWER_MODE` picks one per query (`choose_mode`). Nodes decide (and enforce the limits) and
+write their decision as a fact (`retrieve_more`, `search_web`, `web_found`); each graph has its
+own routers below, which turn those facts into that graph's node names (typed `Literal`s, from
+which LangGraph reads the edges' destinations).
 """
 
 import logging
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Literal, cast
 
 import openai
 from elastic_transport import TransportError as ESTransportError
 from elasticsearch import ApiError, Elasticsearch
 from langchain_core.callbacks import UsageMetadataCallbackHandler
+from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
 
 from core.config import Settings
 from core.store import EmbedderMismatchError, IndexNotFoundError, SearchError
@@ -65,13 +69,7 @@ def build_deps(settings: Settings, es: Elasticsearch, retriever: Retriever) -> W
         judge_llm=judge,
         answer_llm=answer,
         web_search=build_web_search(settings),
-        judgements=JudgementMemory(
-            es,
-            settings.judgements_index,
-            knowledge_base=settings.es_index,
-            ttl_s=settings.judgement_cache_ttl_s,
-            replicas=settings.es_replicas,
-        ),
+        judgements=JudgementMemory.from_settings(es, settings),
         probe=LLMProbe(settings) if settings.llm_configured else None,
     )
 
@@ -98,11 +96,31 @@ async def choose_mode(deps: WorkflowDeps) -> tuple[AnswerMode, str]:
     return "llm", "已配置大模型且可以连接，由大模型回答"
 
 
-def _next(state: WorkflowState) -> str:
-    return state["next_step"]
+Workflow = CompiledStateGraph[WorkflowState, RunContext, WorkflowState, WorkflowState]
 
 
-def build_graph() -> Any:
+# Routers of the agentic graph.
+def _start(state: WorkflowState) -> Literal["rewrite_question", "route_question"]:
+    return "rewrite_question" if state.get("history") else "route_question"
+
+
+def _after_route(state: WorkflowState) -> Literal["direct_answer", "decompose_question"]:
+    return "direct_answer" if state["route"] == "simple" else "decompose_question"
+
+
+def _after_plan(state: WorkflowState) -> Literal["retrieve", "evaluate"]:
+    return "retrieve" if state["retrieve_more"] else "evaluate"
+
+
+def _after_evaluate(state: WorkflowState) -> Literal["web_search", "generate"]:
+    return "web_search" if state["search_web"] else "generate"
+
+
+def _after_web(state: WorkflowState) -> Literal["evaluate", "generate"]:
+    return "evaluate" if state["web_found"] else "generate"
+
+
+def build_graph() -> Workflow:
     graph = StateGraph(WorkflowState, context_schema=RunContext)
     graph.add_node("rewrite_question", nodes.rewrite_question)
     graph.add_node("route_question", nodes.route_question)
@@ -114,28 +132,34 @@ def build_graph() -> Any:
     graph.add_node("web_search", nodes.web_search)
     graph.add_node("generate", nodes.generate)
 
-    graph.add_conditional_edges(
-        START,
-        lambda s: "rewrite_question" if s.get("history") else "route_question",
-        ["rewrite_question", "route_question"],
-    )
+    graph.add_conditional_edges(START, _start)
     graph.add_edge("rewrite_question", "route_question")
-    graph.add_conditional_edges(
-        "route_question",
-        lambda s: "direct_answer" if s["route"] == "simple" else "decompose_question",
-        ["direct_answer", "decompose_question"],
-    )
+    graph.add_conditional_edges("route_question", _after_route)
     graph.add_edge("direct_answer", END)
     graph.add_edge("decompose_question", "retrieve")
     graph.add_edge("retrieve", "plan_next_step")
-    graph.add_conditional_edges("plan_next_step", _next, ["retrieve", "evaluate"])
-    graph.add_conditional_edges("evaluate", _next, ["web_search", "generate"])
-    graph.add_conditional_edges("web_search", _next, ["evaluate", "generate"])
+    graph.add_conditional_edges("plan_next_step", _after_plan)
+    graph.add_conditional_edges("evaluate", _after_evaluate)
+    graph.add_conditional_edges("web_search", _after_web)
     graph.add_edge("generate", END)
     return graph.compile()
 
 
-def build_extractive_graph() -> Any:
+# Routers of the extractive graph.
+def _next_part(state: WorkflowState) -> Literal["retrieve", "select_evidence"]:
+    """Retrieve for every part (the parts were capped at `max_retrievals` when split)."""
+    return "retrieve" if state.get("cursor", 0) < len(state["sub_questions"]) else "select_evidence"
+
+
+def _after_selection(state: WorkflowState) -> Literal["web_search", "quote_answer"]:
+    return "web_search" if state["search_web"] else "quote_answer"
+
+
+def _after_web_quotes(state: WorkflowState) -> Literal["select_evidence", "quote_answer"]:
+    return "select_evidence" if state["web_found"] else "quote_answer"
+
+
+def build_extractive_graph() -> Workflow:
     graph = StateGraph(WorkflowState, context_schema=RunContext)
     graph.add_node("split_question", extractive_nodes.split_question)
     graph.add_node("retrieve", nodes.retrieve)
@@ -145,14 +169,14 @@ def build_extractive_graph() -> Any:
 
     graph.add_edge(START, "split_question")
     graph.add_edge("split_question", "retrieve")
-    graph.add_conditional_edges("retrieve", extractive_nodes.next_part, ["retrieve", "select_evidence"])
-    graph.add_conditional_edges("select_evidence", _next, {"web_search": "web_search", "generate": "quote_answer"})
-    graph.add_conditional_edges("web_search", _next, {"evaluate": "select_evidence", "generate": "quote_answer"})
+    graph.add_conditional_edges("retrieve", _next_part)
+    graph.add_conditional_edges("select_evidence", _after_selection)
+    graph.add_conditional_edges("web_search", _after_web_quotes)
     graph.add_edge("quote_answer", END)
     return graph.compile()
 
 
-GRAPHS = {"llm": build_graph(), "extractive": build_extractive_graph()}
+GRAPHS: dict[AnswerMode, Workflow] = {"llm": build_graph(), "extractive": build_extractive_graph()}
 
 
 async def stream_query(deps: WorkflowDeps, question: str, options: QueryOptions) -> AsyncIterator[WorkflowEvent]:
@@ -226,7 +250,7 @@ async def _run_in_mode(
     settings = deps.settings
     ctx = RunContext(
         deps=deps,
-        mode=options.mode,
+        retrieval_mode=options.retrieval_mode,
         k=options.k,
         web=options.web,
         max_retrievals=options.max_retrievals or settings.max_retrievals,
@@ -247,18 +271,19 @@ async def _run_in_mode(
     }
     # Each retrieval and each web search costs two super-steps; the code limits bound the total.
     usage = UsageMetadataCallbackHandler()  # every model call inside the nodes reports to it
-    config = {"recursion_limit": 8 + 2 * ctx.max_retrievals + 2 * ctx.max_web_searches + 4, "callbacks": [usage]}
-    final: dict[str, Any] = {}
+    limit = 8 + 2 * ctx.max_retrievals + 2 * ctx.max_web_searches + 4
+    config: RunnableConfig = {"recursion_limit": limit, "callbacks": [usage]}
+    final: WorkflowState = {}
     graph = GRAPHS[mode]
     async for kind, chunk in graph.astream(initial, config=config, context=ctx, stream_mode=["custom", "values"]):
         if kind == "custom":
             yield WorkflowEvent.model_validate(chunk)
-        else:
-            final = chunk
-    yield WorkflowEvent(event="final", data=_result(final, ctx, usage).model_dump(mode="json"))
+        else:  # "values": the whole state after each step
+            final = cast(WorkflowState, chunk)
+    yield WorkflowEvent(event="final", data=_result(final, ctx, usage).model_dump(mode="json", by_alias=True))
 
 
-def _result(state: dict[str, Any], ctx: RunContext, usage: UsageMetadataCallbackHandler) -> QueryResult:
+def _result(state: WorkflowState, ctx: RunContext, usage: UsageMetadataCallbackHandler) -> QueryResult:
     trace = state.get("trace", [])
     timings: dict[str, float] = {}
     for step in trace:
@@ -268,7 +293,7 @@ def _result(state: dict[str, Any], ctx: RunContext, usage: UsageMetadataCallback
         question=state["question"],
         answer=state.get("answer", ""),
         reasoning=state.get("reasoning", ""),
-        mode=ctx.answer_mode,
+        answer_mode=ctx.answer_mode,
         mode_reason=ctx.mode_reason,
         route=state.get("route", ""),
         route_reason=state.get("route_reason", ""),
@@ -278,8 +303,8 @@ def _result(state: dict[str, Any], ctx: RunContext, usage: UsageMetadataCallback
         citations=state.get("citations", []),
         trace=trace,
         timings=timings,
-        llm_calls=state.get("llm_calls", 0),
-        web_calls=state.get("web_searches", 0),
+        llm_calls=state["llm_calls"],
+        web_calls=state["web_searches"],
         warnings=list(dict.fromkeys(state.get("warnings", []))),
         parts=state.get("part_answers", []),
         usage=TokenUsage(

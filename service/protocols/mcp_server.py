@@ -98,6 +98,13 @@ async def _explained(call: Awaitable[T]) -> T:
 def build_mcp_server(state: State) -> MCPServer:
     """The server's tools over `state` (the app's: settings, retriever, workflow), for either transport."""
     server: MCPServer = MCPServer(name="es-agentic-rag", instructions=INSTRUCTIONS)
+    _add_search_tools(server, state)
+    _add_answer_tools(server, state)
+    return server
+
+
+def _add_search_tools(server: MCPServer, state: State) -> None:
+    """`list_knowledge_bases` and `search`."""
 
     @server.tool()
     async def list_knowledge_bases() -> KnowledgeBases:
@@ -128,6 +135,10 @@ def build_mcp_server(state: State) -> MCPServer:
 
         return await _explained(run())
 
+
+def _add_answer_tools(server: MCPServer, state: State) -> None:
+    """`ask` and the `chunk://` resource."""
+
     @server.tool()
     async def ask(
         question: Annotated[str, Field(min_length=1, description="the question")],
@@ -143,7 +154,7 @@ def build_mcp_server(state: State) -> MCPServer:
             return Answer(
                 answer=result.answer + source_list(result.citations),
                 citations=result.citations,
-                mode=result.mode,
+                mode=result.answer_mode,
                 web_used=result.web_used,
                 warnings=result.warnings,
             )
@@ -161,8 +172,6 @@ def build_mcp_server(state: State) -> MCPServer:
         if hit is None:
             raise ResourceNotFoundError(f"no chunk {chunk_id!r} in {kb!r}")
         return json.dumps(hit.model_dump(mode="json", exclude={"explain", "similarity"}), ensure_ascii=False)
-
-    return server
 
 
 def _chunks(state: State, kb: str) -> int | None:

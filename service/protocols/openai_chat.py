@@ -322,7 +322,7 @@ async def chat_completions(
     steps = "".join(step_line("node", step.model_dump()) for step in result.trace)
     message = AssistantMessage(
         content=result.answer + source_list(result.citations),
-        reasoning_content=f"{step_line('mode', {'mode': result.mode, 'reason': result.mode_reason})}{steps}"
+        reasoning_content=f"{step_line('mode', {'mode': result.answer_mode, 'reason': result.mode_reason})}{steps}"
         if settings.chat_reasoning
         else None,
     )

@@ -1,0 +1,137 @@
+"""Plan: which chunks a run adds, which are already indexed, and which it deletes or re-hashes.
+
+Chunk ids are deterministic (`core.schema.chunk_id`: document id, position, content hash), so
+one `doc_id` lookup per group of documents tells which chunks are already indexed (skipped,
+never re-embedded) and which indexed chunks are stale; `orphans` finds the chunks of documents
+the run does not give that its `Scope` removes. Everything is read from doc values.
+"""
+
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from elasticsearch import Elasticsearch, helpers
+
+from core.documents import Chunk, Document, document_chunks
+from indexing.options import Chunking, Partition, Scope
+
+_LOOKUP_GROUP = 256  # documents per existing-chunk lookup
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Indexed:
+    """A chunk already in the index, from doc values."""
+
+    id: str
+    doc_id: str
+    source: str = ""
+    file_hash: str | None = None
+
+
+@dataclass
+class Plan:
+    """New chunks to embed and write; indexed ones unchanged, stale, or carrying an old file hash."""
+
+    chunks: int = 0
+    unchanged: int = 0
+    new: list[Chunk] = field(default_factory=list)
+    stale: list[Indexed] = field(default_factory=list)
+    # Unchanged chunks that still carry an older file hash (their file changed elsewhere).
+    rehash: list[tuple[Indexed, str]] = field(default_factory=list)
+
+
+def batched(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def scan_ids(es: Elasticsearch, index: str, query: dict[str, Any]) -> Iterator[Indexed]:
+    """Every chunk matching `query`, from doc values only."""
+    body = {"query": query, "_source": False, "docvalue_fields": ["doc_id", "source", "file_hash"]}
+    for hit in helpers.scan(es, index=index, query=body, size=1000):
+        fields = hit.get("fields", {})
+        yield Indexed(
+            hit["_id"], fields.get("doc_id", [""])[0], fields.get("source", [""])[0], fields.get("file_hash", [None])[0]
+        )
+
+
+def indexed_files(es: Elasticsearch, alias: str) -> dict[str, set[str | None]]:
+    """source → the file hashes its chunks carry (None: indexed before hashes were kept); {} when no index.
+
+    One hash means the file is indexed whole as that version; more mean a run was interrupted.
+    """
+    if not es.indices.exists(index=alias):
+        return {}
+    files: dict[str, set[str | None]] = {}
+    sources = [
+        {"source": {"terms": {"field": "source"}}},
+        {"hash": {"terms": {"field": "file_hash", "missing_bucket": True}}},
+    ]
+    after: dict[str, Any] | None = None
+    while True:
+        composite: dict[str, Any] = {"size": 1000, "sources": sources, **({"after": after} if after else {})}
+        result = es.search(index=alias, size=0, aggs={"files": {"composite": composite}})["aggregations"]["files"]
+        for bucket in result["buckets"]:
+            files.setdefault(bucket["key"]["source"], set()).add(bucket["key"]["hash"])
+        after = result.get("after_key")
+        if not result["buckets"] or after is None:
+            return files
+
+
+def plan_chunks(es: Elasticsearch, index: str, documents: list[Document], chunking: Chunking, empty: bool) -> Plan:
+    """What indexing `documents` into `index` adds, keeps, deletes and re-hashes (`empty`: no lookups)."""
+    plan = Plan()
+    for group in batched(documents, _LOOKUP_GROUP):
+        existing: dict[str, dict[str, Indexed]] = {}
+        if not empty:
+            query = {"terms": {"doc_id": [document.doc_id for document in group]}}
+            for found in scan_ids(es, index, query):
+                existing.setdefault(found.doc_id, {})[found.id] = found
+        for document in group:
+            chunks = document_chunks(document, chunking.size, chunking.overlap)
+            indexed = existing.get(document.doc_id, {})
+            ids = {chunk.id for chunk in chunks}
+            plan.chunks += len(chunks)
+            plan.new.extend(chunk for chunk in chunks if chunk.id not in indexed)
+            plan.unchanged += len(ids & indexed.keys())
+            plan.stale.extend(found for id_, found in sorted(indexed.items()) if id_ not in ids)
+            if document.file_hash:
+                plan.rehash.extend(
+                    (found, document.file_hash)
+                    for id_, found in sorted(indexed.items())
+                    if id_ in ids and found.file_hash != document.file_hash
+                )
+    return plan
+
+
+def orphans(es: Elasticsearch, index: str, documents: list[Document], scope: Scope) -> list[Indexed]:
+    """Chunks of documents not given that `scope` removes: from the given sources
+    (`replace_sources`: all, or those named), of removed sources, or anywhere (`prune`).
+
+    With a partition, only documents of that partition count: the others belong to other workers.
+    """
+    given = {document.doc_id for document in documents}
+    sources = {document.source for document in documents}
+    replaced = sources if scope.replace_sources is True else sources & set(scope.replace_sources or ())
+    targets = sorted(replaced | set(scope.remove_sources))
+    if not (targets or scope.prune):
+        return []
+    query: dict[str, Any] = {"match_all": {}} if scope.prune else {"terms": {"source": targets}}
+    partition = scope.partition
+    return [
+        found
+        for found in scan_ids(es, index, query)
+        if found.doc_id not in given and (partition is None or partition.contains(found.doc_id))
+    ]
+
+
+def checked_documents(documents: Iterable[Document], partition: Partition | None) -> list[Document]:
+    """The documents of this run (of `partition`), refusing duplicate ids."""
+    documents = list(documents)
+    duplicates = sorted(doc_id for doc_id, n in Counter(d.doc_id for d in documents).items() if n > 1)
+    if duplicates:
+        raise ValueError(f"duplicate document ids: {duplicates[:5]}")
+    return [d for d in documents if partition.contains(d.doc_id)] if partition else documents
