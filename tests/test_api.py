@@ -14,7 +14,7 @@ from elasticsearch import Elasticsearch
 
 from core.config import Settings
 from core.documents import Document
-from core.embeddings import Embedder
+from core.embeddings import DelegatingEmbedder, Embedder
 from core.redact import redact_url
 from core.schema import Mode
 from service.api import create_app
@@ -323,19 +323,12 @@ def test_embedder_mismatch_is_409(es: Elasticsearch, es_url: str, alias: str, em
         assert httpx.get(f"{url}/readyz").json()["index"]["embedder_matches"] is False
 
 
-class GatedEmbedder:
+class GatedEmbedder(DelegatingEmbedder):
     """The real embedder behind a gate: once armed, a query waits inside embedding until opened."""
 
     def __init__(self, inner: Embedder) -> None:
-        self.inner, self.name = inner, inner.name
+        super().__init__(inner)
         self.armed, self.entered, self.gate = threading.Event(), threading.Event(), threading.Event()
-
-    @property
-    def dim(self) -> int:
-        return self.inner.dim
-
-    def embed_documents(self, texts: list[str]) -> np.ndarray:
-        return self.inner.embed_documents(texts)
 
     def embed_query(self, text: str) -> np.ndarray:
         if self.armed.is_set():  # not during the start-up warm-up
