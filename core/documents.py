@@ -33,6 +33,8 @@ class Document:
     section_starts: list[tuple[int, str]] = field(default_factory=list)
     # Hash of the whole file the document came from: `--sync` skips files the index holds.
     file_hash: str | None = None
+    # The groups that may read it (retrieval.lists.DocumentAccess); empty: whoever may read the base.
+    access: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

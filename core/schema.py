@@ -20,7 +20,8 @@ from core.text import ChineseTokenizer, bigram_terms, join_terms
 if TYPE_CHECKING:  # core.documents imports this module
     from core.documents import Chunk
 
-SCHEMA_VERSION = 3  # 2: page, section and file-hash fields; 3: filterable metadata (added to older indices in place)
+# 2: page, section and file-hash fields; 3: filterable metadata; 4: access groups (added to older indices in place)
+SCHEMA_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,9 @@ class ChunkRecord(ChunkFields):
     # values over 1024 characters unindexed. Chunks written before schema 3 have none until indexed again.
     metadata_terms: Annotated[dict[str, Any], FLATTENED] = Field(default_factory=dict)
     file_hash: Annotated[str | None, KEYWORD] = None  # of the whole file: `--sync` skips files the index holds
+    # The groups that may read the chunk, filtered inside every search (retrieval.lists.DocumentAccess);
+    # not a hit field, so a search never shows which groups exist.
+    access: Annotated[list[str], KEYWORD] = Field(default_factory=list)
 
     @classmethod
     def of_chunk(cls, chunk: "Chunk", embedding: list[float], tokenizer: ChineseTokenizer) -> "ChunkRecord":
@@ -104,6 +108,7 @@ class ChunkRecord(ChunkFields):
             page_end=chunk.page_end,
             section=chunk.section,
             file_hash=document.file_hash,
+            access=document.access,
         )
 
     def to_source(self) -> dict[str, Any]:
@@ -126,7 +131,7 @@ HIT_SOURCE_FIELDS = list(ChunkFields.model_fields)
 # schema version 2, added to older indices in place.
 PROVENANCE_PROPERTIES = {name: CHUNK_PROPERTIES[name] for name in ("page_start", "page_end", "section", "file_hash")}
 # Fields added after the first schema: `core.store.ensure_index` puts them into older indices.
-ADDED_PROPERTIES = PROVENANCE_PROPERTIES | {"metadata_terms": CHUNK_PROPERTIES["metadata_terms"]}
+ADDED_PROPERTIES = PROVENANCE_PROPERTIES | {name: CHUNK_PROPERTIES[name] for name in ("metadata_terms", "access")}
 
 
 class Mode(StrEnum):

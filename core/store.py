@@ -5,7 +5,7 @@ A knowledge base is an alias (`ES_INDEX`, default `kb`) pointing at one concrete
 index `_meta` records which embedder built it, so queries with another one fail loudly.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -92,6 +92,8 @@ class IndexMeta:
     dim: int
     # The corpus dictionary the index was cut with (core.lexicon); None: built without one.
     corpus_terms: tuple[str, ...] | None = None
+    # The knowledge base's own settings (`_meta.kb`, core/kbs.py): chunking, fusion, ...
+    kb: dict[str, Any] = field(default_factory=dict)
 
 
 def create_client(settings: Settings) -> Elasticsearch:
@@ -154,6 +156,8 @@ def ensure_index(
 def swap_alias(es: Elasticsearch, alias: str, new_index: str) -> list[str]:
     """Point `alias` at `new_index` in one atomic request; returns and deletes the old ones."""
     old = [name for name in concrete_indices(es, alias) if name != new_index]
+    if old:  # the rebuilt index keeps the base's own settings (`_meta.kb`: chunking, fusion)
+        _carry_kb_meta(es, old[0], new_index)
     actions: list[dict[str, Any]] = [{"remove": {"index": name, "alias": alias}} for name in old if name != alias]
     actions.append({"add": {"index": new_index, "alias": alias}})
     es.indices.update_aliases(actions=actions)
@@ -161,6 +165,13 @@ def swap_alias(es: Elasticsearch, alias: str, new_index: str) -> list[str]:
         if name != alias:
             es.indices.delete(index=name)
     return old
+
+
+def _carry_kb_meta(es: Elasticsearch, source: str, target: str) -> None:
+    kb = es.indices.get_mapping(index=source).body[source]["mappings"].get("_meta", {}).get("kb")
+    if kb:
+        meta = es.indices.get_mapping(index=target).body[target]["mappings"].get("_meta", {})
+        es.indices.put_mapping(index=target, meta={**meta, "kb": kb})
 
 
 def read_index_meta(es: Elasticsearch, alias: str) -> IndexMeta:
@@ -176,6 +187,7 @@ def read_index_meta(es: Elasticsearch, alias: str) -> IndexMeta:
         embedder=str(meta.get("embedder", "?")),
         dim=int(meta.get("dim", 0)),
         corpus_terms=tuple(terms) if terms is not None else None,
+        kb=dict(meta.get("kb", {})),
     )
 
 

@@ -14,7 +14,7 @@ dictionary stored in the index's `_meta` (core/text.py, indexing/dictionary.py).
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -22,13 +22,14 @@ from elasticsearch import Elasticsearch, NotFoundError
 
 from core.config import FusionMethod, Settings
 from core.embeddings import Embedder, cosine_similarities
+from core.kbs import FusionSetting
 from core.schema import HIT_SOURCE_FIELDS, LIST_MODES, Mode, chunk_id_from_fields
 from core.store import IndexMeta, IndexNotFoundError, check_embedder_meta, msearch, read_index_meta
 from core.text import ChineseTokenizer, get_tokenizer
 from retrieval import lists
 from retrieval.compare import Comparison, relate
 from retrieval.fusion import FusionParams, fuse
-from retrieval.lists import SearchFilter
+from retrieval.lists import EVERYTHING, Clauses, DocumentAccess, SearchFilter
 from retrieval.results import Hit, SearchResult
 
 _META_TTL_S = 30.0  # how long an index's embedder and dictionary are trusted before re-reading
@@ -62,6 +63,19 @@ class RetrievalParams:
     @property
     def fusion_params(self) -> FusionParams:
         return FusionParams(self.fusion, self.rrf_k, self.weights)
+
+    def with_fusion(self, setting: FusionSetting | None) -> "RetrievalParams":
+        """These parameters with a knowledge base's own fusion setting (None: unchanged)."""
+        if setting is None:
+            return self
+        return replace(
+            self,
+            fusion=setting.method,
+            rrf_k=setting.rrf_k,
+            depth=setting.depth,
+            hybrid_lists=setting.lists,
+            weights=setting.weights,
+        )
 
 
 class _QueryVector:
@@ -103,17 +117,19 @@ class Retriever:
         filters: SearchFilter | None = None,
         *,
         similarity: bool = False,
+        access: DocumentAccess = EVERYTHING,
     ) -> SearchResult:
-        """The top `k` of `mode`; with `similarity`, each hit's cosine to the query too (one more `mget`)."""
+        """The top `k` of `mode` among the chunks `access` may read; with `similarity`, each hit's
+        cosine to the query too (one more `mget`)."""
         vector = _QueryVector(self.embedder, query)
-        result = self._search(index, query, Mode.from_str(mode), k, filters, vector)
+        result = self._search(index, query, Mode.from_str(mode), k, _Scope(filters, access), vector)
         if similarity:
             self._similarities(index, result.hits, vector)
         return result
 
     def _similarities(self, index: str, hits: list[Hit], vector: _QueryVector) -> None:
         """Set each hit's `similarity` from its stored embedding (the vector list's cosine, any mode)."""
-        stored = self._fetch(index, [hit.id for hit in hits], ["embedding"])
+        stored = self._fetch(index, [hit.id for hit in hits], EVERYTHING, ["embedding"])
         found = [hit for hit in hits if hit.id in stored]
         if not found:
             return
@@ -122,11 +138,17 @@ class Retriever:
             hit.similarity = max(0.0, float(value))
 
     def ranked_lists(
-        self, index: str, query: str, lists: Sequence[Mode], size: int, filters: SearchFilter | None = None
+        self,
+        index: str,
+        query: str,
+        lists: Sequence[Mode],
+        size: int,
+        filters: SearchFilter | None = None,
+        access: DocumentAccess = EVERYTHING,
     ) -> dict[str, list[tuple[str, float]]]:
         """(chunk id, score) of each list, `size` deep, in one `_msearch` without `_source`."""
         _validate(query, size)
-        return self._lists(index, query, lists, size, filters, _QueryVector(self.embedder, query))
+        return self._lists(index, query, lists, size, _Scope(filters, access), _QueryVector(self.embedder, query))
 
     def _lists(
         self,
@@ -134,7 +156,7 @@ class Retriever:
         query: str,
         lists: Sequence[Mode],
         size: int,
-        filters: SearchFilter | None,
+        scope: "_Scope",
         vector: _QueryVector,
     ) -> dict[str, list[tuple[str, float]]]:
         """Every list of `lists` in one `_msearch`, which Elasticsearch runs concurrently.
@@ -142,7 +164,7 @@ class Retriever:
         The query is embedded first: searching the keyword lists on a thread while embedding
         was slower on two cores, where the embedder's threads and Elasticsearch compete.
         """
-        bodies = [self._body(index, name, query, size, filters, vector, source=False) for name in lists]
+        bodies = [self._body(index, name, query, size, scope.clauses, vector, source=False) for name in lists]
         responses = self._msearch(index, bodies)
         return {
             name: [(chunk_id_from_fields(raw["fields"]), raw["_score"]) for raw in response["hits"]["hits"]]
@@ -150,24 +172,32 @@ class Retriever:
         }
 
     def _search(
-        self, index: str, query: str, mode: Mode, k: int, filters: SearchFilter | None, vector: _QueryVector
+        self, index: str, query: str, mode: Mode, k: int, scope: "_Scope", vector: _QueryVector
     ) -> SearchResult:
         _validate(query, k)
         started = time.perf_counter()
         if mode == Mode.HYBRID:
-            hits = self._hybrid(index, query, k, filters, vector)
+            hits = self._hybrid(index, query, k, scope, vector)
         else:
-            body = self._body(index, mode, query, k, filters, vector, source=True)
+            body = self._body(index, mode, query, k, scope.clauses, vector, source=True)
             hits = [
                 Hit.from_source(raw["_source"], id=raw["_id"], score=raw["_score"])
                 for raw in self._msearch(index, [body])[0]["hits"]["hits"]
             ]
         return SearchResult(mode=mode, took_ms=(time.perf_counter() - started) * 1000, hits=hits)
 
-    def _hybrid(self, index: str, query: str, k: int, filters: SearchFilter | None, vector: _QueryVector) -> list[Hit]:
-        ranked = self._lists(index, query, self.params.hybrid_lists, max(k, self.params.depth), filters, vector)
-        fused = fuse(ranked, self.params.fusion_params, top=k)
-        sources = self._fetch(index, [hit.id for hit in fused])
+    def params_for(self, index: str) -> RetrievalParams:
+        """The parameters searches of `index` use: the service's, with the base's own fusion setting."""
+        stored = self._index(index)[0].kb.get("fusion")
+        return self.params.with_fusion(FusionSetting.from_meta(stored) if stored else None)
+
+    def _hybrid(self, index: str, query: str, k: int, scope: "_Scope", vector: _QueryVector) -> list[Hit]:
+        params = self.params_for(index)
+        ranked = self._lists(index, query, params.hybrid_lists, max(k, params.depth), scope, vector)
+        fused = fuse(ranked, params.fusion_params, top=k)
+        # The winners came from filtered lists; the fetch checks their groups again (a chunk's
+        # access may change between the search and the fetch).
+        sources = self._fetch(index, [hit.id for hit in fused], scope.access)
         return [  # a chunk deleted between the search and the fetch is left out
             Hit.from_source(sources[found.id], id=found.id, score=found.score, explain=found.explain)
             for found in fused
@@ -181,17 +211,19 @@ class Retriever:
         k: int = 10,
         modes: Sequence[Mode | str] = (Mode.VECTOR, Mode.HYBRID),
         filters: SearchFilter | None = None,
+        access: DocumentAccess = EVERYTHING,
     ) -> Comparison:
         """Run `query` in each of `modes` (each timed on its own; the query embedded once) and relate their top-k ids."""
         chosen = list(dict.fromkeys(Mode.from_str(mode) for mode in modes))
         if len(chosen) < 2:
             raise ValueError(f"compare needs at least two distinct modes, got {chosen}")
         vector = _QueryVector(self.embedder, query)
-        return relate(query, k, {mode: self._search(index, query, mode, k, filters, vector) for mode in chosen})
+        scope = _Scope(filters, access)
+        return relate(query, k, {mode: self._search(index, query, mode, k, scope, vector) for mode in chosen})
 
-    def chunk(self, index: str, chunk_id: str) -> Hit | None:
-        """One chunk by id, whole (None when the base has no such chunk)."""
-        source = self._fetch(index, [chunk_id]).get(chunk_id)
+    def chunk(self, index: str, chunk_id: str, access: DocumentAccess = EVERYTHING) -> Hit | None:
+        """One chunk by id, whole (None when the base has no such chunk, or `access` may not read it)."""
+        source = self._fetch(index, [chunk_id], access).get(chunk_id)
         return Hit.from_source(source, id=chunk_id, score=0.0) if source is not None else None
 
     def index_tokenizer(self, index: str) -> ChineseTokenizer:
@@ -206,16 +238,22 @@ class Retriever:
             self._indices[index] = cached
         return cached[1], cached[2]
 
-    def _fetch(self, index: str, ids: list[str], fields: list[str] = HIT_SOURCE_FIELDS) -> dict[str, dict[str, Any]]:
-        """The `_source` `fields` of `ids` in one request."""
+    def _fetch(
+        self, index: str, ids: list[str], access: DocumentAccess, fields: list[str] = HIT_SOURCE_FIELDS
+    ) -> dict[str, dict[str, Any]]:
+        """The `_source` `fields` of those of `ids` that `access` may read, in one request."""
         if not ids:
             return {}
         try:
             # realtime=False reads the refreshed view the search just saw, without a refresh check.
-            docs = self.es.mget(index=index, ids=ids, source=fields, realtime=False)["docs"]
+            docs = self.es.mget(index=index, ids=ids, source=[*fields, "access"], realtime=False)["docs"]
         except NotFoundError as err:
             raise IndexNotFoundError(index) from err
-        return {doc["_id"]: doc["_source"] for doc in docs if doc.get("found")}
+        return {
+            doc["_id"]: doc["_source"]
+            for doc in docs
+            if doc.get("found") and access.allows(doc["_source"].pop("access", None))
+        }
 
     def _msearch(self, index: str, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return msearch(self.es, index, bodies)
@@ -226,18 +264,29 @@ class Retriever:
         name: Mode,
         query: str,
         size: int,
-        filters: SearchFilter | None,
+        clauses: Clauses,
         vector: _QueryVector,
         *,
         source: bool,
     ) -> dict[str, Any]:
         """One list's search body (retrieval/lists.py), with the index's embedder checked or tokenizer used."""
-        clauses = filters.to_es() if filters else []
         body = lists.envelope(size, source=source)
         if name == Mode.VECTOR:
             check_embedder_meta(self._index(index)[0], index, self.embedder)
             return body | lists.knn(vector.get(), size, self.params.num_candidates, clauses)
         return body | lists.keyword(name, query, self._index(index)[1], self.params.title_boost, clauses)
+
+
+@dataclass(frozen=True)
+class _Scope:
+    """What a request may see: its filters and the caller's document access, as one set of clauses."""
+
+    filters: SearchFilter | None
+    access: DocumentAccess
+
+    @property
+    def clauses(self) -> Clauses:
+        return (self.filters.to_es() if self.filters else []) + self.access.to_es()
 
 
 def _validate(query: str, k: int) -> None:

@@ -1,4 +1,4 @@
-"""`.jsonl`: one `{"id", "text", "title"?, "metadata"?}` object per line; `id` becomes the doc_id.
+"""`.jsonl`: one `{"id", "text", "title"?, "metadata"?, "access"?}` object per line; `id` becomes the doc_id.
 
 A malformed line is reported with its number and the other lines are kept.
 """
@@ -38,4 +38,9 @@ def _jsonl_document(obj: Any, source: str) -> Document:
         raise ValueError('"title" must be a string')
     if not isinstance(metadata, dict):
         raise ValueError('"metadata" must be an object')
-    return Document(doc_id=str(doc_id), text=text, source=source, title=title, metadata=metadata)
+    access = obj.get("access", [])
+    if not isinstance(access, list) or not all(isinstance(group, str) and group.strip() for group in access):
+        raise ValueError('"access" must be a list of group names')
+    return Document(
+        doc_id=str(doc_id), text=text, source=source, title=title, metadata=metadata, access=sorted(set(access))
+    )

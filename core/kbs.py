@@ -1,0 +1,220 @@
+"""Knowledge bases: many per service, each an alias whose index `_meta` holds its settings.
+
+A knowledge base is what `core.store` already builds (an alias over a versioned index); this
+module adds what makes it a first-class object. Its settings (embedder, chunking, shards,
+replicas) and its fusion setting live under `_meta.kb` of the concrete index, beside the
+corpus dictionary, so they are kept in Elasticsearch, move with a rebuild (`swap_alias`
+carries them) and go with the index when it is deleted. A base made by the indexing job has
+no `_meta.kb` yet: it is still a base, with the service's defaults.
+"""
+
+import re
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from elasticsearch import Elasticsearch, NotFoundError
+
+from core.config import FusionMethod, Settings
+from core.embeddings import Embedder
+from core.schema import LIST_MODES, Mode
+from core.store import IndexNotFoundError, concrete_indices, create_index, versioned_name
+
+# Lower case, digits, `-`, `_` and `.`, starting with a letter or digit: a valid Elasticsearch alias.
+KB_NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,99}$"
+_KB_NAME = re.compile(KB_NAME_PATTERN)
+_VERSIONED = re.compile(r"-v\d+$")
+
+
+class InvalidKnowledgeBaseName(ValueError):
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"invalid knowledge-base name {name!r}: 1 to 100 characters of a-z, 0-9, '-', '_', '.', "
+            "starting with a letter or digit"
+        )
+
+
+class KnowledgeBaseExists(ValueError):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"a knowledge base or index named {name!r} already exists")
+
+
+def check_kb_name(name: str) -> str:
+    """`name` when it can name a knowledge base, else `InvalidKnowledgeBaseName`."""
+    if not _KB_NAME.fullmatch(name) or name in {".", ".."}:
+        raise InvalidKnowledgeBaseName(name)
+    return name
+
+
+@dataclass(frozen=True)
+class FusionSetting:
+    """How a base's hybrid search fuses its lists: chosen by an evaluation on its questions, or pinned."""
+
+    method: FusionMethod
+    rrf_k: int = 60
+    depth: int = 10
+    lists: tuple[Mode, ...] = LIST_MODES
+    weights: dict[str, float] = field(default_factory=dict)
+    origin: Literal["evaluation", "pinned"] = "pinned"
+    chosen_at: str = ""
+    note: str = ""  # e.g. the evaluation's report or the person who pinned it
+
+    def to_meta(self) -> dict[str, Any]:
+        return asdict(self) | {"method": self.method.value, "lists": [str(mode) for mode in self.lists]}
+
+    @classmethod
+    def from_meta(cls, meta: dict[str, Any]) -> "FusionSetting":
+        return cls(
+            method=FusionMethod.from_str(meta["method"]),
+            rrf_k=int(meta.get("rrf_k", 60)),
+            depth=int(meta.get("depth", 10)),
+            lists=tuple(Mode.from_str(name) for name in meta.get("lists", LIST_MODES)),
+            weights={str(k): float(v) for k, v in (meta.get("weights") or {}).items()},
+            origin=meta.get("origin", "pinned"),
+            chosen_at=str(meta.get("chosen_at", "")),
+            note=str(meta.get("note", "")),
+        )
+
+
+@dataclass(frozen=True)
+class KnowledgeBase:
+    """A base's name and settings as stored; `fusion` None: the service default (`FUSION`) applies."""
+
+    name: str
+    index: str
+    embedder: str
+    dim: int
+    chunk_size: int
+    chunk_overlap: int
+    shards: int
+    replicas: int
+    created_at: str | None = None
+    fusion: FusionSetting | None = None
+
+
+@dataclass(frozen=True)
+class KnowledgeBaseStats:
+    documents: int
+    chunks: int
+    last_update: str | None
+
+
+def _mappings(es: Elasticsearch, name: str) -> tuple[str, dict[str, Any]]:
+    """(concrete index, its mappings) of the base `name`."""
+    try:
+        body = es.indices.get_mapping(index=name).body
+    except NotFoundError as err:
+        raise IndexNotFoundError(name) from err
+    index = sorted(body)[0]
+    return index, body[index]["mappings"]
+
+
+def _settings(es: Elasticsearch, index: str) -> tuple[int, int]:
+    values = es.indices.get_settings(index=index, name="index.number_of_*").body[index]["settings"]["index"]
+    return int(values.get("number_of_shards", 1)), int(values.get("number_of_replicas", 0))
+
+
+def read_kb(es: Elasticsearch, name: str, settings: Settings) -> KnowledgeBase:
+    """The base `name` (an alias, or a concrete index built before aliases); `IndexNotFoundError` if absent."""
+    index, mappings = _mappings(es, name)
+    meta = mappings.get("_meta", {})
+    kb: dict[str, Any] = meta.get("kb", {})
+    shards, replicas = _settings(es, index)
+    return KnowledgeBase(
+        name=name,
+        index=index,
+        embedder=str(meta.get("embedder", "?")),
+        dim=int(meta.get("dim", 0)),
+        chunk_size=int(kb.get("chunk_size", settings.chunk_size)),
+        chunk_overlap=int(kb.get("chunk_overlap", settings.chunk_overlap)),
+        shards=shards,
+        replicas=replicas,
+        created_at=kb.get("created_at"),
+        fusion=FusionSetting.from_meta(kb["fusion"]) if kb.get("fusion") else None,
+    )
+
+
+def list_kb_names(es: Elasticsearch) -> list[str]:
+    """Every knowledge base: aliases (and bare indices) whose index carries a chunk mapping's `_meta`."""
+    mappings = es.indices.get_mapping(index="*", expand_wildcards="open").body
+    chunk_indices = {
+        index for index, body in mappings.items() if "embedder" in body.get("mappings", {}).get("_meta", {})
+    }
+    if not chunk_indices:
+        return []
+    aliases = es.indices.get_alias(index=",".join(sorted(chunk_indices))).body
+    names: set[str] = set()
+    for index in chunk_indices:
+        held = list(aliases.get(index, {}).get("aliases", {}))
+        # A versioned index is reached only through its alias; an unaliased one is a base by its own name.
+        names.update(held or ([] if _VERSIONED.search(index) else [index]))
+    return sorted(names)
+
+
+def kb_stats(es: Elasticsearch, names: list[str]) -> dict[str, KnowledgeBaseStats]:
+    """Documents, chunks and the last write of each base, in one `_msearch`."""
+    if not names:
+        return {}
+    searches: list[dict[str, Any]] = []
+    aggs = {"documents": {"cardinality": {"field": "doc_id"}}, "last": {"max": {"field": "indexed_at"}}}
+    for name in names:
+        searches += [{"index": name}, {"size": 0, "track_total_hits": True, "aggs": aggs}]
+    stats = {}
+    for name, response in zip(names, es.msearch(searches=searches)["responses"], strict=True):
+        if "error" in response:
+            continue
+        last = response["aggregations"]["last"]
+        stats[name] = KnowledgeBaseStats(
+            documents=int(response["aggregations"]["documents"]["value"]),
+            chunks=int(response["hits"]["total"]["value"]),
+            last_update=last.get("value_as_string"),
+        )
+    return stats
+
+
+def create_kb(
+    es: Elasticsearch,
+    name: str,
+    embedder: Embedder,
+    *,
+    chunk_size: int,
+    chunk_overlap: int,
+    shards: int = 1,
+    replicas: int = 0,
+) -> str:
+    """A new, empty base `name` (a versioned index behind the alias); `KnowledgeBaseExists` on a clash."""
+    check_kb_name(name)
+    if es.indices.exists_alias(name=name) or es.indices.exists(index=name):
+        raise KnowledgeBaseExists(name)
+    index = versioned_name(name)
+    create_index(es, index, embedder, shards=shards, replicas=replicas)
+    created = datetime.now(UTC).isoformat()
+    _update_kb_meta(es, index, {"chunk_size": chunk_size, "chunk_overlap": chunk_overlap, "created_at": created})
+    es.indices.put_alias(index=index, name=name)
+    return index
+
+
+def delete_kb(es: Elasticsearch, name: str) -> list[str]:
+    """Delete the base `name` and every index behind it; returns them (`IndexNotFoundError` if absent)."""
+    indices = concrete_indices(es, name)
+    if not indices:
+        raise IndexNotFoundError(name)
+    for index in indices:
+        es.indices.delete(index=index)
+    return indices
+
+
+def _update_kb_meta(es: Elasticsearch, index: str, values: dict[str, Any]) -> None:
+    """Merge `values` into the index's `_meta.kb` (a `None` value removes that key)."""
+    meta = es.indices.get_mapping(index=index).body[index]["mappings"].get("_meta", {})
+    kb = {key: value for key, value in {**meta.get("kb", {}), **values}.items() if value is not None}
+    es.indices.put_mapping(index=index, meta={**meta, "kb": kb})
+
+
+def write_fusion(es: Elasticsearch, name: str, setting: FusionSetting | None) -> None:
+    """Store `setting` as the base's fusion (None: back to the service default) on every index behind it."""
+    indices = concrete_indices(es, name)
+    if not indices:
+        raise IndexNotFoundError(name)
+    for index in indices:
+        _update_kb_meta(es, index, {"fusion": setting.to_meta() if setting else None})
