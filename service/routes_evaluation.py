@@ -10,6 +10,7 @@ the background, read its status, report and plot, and see, pin or reset the base
     PUT    /kbs/{kb}/fusion                          pin one; DELETE: back to the service default
 """
 
+import re
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -17,7 +18,9 @@ from elasticsearch import Elasticsearch
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
+from fastapi.routing import APIRoute
 from pydantic import BaseModel, Field, field_validator
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from core.config import FusionMethod, Settings
 from core.contract import Choice, StrictModel
@@ -30,7 +33,7 @@ from core.kbs import (
     read_kb,
     write_fusion,
 )
-from core.schema import LIST_MODES, Mode
+from core.schema import Mode
 from core.store import IndexNotFoundError
 from retrieval.evaluation import LIST_DEPTH
 from retrieval.questions import BadLine, base_corpus, parse_questions, resolve
@@ -42,8 +45,36 @@ from service.openapi import error_responses
 
 MAX_QUESTIONS_CHARS = 4_000_000  # also bounded by MAX_REQUEST_BYTES
 
+ListName = Literal["vector", "bm25", "bigram", "standard"]  # the lists hybrid can fuse (core.schema.LIST_MODES)
+LIST_NAMES: tuple[ListName, ...] = ("vector", "bm25", "bigram", "standard")
+
+
+class _AllowEveryMethod:
+    """ASGI middleware: a 405 on one of these paths names every method of the path in `Allow`
+    (Starlette names only those of the first route that matched the path)."""
+
+    def __init__(self, app: ASGIApp, allow: list[tuple[re.Pattern[str], str]]) -> None:
+        self.app, self.allow = app, allow
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        allow = next((a for path, a in self.allow if path.match(scope.get("path", ""))), None)
+        if scope["type"] != "http" or allow is None:
+            await self.app(scope, receive, send)
+            return
+
+        async def send_allow(message: Message) -> None:
+            if message["type"] == "http.response.start" and message["status"] == 405:
+                kept = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"allow"]
+                message = {**message, "headers": [*kept, (b"allow", allow.encode())]}
+            await send(message)
+
+        await self.app(scope, receive, send_allow)
+
+
 router = APIRouter(
-    dependencies=[Depends(require_api_key)], tags=["evaluation"], responses=error_responses(404, 502, 503)
+    dependencies=[Depends(require_api_key)],
+    tags=["evaluation"],
+    responses=error_responses(404, 502, 503),
 )
 
 
@@ -51,6 +82,12 @@ def install(app: FastAPI) -> None:
     """These routes and their job registry, on `app`."""
     app.state.evaluations = EvaluationJobs()
     app.include_router(router)
+    methods: dict[str, tuple[re.Pattern[str], set[str]]] = {}
+    for route in router.routes:
+        if isinstance(route, APIRoute):
+            methods.setdefault(route.path, (route.path_regex, set()))[1].update(route.methods or ())
+    allow = [(regex, ", ".join(sorted(names))) for regex, names in methods.values() if len(names) > 1]
+    app.add_middleware(_AllowEveryMethod, allow=allow)
 
 
 async def valid_kb(kb: Annotated[str, Path(pattern=KB_NAME_PATTERN, description="knowledge-base name")]) -> str:
@@ -127,25 +164,20 @@ class FusionPin(StrictModel):
     method: Choice[FusionMethod]
     rrf_k: int = Field(60, ge=1, le=1000)
     depth: int = Field(10, ge=1, le=LIST_DEPTH)
-    lists: list[Choice[Mode]] = Field(
-        default=list(LIST_MODES), min_length=1, max_length=4, json_schema_extra={"uniqueItems": True}
+    lists: list[ListName] = Field(
+        default=list(LIST_NAMES), min_length=1, max_length=4, json_schema_extra={"uniqueItems": True}
     )
-    weights: dict[Choice[Mode], Annotated[float, Field(ge=0, le=100)]] = Field(default_factory=dict)
+    weights: dict[ListName, Annotated[float, Field(ge=0, le=100)]] = Field(
+        default_factory=dict, description="per list; 1 when absent"
+    )
     note: str = Field("", max_length=200)
 
     @field_validator("lists")
     @classmethod
-    def _lists(cls, lists: list[Mode]) -> list[Mode]:
-        if len(set(lists)) != len(lists) or Mode.HYBRID in lists:
-            raise ValueError("lists must be distinct and among vector, bm25, bigram, standard")
+    def _distinct(cls, lists: list[str]) -> list[str]:
+        if len(set(lists)) != len(lists):
+            raise ValueError("lists must be distinct")
         return lists
-
-    @field_validator("weights")
-    @classmethod
-    def _weights(cls, weights: dict[Mode, float]) -> dict[Mode, float]:
-        if Mode.HYBRID in weights:
-            raise ValueError("weights are per list: vector, bm25, bigram, standard")
-        return weights
 
 
 class FusionState(BaseModel):
@@ -284,8 +316,8 @@ def pin_fusion(kb: KbDep, body: FusionPin, es: ESDep, settings: SettingsDep, ret
         method=body.method,
         rrf_k=body.rrf_k,
         depth=body.depth,
-        lists=tuple(body.lists),
-        weights={str(mode): weight for mode, weight in body.weights.items()},
+        lists=tuple(Mode.from_str(name) for name in body.lists),
+        weights={str(name): weight for name, weight in body.weights.items()},
         origin="pinned",
         chosen_at=datetime.now(UTC).isoformat(),
         note=body.note,

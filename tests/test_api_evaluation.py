@@ -3,8 +3,11 @@ evaluation in the background, its report and plot, then `/search` of that base u
 fusion and names it, other bases keep the default; a person pins and resets it."""
 
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -14,8 +17,10 @@ from elasticsearch import Elasticsearch
 from core.config import Settings
 from core.documents import Document
 from core.embeddings import Embedder
+from core.schema import LIST_MODES
 from service.api import create_app
 from service.evaluation_jobs import QUESTIONS_INDEX
+from service.routes_evaluation import LIST_NAMES
 from tests.conftest import knowledge_base
 from tests.serving import serve
 from tests.test_evaluate import MEDICAL, question_lines
@@ -29,7 +34,8 @@ def bases(es: Elasticsearch, embedder: Embedder) -> Iterator[tuple[str, str]]:
         knowledge_base(es, embedder, other, "test-api-eval-other") as second,
     ):
         yield medical, second
-        es.options(ignore_status=404).delete(index=QUESTIONS_INDEX, id=medical)
+        for name in (medical, second):
+            es.options(ignore_status=404).delete(index=QUESTIONS_INDEX, id=name)
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +54,10 @@ def finished(client: httpx.Client, status_url: str) -> dict[str, Any]:
     raise AssertionError(f"evaluation still {status['status']} after 300 s")
 
 
+def test_the_pinnable_lists_are_the_fused_lists() -> None:
+    assert tuple(str(mode) for mode in LIST_MODES) == LIST_NAMES
+
+
 def test_names_and_unknown_bases(base_url: str, bases: tuple[str, str]) -> None:
     with httpx.Client(base_url=base_url, timeout=60) as client:
         for path in ("/kbs/Bad*Name/fusion", "/kbs/a,b/questions", "/kbs/_all/fusion"):
@@ -59,6 +69,8 @@ def test_names_and_unknown_bases(base_url: str, bases: tuple[str, str]) -> None:
         response = client.post(f"/kbs/{bases[1]}/evaluate", json={})
         assert response.status_code == 404 and "PUT" in response.json()["detail"]
         assert client.get(f"/kbs/{bases[0]}/evaluations/0123456789abcdef").status_code == 404
+        # A method the path lacks: 405 naming every method it has.
+        assert client.post(f"/kbs/{bases[0]}/fusion").headers["allow"] == "DELETE, GET, PUT"
 
 
 def test_upload_evaluate_and_search_with_the_chosen_fusion(base_url: str, bases: tuple[str, str]) -> None:
@@ -123,3 +135,19 @@ def test_a_set_with_too_few_usable_questions_fails_with_a_reason(base_url: str, 
         assert client.put(f"/kbs/{medical}/questions", json={"text": text}).json()["usable"] == 1
         status = finished(client, client.post(f"/kbs/{medical}/evaluate", json={}).json()["status_url"])
         assert status["status"] == "failed" and "0 test questions" in status["error"]
+
+
+def test_schemathesis_finds_nothing_on_these_routes_of_a_real_base(
+    base_url: str, bases: tuple[str, str], tmp_path: Path
+) -> None:
+    """Every check and phase on the `/kbs/{kb}/...` operations, `kb` the real base (so the stateful
+    phase uploads sets, runs evaluations, pins and resets fusions), not only unknown names."""
+    config = tmp_path / "schemathesis.toml"
+    config.write_text(f'[parameters]\n"path.kb" = "{bases[1]}"\n', encoding="utf-8")
+    command = [str(Path(sys.executable).with_name("st")), "--config-file", str(config), "run"]
+    command += [f"{base_url}/openapi.json", "--checks", "all", "--max-examples", "60", "--seed", "23"]
+    command += ["--generation-deterministic", "--workers", "1", "--request-timeout", "60", "--no-color"]
+    command += ["--include-path-regex", "^/kbs/"]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=1200, check=False, cwd=tmp_path)
+    assert run.returncode == 0, run.stdout[-20000:] + run.stderr[-5000:]
+    assert "passed" in run.stdout and "failed" not in run.stdout.split("SUMMARY")[-1], run.stdout[-5000:]
