@@ -16,7 +16,6 @@ from typing import Annotated, Any, Literal
 
 from elasticsearch import Elasticsearch
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, Field, field_validator
@@ -25,21 +24,17 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from core.config import FusionMethod, Settings
 from core.contract import Choice, StrictModel
 from core.kbs import (
-    KB_NAME_PATTERN,
     FusionSetting,
-    InvalidKnowledgeBaseName,
-    KnowledgeBase,
-    check_kb_name,
     read_kb,
     write_fusion,
 )
 from core.schema import Mode
-from core.store import IndexNotFoundError
 from retrieval.evaluation import LIST_DEPTH
 from retrieval.questions import BadLine, base_corpus, parse_questions, resolve
 from retrieval.results import FusionUsed
 from retrieval.retriever import Retriever
-from service.api import ESDep, RetrieverDep, SettingsDep, require_api_key
+from service.api import ESDep, RetrieverDep, SettingsDep
+from service.auth import KbAccess, kb_access
 from service.evaluation_jobs import EvaluationJob, EvaluationJobs, load_questions, save_questions
 from service.openapi import error_responses
 
@@ -71,11 +66,7 @@ class _AllowEveryMethod:
         await self.app(scope, receive, send_allow)
 
 
-router = APIRouter(
-    dependencies=[Depends(require_api_key)],
-    tags=["evaluation"],
-    responses=error_responses(404, 502, 503),
-)
+router = APIRouter(tags=["evaluation"], responses=error_responses(401, 403, 404, 502, 503))
 
 
 def install(app: FastAPI) -> None:
@@ -90,28 +81,14 @@ def install(app: FastAPI) -> None:
     app.add_middleware(_AllowEveryMethod, allow=allow)
 
 
-async def valid_kb(kb: Annotated[str, Path(pattern=KB_NAME_PATTERN, description="knowledge-base name")]) -> str:
-    """The name as `core.kbs` accepts it (422 otherwise, never a request Elasticsearch refuses)."""
-    try:
-        return check_kb_name(kb)
-    except InvalidKnowledgeBaseName as err:
-        raise RequestValidationError([{"type": "value_error", "loc": ("path", "kb"), "msg": str(err)}]) from None
-
-
-def _base(es: Elasticsearch, kb: str, settings: Settings) -> KnowledgeBase:
-    """The base `kb`; 404 when there is none (or the name is an index that holds no chunks)."""
-    base = read_kb(es, kb, settings)
-    if not base.dim:
-        raise IndexNotFoundError(kb)
-    return base
-
-
 async def get_jobs(request: Request) -> EvaluationJobs:
     jobs: EvaluationJobs = request.app.state.evaluations
     return jobs
 
 
-KbDep = Annotated[str, Depends(valid_kb)]
+# The caller's role on `{kb}` (service.auth): read to look, write to upload, evaluate, pin or reset.
+Reader = Annotated[KbAccess, Depends(kb_access("read"))]
+Writer = Annotated[KbAccess, Depends(kb_access("write"))]
 JobsDep = Annotated[EvaluationJobs, Depends(get_jobs)]
 
 
@@ -206,17 +183,17 @@ def _bad(line: BadLine) -> BadLineOut:
 
 
 @router.put("/kbs/{kb}/questions", response_model=QuestionsSummary)
-def put_questions(kb: KbDep, body: QuestionsUpload, es: ESDep, settings: SettingsDep) -> QuestionsSummary:
+def put_questions(access: Writer, body: QuestionsUpload, es: ESDep) -> QuestionsSummary:
     """Store the base's question set (replacing the last); every line that cannot be used is listed."""
-    _base(es, kb, settings)  # 404 for an unknown base
+    kb = access.kb
     stored = save_questions(es, kb, body.text)
     return _questions_summary(es, kb, stored.text, stored.uploaded_at)
 
 
 @router.get("/kbs/{kb}/questions", response_model=QuestionsSummary)
-def get_questions(kb: KbDep, es: ESDep, settings: SettingsDep) -> QuestionsSummary:
+def get_questions(access: Reader, es: ESDep) -> QuestionsSummary:
     """The stored question set, checked against the base as it is now."""
-    _base(es, kb, settings)
+    kb = access.kb
     stored = load_questions(es, kb)
     if stored is None:
         raise HTTPException(404, f"no question set for {kb!r}: PUT /kbs/{kb}/questions first")
@@ -229,11 +206,9 @@ def get_questions(kb: KbDep, es: ESDep, settings: SettingsDep) -> QuestionsSumma
     response_model=JobAccepted,
     responses=error_responses(409),
 )
-def evaluate(
-    kb: KbDep, es: ESDep, settings: SettingsDep, retriever: RetrieverDep, jobs: JobsDep, body: EvaluateRequest
-) -> JSONResponse:
+def evaluate(access: Writer, es: ESDep, retriever: RetrieverDep, jobs: JobsDep, body: EvaluateRequest) -> JSONResponse:
     """Evaluate the stored question set in the background and, unless `dry_run`, store the fusion chosen on dev."""
-    _base(es, kb, settings)
+    kb = access.kb
     stored = load_questions(es, kb)
     if stored is None:
         raise HTTPException(404, f"no question set for {kb!r}: PUT /kbs/{kb}/questions first")
@@ -256,8 +231,9 @@ JobId = Annotated[str, Path(pattern=r"^[0-9a-f]{16}$", description="the job id P
 
 
 @router.get("/kbs/{kb}/evaluations/{job_id}", response_model=EvaluationStatus)
-def evaluation_status(kb: KbDep, job_id: JobId, jobs: JobsDep) -> EvaluationStatus:
+def evaluation_status(access: Reader, job_id: JobId, jobs: JobsDep) -> EvaluationStatus:
     """Status and progress of an evaluation; its report once done."""
+    kb = access.kb
     job = _job(jobs, kb, job_id)
     return EvaluationStatus(
         job=job.id,
@@ -280,16 +256,16 @@ def evaluation_status(kb: KbDep, job_id: JobId, jobs: JobsDep) -> EvaluationStat
     response_class=FileResponse,
     responses={200: {"content": {"image/png": {"schema": {"type": "string", "format": "binary"}}}}},
 )
-def evaluation_plot(kb: KbDep, job_id: JobId, jobs: JobsDep) -> FileResponse:
+def evaluation_plot(access: Reader, job_id: JobId, jobs: JobsDep) -> FileResponse:
     """The report's plot: per-mode bars with 95 % interval whiskers, and the rank distribution."""
-    plot = _job(jobs, kb, job_id).plot
+    plot = _job(jobs, access.kb, job_id).plot
     if plot is None:
         raise HTTPException(404, f"evaluation {job_id!r} has no plot yet: it is not done")
     return FileResponse(plot, media_type="image/png")
 
 
 def _fusion_state(es: Elasticsearch, kb: str, settings: Settings, retriever: Retriever) -> FusionState:
-    stored = _base(es, kb, settings).fusion
+    stored = read_kb(es, kb, settings).fusion
     params = retriever.params.with_fusion(stored)
     effective = FusionUsed(
         method=params.fusion,
@@ -303,15 +279,17 @@ def _fusion_state(es: Elasticsearch, kb: str, settings: Settings, retriever: Ret
 
 
 @router.get("/kbs/{kb}/fusion", response_model=FusionState)
-def get_fusion(kb: KbDep, es: ESDep, settings: SettingsDep, retriever: RetrieverDep) -> FusionState:
+def get_fusion(access: Reader, es: ESDep, settings: SettingsDep, retriever: RetrieverDep) -> FusionState:
     """The fusion the base's hybrid searches use: its own (chosen by an evaluation, or pinned) or the default."""
-    return _fusion_state(es, kb, settings, retriever)
+    return _fusion_state(es, access.kb, settings, retriever)
 
 
 @router.put("/kbs/{kb}/fusion", response_model=FusionState)
-def pin_fusion(kb: KbDep, body: FusionPin, es: ESDep, settings: SettingsDep, retriever: RetrieverDep) -> FusionState:
+def pin_fusion(
+    access: Writer, body: FusionPin, es: ESDep, settings: SettingsDep, retriever: RetrieverDep
+) -> FusionState:
     """Pin the base's fusion (until the next evaluation that is not a dry run, or a DELETE)."""
-    _base(es, kb, settings)
+    kb = access.kb
     setting = FusionSetting(
         method=body.method,
         rrf_k=body.rrf_k,
@@ -328,9 +306,9 @@ def pin_fusion(kb: KbDep, body: FusionPin, es: ESDep, settings: SettingsDep, ret
 
 
 @router.delete("/kbs/{kb}/fusion", response_model=FusionState)
-def reset_fusion(kb: KbDep, es: ESDep, settings: SettingsDep, retriever: RetrieverDep) -> FusionState:
+def reset_fusion(access: Writer, es: ESDep, settings: SettingsDep, retriever: RetrieverDep) -> FusionState:
     """Back to the service default (`FUSION`, `RRF_K`, `RRF_DEPTH`)."""
-    _base(es, kb, settings)
+    kb = access.kb
     write_fusion(es, kb, None)
     retriever.forget(kb)
     return _fusion_state(es, kb, settings, retriever)

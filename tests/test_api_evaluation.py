@@ -22,6 +22,7 @@ from service.api import create_app
 from service.evaluation_jobs import QUESTIONS_INDEX
 from service.routes_evaluation import LIST_NAMES
 from tests.conftest import knowledge_base
+from tests.protocols import write_keys_file
 from tests.serving import serve
 from tests.test_evaluate import MEDICAL, question_lines
 
@@ -106,6 +107,10 @@ def test_upload_evaluate_and_search_with_the_chosen_fusion(base_url: str, bases:
         assert found["fusion"]["method"] == chosen["method"] and found["fusion"]["origin"] == "evaluation"
         assert found["fusion"]["depth"] == chosen["depth"]
         assert client.get(f"/kbs/{other}/fusion").json()["effective"]["origin"] == "default"
+        elsewhere = client.post("/search", json={"query": "高血压", "mode": "hybrid", "k": 1, "kb": other}).json()
+        assert elsewhere["fusion"]["origin"] == "default"
+        shown = client.get(f"/kbs/{medical}").json()["fusion"]
+        assert (shown["origin"], shown["method"], shown["depth"]) == ("evaluation", chosen["method"], chosen["depth"])
 
         # A person pins one, then resets it.
         pin = {"method": "rrf", "rrf_k": 30, "depth": 20, "lists": ["vector", "bm25"], "weights": {"vector": 2}}
@@ -140,14 +145,36 @@ def test_a_set_with_too_few_usable_questions_fails_with_a_reason(base_url: str, 
 def test_schemathesis_finds_nothing_on_these_routes_of_a_real_base(
     base_url: str, bases: tuple[str, str], tmp_path: Path
 ) -> None:
-    """Every check and phase on the `/kbs/{kb}/...` operations, `kb` the real base (so the stateful
+    """Every check and phase on this router's operations, `kb` the real base (so the stateful
     phase uploads sets, runs evaluations, pins and resets fusions), not only unknown names."""
     config = tmp_path / "schemathesis.toml"
     config.write_text(f'[parameters]\n"path.kb" = "{bases[1]}"\n', encoding="utf-8")
     command = [str(Path(sys.executable).with_name("st")), "--config-file", str(config), "run"]
     command += [f"{base_url}/openapi.json", "--checks", "all", "--max-examples", "60", "--seed", "23"]
     command += ["--generation-deterministic", "--workers", "1", "--request-timeout", "60", "--no-color"]
-    command += ["--include-path-regex", "^/kbs/"]
+    command += ["--include-path-regex", "^/kbs/[^/]+/(questions|evaluate|evaluations|fusion)"]
     run = subprocess.run(command, capture_output=True, text=True, timeout=1200, check=False, cwd=tmp_path)
     assert run.returncode == 0, run.stdout[-20000:] + run.stderr[-5000:]
     assert "passed" in run.stdout and "failed" not in run.stdout.split("SUMMARY")[-1], run.stdout[-5000:]
+
+
+def test_roles_read_to_look_write_to_change(es_url: str, bases: tuple[str, str], embedder: Embedder) -> None:
+    medical, other = bases
+    keys = write_keys_file(
+        [
+            {"name": "reader", "key": "key-read", "kbs": {medical: "read"}},
+            {"name": "writer", "key": "key-write", "kbs": {medical: "write"}},
+        ]
+    )
+    settings = Settings(_env_file=None, es_url=es_url, es_index=medical, keys_file=keys)
+    pin = {"method": "rrf", "depth": 20}
+    with serve(create_app(settings, embedder=embedder)) as url, httpx.Client(base_url=url, timeout=60) as client:
+        reader, writer = {"X-API-Key": "key-read"}, {"X-API-Key": "key-write"}
+        assert client.get(f"/kbs/{medical}/fusion").status_code == 401
+        assert client.get(f"/kbs/{medical}/fusion", headers=reader).status_code == 200
+        assert client.put(f"/kbs/{medical}/fusion", json=pin, headers=reader).status_code == 403
+        assert client.put(f"/kbs/{medical}/questions", json={"text": ""}, headers=reader).status_code == 403
+        assert client.post(f"/kbs/{medical}/evaluate", json={}, headers=reader).status_code == 403
+        assert client.get(f"/kbs/{other}/fusion", headers=writer).status_code == 404  # not the writer's base
+        assert client.put(f"/kbs/{medical}/fusion", json=pin, headers=writer).json()["effective"]["origin"] == "pinned"
+        assert client.delete(f"/kbs/{medical}/fusion", headers=writer).json()["stored"] is None
