@@ -107,7 +107,7 @@ def world(es_url: str, es: Elasticsearch, embedder: Embedder) -> Iterator[World]
         chunk_docs = {}
         for alias in (med, han):
             es.indices.refresh(index=alias)
-            for hit in es.search(index=alias, size=100, source=["doc_id"])["hits"]["hits"]:
+            for hit in es.search(index=alias, size=100, source_includes=["doc_id"])["hits"]["hits"]:
                 chunk_docs[hit["_id"]] = hit["_source"]["doc_id"]
         settings = make_settings(es_url, med, keys_file=keys, judgements_index=f"{med}-judgements")
         with serve(create_app(settings, embedder=embedder)) as url:
