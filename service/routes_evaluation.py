@@ -10,16 +10,13 @@ the background, read its status, report and plot, and see, pin or reset the base
     PUT    /kbs/{kb}/fusion                          pin one; DELETE: back to the service default
 """
 
-import re
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from elasticsearch import Elasticsearch
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Request
 from fastapi.responses import FileResponse, JSONResponse
-from fastapi.routing import APIRoute
 from pydantic import BaseModel, Field, field_validator
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from core.config import FusionMethod, Settings
 from core.contract import Choice, StrictModel
@@ -44,41 +41,13 @@ ListName = Literal["vector", "bm25", "bigram", "standard"]  # the lists hybrid c
 LIST_NAMES: tuple[ListName, ...] = ("vector", "bm25", "bigram", "standard")
 
 
-class _AllowEveryMethod:
-    """ASGI middleware: a 405 on one of these paths names every method of the path in `Allow`
-    (Starlette names only those of the first route that matched the path)."""
-
-    def __init__(self, app: ASGIApp, allow: list[tuple[re.Pattern[str], str]]) -> None:
-        self.app, self.allow = app, allow
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        allow = next((a for path, a in self.allow if path.match(scope.get("path", ""))), None)
-        if scope["type"] != "http" or allow is None:
-            await self.app(scope, receive, send)
-            return
-
-        async def send_allow(message: Message) -> None:
-            if message["type"] == "http.response.start" and message["status"] == 405:
-                kept = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"allow"]
-                message = {**message, "headers": [*kept, (b"allow", allow.encode())]}
-            await send(message)
-
-        await self.app(scope, receive, send_allow)
-
-
-router = APIRouter(tags=["evaluation"], responses=error_responses(401, 403, 404, 502, 503))
+router = APIRouter(tags=["evaluation"], responses=error_responses(404, 502, 503))
 
 
 def install(app: FastAPI) -> None:
     """These routes and their job registry, on `app`."""
     app.state.evaluations = EvaluationJobs()
     app.include_router(router)
-    methods: dict[str, tuple[re.Pattern[str], set[str]]] = {}
-    for route in router.routes:
-        if isinstance(route, APIRoute):
-            methods.setdefault(route.path, (route.path_regex, set()))[1].update(route.methods or ())
-    allow = [(regex, ", ".join(sorted(names))) for regex, names in methods.values() if len(names) > 1]
-    app.add_middleware(_AllowEveryMethod, allow=allow)
 
 
 async def get_jobs(request: Request) -> EvaluationJobs:
