@@ -3,6 +3,7 @@ the background, read its status, report and plot, and see, pin or reset the base
 
     PUT    /kbs/{kb}/questions                       the JSONL question set (every bad line reported)
     GET    /kbs/{kb}/questions                       what is stored
+    POST   /kbs/{kb}/questions/draft                 questions drafted by the model from sampled chunks
     POST   /kbs/{kb}/evaluate                        202 {"job"}: runs retrieval.evaluate in the background
     GET    /kbs/{kb}/evaluations/{job}               status, progress and, once done, the report
     GET    /kbs/{kb}/evaluations/{job}/report.png    the plot
@@ -10,6 +11,7 @@ the background, read its status, report and plot, and see, pin or reset the base
     PUT    /kbs/{kb}/fusion                          pin one; DELETE: back to the service default
 """
 
+import json
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -17,6 +19,7 @@ from elasticsearch import Elasticsearch
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Request
 from fastapi.responses import FileResponse, JSONResponse
 from pydantic import BaseModel, Field, field_validator
+from starlette.concurrency import run_in_threadpool
 
 from core.config import FusionMethod, Settings
 from core.contract import Choice, StrictModel
@@ -33,7 +36,9 @@ from retrieval.retriever import Retriever
 from service.api import ESDep, RetrieverDep, SettingsDep
 from service.auth import KbAccess, kb_access
 from service.evaluation_jobs import EvaluationJob, EvaluationJobs, load_questions, save_questions
+from service.llm import LLMNotConfiguredError
 from service.openapi import error_responses
+from service.question_drafts import draft_questions, sample_chunks
 
 MAX_QUESTIONS_CHARS = 4_000_000  # also bounded by MAX_REQUEST_BYTES
 
@@ -80,6 +85,17 @@ class QuestionsSummary(BaseModel):
     generated: int
     bad_lines: list[BadLineOut]
     uploaded_at: str
+
+
+class DraftRequest(StrictModel):
+    count: int = Field(10, ge=1, le=50, description="chunks to sample (a chunk without a usable sentence gives none)")
+    seed: int = Field(0, ge=0, le=2**31 - 1, description="the sample's seed")
+    append: bool = Field(True, description="add the drafted lines to the stored question set")
+
+
+class DraftResponse(BaseModel):
+    drafted: list[dict[str, Any]] = Field(description='question-set lines, each `"generated": true`')
+    questions: QuestionsSummary | None = Field(description="the stored set after appending (null: not appended)")
 
 
 class EvaluateRequest(StrictModel):
@@ -167,6 +183,25 @@ def get_questions(access: Reader, es: ESDep) -> QuestionsSummary:
     if stored is None:
         raise HTTPException(404, f"no question set for {kb!r}: PUT /kbs/{kb}/questions first")
     return _questions_summary(es, kb, stored.text, stored.uploaded_at)
+
+
+@router.post("/kbs/{kb}/questions/draft", response_model=DraftResponse)
+async def draft(access: Writer, body: DraftRequest, request: Request, es: ESDep) -> DraftResponse:
+    """Questions drafted by the judgement model from sampled chunks, each with its sentence as evidence
+    (503 without a model); appended to the stored set unless `append` is false."""
+    model = request.app.state.workflow.judge_llm
+    if model is None:
+        raise LLMNotConfiguredError()
+    chunks = await run_in_threadpool(sample_chunks, es, access.kb, body.count, body.seed)
+    drafted = await draft_questions(model, chunks)
+    if not body.append:
+        return DraftResponse(drafted=drafted, questions=None)
+    stored = await run_in_threadpool(load_questions, es, access.kb)
+    lines = [stored.text.rstrip("\n")] if stored and stored.text.strip() else []
+    text = "\n".join([*lines, *(json.dumps(line, ensure_ascii=False) for line in drafted)]) + "\n"
+    saved = await run_in_threadpool(save_questions, es, access.kb, text)
+    summary = await run_in_threadpool(_questions_summary, es, access.kb, saved.text, saved.uploaded_at)
+    return DraftResponse(drafted=drafted, questions=summary)
 
 
 @router.post(

@@ -22,6 +22,7 @@ from service.api import create_app
 from service.evaluation_jobs import QUESTIONS_INDEX
 from service.routes_evaluation import LIST_NAMES
 from tests.conftest import knowledge_base
+from tests.fakes.openai_server import FakeChatServer
 from tests.protocols import write_keys_file
 from tests.serving import serve
 from tests.test_evaluate import MEDICAL, question_lines
@@ -178,3 +179,33 @@ def test_roles_read_to_look_write_to_change(es_url: str, bases: tuple[str, str],
         assert client.get(f"/kbs/{other}/fusion", headers=writer).status_code == 404  # not the writer's base
         assert client.put(f"/kbs/{medical}/fusion", json=pin, headers=writer).json()["effective"]["origin"] == "pinned"
         assert client.delete(f"/kbs/{medical}/fusion", headers=writer).json()["stored"] is None
+
+
+def test_questions_drafted_by_the_model_are_marked_and_counted(
+    es_url: str, bases: tuple[str, str], embedder: Embedder
+) -> None:
+    medical = bases[0]
+    with FakeChatServer() as llm:
+        llm.on("DraftedQuestion", *({"question": f"第{i}个模型出的问题是什么？"} for i in range(1, 4)))
+        settings = Settings(
+            _env_file=None, es_url=es_url, es_index=medical, openai_base_url=llm.base_url, model_name="fake-model"
+        )
+        with serve(create_app(settings, embedder=embedder)) as url, httpx.Client(base_url=url, timeout=60) as client:
+            client.put(f"/kbs/{medical}/questions", json={"text": "\n".join(question_lines())})
+            response = client.post(f"/kbs/{medical}/questions/draft", json={"count": 3, "seed": 7})
+            assert response.status_code == 200, response.text
+            drafted = response.json()["drafted"]
+            assert len(drafted) == 3 == len(llm.calls("DraftedQuestion"))
+            texts = {d.text for d in MEDICAL.documents}
+            for line in drafted:
+                assert line["generated"] is True and any(line["evidence"] in text for text in texts)
+            summary = response.json()["questions"]
+            assert summary["generated"] == 3 and summary["usable"] == len(question_lines()) - 5 + 3
+            again = client.post(f"/kbs/{medical}/questions/draft", json={"count": 2, "seed": 7, "append": False})
+            assert again.json()["questions"] is None and again.json()["drafted"][0]["id"] == drafted[0]["id"]
+            status = finished(
+                client, client.post(f"/kbs/{medical}/evaluate", json={"dry_run": True}).json()["status_url"]
+            )
+            assert status["status"] == "done" and status["report"]["questions"]["generated"] == 3
+    with serve(create_app(Settings(_env_file=None, es_url=es_url, es_index=medical), embedder=embedder)) as url:
+        assert httpx.post(f"{url}/kbs/{medical}/questions/draft", json={}, timeout=60).status_code == 503  # no model

@@ -1,0 +1,212 @@
+// The 评测 tab: upload a question set for the selected knowledge base, run an evaluation in the
+// background, and show its test table, intervals, plot and misses (each miss opens the comparison
+// view of its question). Uses kbs.js (`selectedKb`, `kbHeaders`); every server text goes in as text.
+"use strict";
+
+const EVAL_MODES = ["vector", "bm25", "bigram", "standard", "hybrid"];
+const EVAL_METRICS = ["R@1", "R@5", "R@10", "MRR@10", "nDCG@10"];
+const EVAL_MODE_NAMES = { vector: "仅向量", bm25: "BM25（jieba 词）", bigram: "BM25（二字词）", standard: "单字", hybrid: "混合检索" };
+const FUSION_ORIGINS = { default: "服务默认", evaluation: "评测选出", pinned: "手动固定" };
+
+const evalEl = (id) => document.getElementById(id);
+
+function evalNode(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (key === "class") node.className = value;
+    else node.setAttribute(key, value);
+  }
+  node.append(...children.filter((child) => child !== null && child !== undefined));
+  return node;
+}
+
+function evalStatus(message, bad = false) {
+  evalEl("eval-status").textContent = message;
+  evalEl("eval-status").className = bad ? "error" : "";
+}
+
+async function evalError(response) {
+  let body = {};
+  try { body = await response.json(); } catch (_) { /* not JSON */ }
+  const reason = body.message || (typeof body.detail === "string" ? body.detail : response.statusText);
+  return `请求失败（HTTP ${response.status}）：${reason}`;
+}
+
+function evalBase() {
+  return selectedKb();
+}
+
+// --- tabs ---------------------------------------------------------------------------------
+
+function showTab(name) {
+  const evaluation = name === "evaluation";
+  document.querySelector("body > main:not(#evaluation-panel)").hidden = evaluation;
+  evalEl("evaluation-panel").hidden = !evaluation;
+  evalEl("tab-ask").setAttribute("aria-selected", String(!evaluation));
+  evalEl("tab-evaluation").setAttribute("aria-selected", String(evaluation));
+  if (evaluation) refreshEvaluation();
+}
+
+// --- question set and fusion --------------------------------------------------------------
+
+function showQuestions(summary) {
+  const generated = summary.generated ? `，其中模型生成 ${summary.generated} 条` : "";
+  evalEl("eval-questions").textContent =
+    `问题集：${summary.lines} 行，可用 ${summary.usable} 条（开发集 ${summary.dev} / 测试集 ${summary.test}${generated}），问题行 ${summary.bad_lines.length} 条`;
+  evalEl("eval-bad-lines").replaceChildren(
+    ...summary.bad_lines.map((bad) => evalNode("li", {}, `第 ${bad.line} 行：${bad.error}`, evalNode("code", {}, bad.text))),
+  );
+}
+
+async function showFusion() {
+  const kb = evalBase();
+  if (!kb) return;
+  const response = await fetch(`kbs/${encodeURIComponent(kb)}/fusion`, { headers: kbHeaders() });
+  if (!response.ok) { evalEl("eval-fusion").textContent = await evalError(response); return; }
+  const { effective } = await response.json();
+  const weights = Object.entries(effective.weights).map(([list, w]) => `${list}×${w}`).join("，");
+  evalEl("eval-fusion-text").textContent =
+    `当前融合：${effective.method}，深度 ${effective.depth}，列表 ${effective.lists.join("+")}${weights ? `，权重 ${weights}` : ""}` +
+    `（${FUSION_ORIGINS[effective.origin] || effective.origin}）`;
+  evalEl("eval-reset").hidden = effective.origin === "default";
+}
+
+async function refreshEvaluation() {
+  const kb = evalBase();
+  evalEl("eval-base").textContent = kb || "（未选择）";
+  evalEl("eval-questions").textContent = "";
+  evalEl("eval-bad-lines").replaceChildren();
+  if (!kb) return;
+  const response = await fetch(`kbs/${encodeURIComponent(kb)}/questions`, { headers: kbHeaders() });
+  if (response.ok) showQuestions(await response.json());
+  else if (response.status === 404) evalEl("eval-questions").textContent = "尚未上传问题集";
+  await showFusion();
+}
+
+async function uploadQuestions() {
+  const file = evalEl("eval-file").files[0];
+  const kb = evalBase();
+  if (!file || !kb) { evalStatus("请先选择知识库和问题集文件", true); return; }
+  evalEl("eval-upload").disabled = true;
+  try {
+    const text = await file.text();
+    const response = await fetch(`kbs/${encodeURIComponent(kb)}/questions`, { method: "PUT", headers: kbHeaders(), body: JSON.stringify({ text }) });
+    if (!response.ok) { evalStatus(await evalError(response), true); return; }
+    showQuestions(await response.json());
+    evalStatus("问题集已保存");
+  } finally {
+    evalEl("eval-upload").disabled = false;
+  }
+}
+
+async function resetFusion() {
+  const kb = evalBase();
+  const response = await fetch(`kbs/${encodeURIComponent(kb)}/fusion`, { method: "DELETE", headers: kbHeaders() });
+  if (!response.ok) { evalStatus(await evalError(response), true); return; }
+  await showFusion();
+}
+
+// --- running and the report ---------------------------------------------------------------
+
+async function runEvaluation() {
+  const kb = evalBase();
+  if (!kb) { evalStatus("请先选择知识库", true); return; }
+  evalEl("eval-run").disabled = true;
+  evalEl("evaluation-results").hidden = true;
+  try {
+    const body = JSON.stringify({ dry_run: evalEl("eval-dry-run").checked });
+    const response = await fetch(`kbs/${encodeURIComponent(kb)}/evaluate`, { method: "POST", headers: kbHeaders(), body });
+    if (!response.ok) { evalStatus(await evalError(response), true); return; }
+    const { status_url: statusUrl } = await response.json();
+    const progress = evalEl("eval-progress");
+    progress.hidden = false;
+    for (;;) {
+      const polled = await fetch(statusUrl.replace(/^\//, ""), { headers: kbHeaders() });
+      if (!polled.ok) { evalStatus(await evalError(polled), true); return; }
+      const status = await polled.json();
+      progress.max = status.total || 1;
+      progress.value = status.done;
+      if (status.status === "failed") { evalStatus(`评测失败：${status.error}`, true); return; }
+      if (status.status === "done") { await renderReport(status); return; }
+      evalStatus(status.status === "queued" ? "排队中…" : `已检索 ${status.done} / ${status.total} 个问题…`);
+      await new Promise((resolve) => setTimeout(resolve, 500));
+    }
+  } catch (err) {
+    evalStatus(`连接中断：${err.message}`, true);
+  } finally {
+    evalEl("eval-run").disabled = false;
+    evalEl("eval-progress").hidden = true;
+  }
+}
+
+function figureRow(label, figures, strong = false) {
+  const cells = EVAL_METRICS.map((metric) => evalNode("td", {}, figures[metric].toFixed(3)));
+  return evalNode("tr", { class: strong ? "strong" : "" }, evalNode("th", { scope: "row" }, label), ...cells);
+}
+
+function intervalCell(value) {
+  const [low, high] = value.interval;
+  const verdict = low > 0 ? "better" : high < 0 ? "worse" : "level";
+  const sign = (x) => (x >= 0 ? "+" : "") + x.toFixed(3);
+  return evalNode("td", { class: verdict }, `${sign(value.diff)} [${sign(low)}, ${sign(high)}]`);
+}
+
+function openComparison(question) {
+  showTab("ask");
+  document.getElementById("question").value = question;
+  document.getElementById("compare-button").click();
+}
+
+function renderMisses(misses) {
+  evalEl("eval-miss-count").textContent = `${misses.length} 个`;
+  evalEl("eval-misses").replaceChildren(...misses.map((miss) => {
+    const ranks = EVAL_MODES.map((mode) => `${EVAL_MODE_NAMES[mode]} ${miss.ranks[mode] ? `第${miss.ranks[mode]}名` : "未找到"}`);
+    const found = miss.found_by.length ? `前 10 名找到：${miss.found_by.map((m) => EVAL_MODE_NAMES[m] || m).join("、")}` : "前 10 名都没找到";
+    const link = evalNode("a", { href: "#", class: "compare-link" }, "对比检索");
+    link.addEventListener("click", (event) => { event.preventDefault(); openComparison(miss.question); });
+    return evalNode("li", { class: "miss", "data-id": miss.id },
+      evalNode("span", { class: "question" }, miss.question), " ", link,
+      evalNode("span", { class: "ranks" }, `${ranks.join(" · ")}；${found}${miss.generated ? "（模型生成的问题）" : ""}`));
+  }));
+}
+
+async function renderReport(status) {
+  const report = status.report;
+  const q = report.questions;
+  evalEl("eval-summary").textContent =
+    `测试集 ${q.test} 题（开发集 ${q.dev} 题用于选择融合；模型生成 ${q.generated} 题；问题行 ${q.bad_lines.length} 条）· 用时 ${report.seconds} 秒`;
+  const head = evalNode("tr", {}, evalNode("th", {}, "检索方式"), ...EVAL_METRICS.map((m) => evalNode("th", {}, m)));
+  evalEl("eval-table").replaceChildren(
+    evalNode("thead", {}, head),
+    evalNode("tbody", {},
+      ...EVAL_MODES.map((mode) => figureRow(EVAL_MODE_NAMES[mode], report.test[mode], mode === "hybrid")),
+      figureRow("混合检索（服务默认融合）", report.default.test)),
+  );
+  const intervalHead = evalNode("tr", {}, evalNode("th", {}, "混合减去"), ...EVAL_METRICS.map((m) => evalNode("th", {}, m)));
+  evalEl("eval-intervals").replaceChildren(
+    evalNode("thead", {}, intervalHead),
+    evalNode("tbody", {}, ...Object.entries(report.intervals).map(([name, diffs]) => evalNode("tr", {},
+      evalNode("th", { scope: "row" }, EVAL_MODE_NAMES[name.replace("hybrid-", "")] || name),
+      ...EVAL_METRICS.map((metric) => intervalCell(diffs[metric]))))),
+  );
+  evalEl("eval-chosen").textContent =
+    `开发集选出的融合：${report.chosen.label}${status.stored ? "（已保存为该知识库的融合设置）" : "（仅报告，未保存）"}`;
+  renderMisses(report.misses);
+  const plot = await fetch(status.plot_url.replace(/^\//, ""), { headers: kbHeaders(false) });
+  if (plot.ok) evalEl("eval-plot").src = URL.createObjectURL(await plot.blob());
+  evalEl("evaluation-results").hidden = false;
+  evalStatus("评测完成");
+  await showFusion();
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  evalEl("tab-ask").addEventListener("click", () => showTab("ask"));
+  evalEl("tab-evaluation").addEventListener("click", () => showTab("evaluation"));
+  evalEl("eval-upload").addEventListener("click", () => uploadQuestions().catch((err) => evalStatus(err.message, true)));
+  evalEl("eval-run").addEventListener("click", runEvaluation);
+  evalEl("eval-reset").addEventListener("click", () => resetFusion().catch((err) => evalStatus(err.message, true)));
+  document.getElementById("kb-select").addEventListener("change", () => {
+    evalEl("evaluation-results").hidden = true;
+    if (!evalEl("evaluation-panel").hidden) refreshEvaluation();
+  });
+});
