@@ -144,17 +144,23 @@ def test_a_set_with_too_few_usable_questions_fails_with_a_reason(base_url: str, 
 
 
 def test_schemathesis_finds_nothing_on_these_routes_of_a_real_base(
-    base_url: str, bases: tuple[str, str], tmp_path: Path
+    es_url: str, bases: tuple[str, str], embedder: Embedder, tmp_path: Path
 ) -> None:
-    """Every check and phase on this router's operations, `kb` the real base (so the stateful
-    phase uploads sets, runs evaluations, pins and resets fusions), not only unknown names."""
+    """Every check and phase on this router's operations, `kb` a real base (so the stateful phase
+    uploads sets, drafts questions with the fake model, runs evaluations, pins and resets fusions)."""
     config = tmp_path / "schemathesis.toml"
     config.write_text(f'[parameters]\n"path.kb" = "{bases[1]}"\n', encoding="utf-8")
-    command = [str(Path(sys.executable).with_name("st")), "--config-file", str(config), "run"]
-    command += [f"{base_url}/openapi.json", "--checks", "all", "--max-examples", "60", "--seed", "23"]
-    command += ["--generation-deterministic", "--workers", "1", "--request-timeout", "60", "--no-color"]
-    command += ["--include-path-regex", "^/kbs/[^/]+/(questions|evaluate|evaluations|fusion)"]
-    run = subprocess.run(command, capture_output=True, text=True, timeout=1200, check=False, cwd=tmp_path)
+    with FakeChatServer() as llm:
+        llm.on("DraftedQuestion", {"question": "高血压患者每天最多吃多少盐？"})
+        settings = Settings(
+            _env_file=None, es_url=es_url, es_index=bases[0], openai_base_url=llm.base_url, model_name="fake-model"
+        )
+        with serve(create_app(settings, embedder=embedder)) as base_url:
+            command = [str(Path(sys.executable).with_name("st")), "--config-file", str(config), "run"]
+            command += [f"{base_url}/openapi.json", "--checks", "all", "--max-examples", "60", "--seed", "23"]
+            command += ["--generation-deterministic", "--workers", "1", "--request-timeout", "60", "--no-color"]
+            command += ["--include-path-regex", "^/kbs/[^/]+/(questions|evaluate|evaluations|fusion)"]
+            run = subprocess.run(command, capture_output=True, text=True, timeout=1200, check=False, cwd=tmp_path)
     assert run.returncode == 0, run.stdout[-20000:] + run.stderr[-5000:]
     assert "passed" in run.stdout and "failed" not in run.stdout.split("SUMMARY")[-1], run.stdout[-5000:]
 
