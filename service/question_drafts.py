@@ -16,6 +16,7 @@ from service.graph import prompts
 from service.llm import ChatModel, ask_structured
 
 _SENTENCE_END = re.compile(r"(?<=[。！？!?；;])|\n")
+_CLAUSE_END = re.compile(r"(?<=[，,：:、])")
 MIN_SENTENCE, MAX_SENTENCE = 8, 60  # characters of a usable evidence sentence
 
 
@@ -24,10 +25,14 @@ class DraftedQuestion(BaseModel):
 
 
 def evidence_sentence(text: str) -> str | None:
-    """The chunk's longest sentence of `MIN_SENTENCE`..`MAX_SENTENCE` characters (None: none)."""
+    """The chunk's longest sentence of `MIN_SENTENCE`..`MAX_SENTENCE` characters, else its longest
+    such clause of a longer sentence (None: neither)."""
     sentences = [s.strip() for s in _SENTENCE_END.split(text) if s and s.strip()]
-    fitting = [s for s in sentences if MIN_SENTENCE <= len(s) <= MAX_SENTENCE]
-    return max(fitting, key=len) if fitting else None
+    for pieces in (sentences, [c.strip() for s in sentences for c in _CLAUSE_END.split(s) if c.strip()]):
+        fitting = [p for p in pieces if MIN_SENTENCE <= len(p) <= MAX_SENTENCE]
+        if fitting:
+            return max(fitting, key=len)
+    return None
 
 
 def sample_chunks(es: Elasticsearch, kb: str, count: int, seed: int) -> list[tuple[str, str]]:
