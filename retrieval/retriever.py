@@ -78,6 +78,18 @@ class RetrievalParams:
         )
 
 
+def fusion_used(params: RetrievalParams, setting: FusionSetting | None) -> FusionUsed:
+    """What a hybrid search with `params` (the service's, with the base's `setting`) fuses, and whence."""
+    return FusionUsed(
+        method=params.fusion,
+        rrf_k=params.rrf_k,
+        depth=params.depth,
+        lists=list(params.hybrid_lists),
+        weights=dict(params.weights),
+        origin=setting.origin if setting else "default",
+    )
+
+
 class _QueryVector:
     """The query's embedding, computed on first use and then shared by every mode of a request."""
 
@@ -181,14 +193,7 @@ class Retriever:
             setting = self.fusion_of(index)
             params = self.params.with_fusion(setting)
             hits = self._hybrid(index, query, k, scope, vector, params)
-            fusion = FusionUsed(
-                method=params.fusion,
-                rrf_k=params.rrf_k,
-                depth=params.depth,
-                lists=list(params.hybrid_lists),
-                weights=dict(params.weights),
-                origin=setting.origin if setting else "default",
-            )
+            fusion = fusion_used(params, setting)
         else:
             body = self._body(index, mode, query, k, scope.clauses, vector, source=True)
             hits = [

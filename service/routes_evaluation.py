@@ -32,7 +32,7 @@ from core.schema import Mode
 from retrieval.evaluation import LIST_DEPTH
 from retrieval.questions import BadLine, base_corpus, parse_questions, resolve
 from retrieval.results import FusionUsed
-from retrieval.retriever import Retriever
+from retrieval.retriever import Retriever, fusion_used
 from service.api import ESDep, RetrieverDep, SettingsDep
 from service.auth import KbAccess, kb_access
 from service.evaluation_jobs import EvaluationJob, EvaluationJobs, load_questions, save_questions
@@ -270,15 +270,7 @@ def evaluation_plot(access: Reader, job_id: JobId, jobs: JobsDep) -> FileRespons
 
 def _fusion_state(es: Elasticsearch, kb: str, settings: Settings, retriever: Retriever) -> FusionState:
     stored = read_kb(es, kb, settings).fusion
-    params = retriever.params.with_fusion(stored)
-    effective = FusionUsed(
-        method=params.fusion,
-        rrf_k=params.rrf_k,
-        depth=params.depth,
-        lists=list(params.hybrid_lists),
-        weights=dict(params.weights),
-        origin=stored.origin if stored else "default",
-    )
+    effective = fusion_used(retriever.params.with_fusion(stored), stored)
     return FusionState(kb=kb, effective=effective, stored=stored.to_meta() if stored else None)
 
 
