@@ -316,6 +316,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
         lifespan=lifespan,
     )
     # The protocol routers build on this module's dependencies, so they are imported once it is loaded.
+    from service import routes_documents
     from service.protocols import dify, mcp_server, openai_chat
 
     app.state.settings = settings
@@ -326,6 +327,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
     app.include_router(api)
     app.include_router(openai_chat.router)
     app.include_router(dify.router)
+    app.include_router(routes_documents.router)
     mcp_endpoint = mcp_server.http_endpoint(app.state.mcp, lambda key: key_accepted(settings, key))
     app.router.routes.append(Route("/mcp", mcp_endpoint, methods=["GET", "POST", "DELETE"], include_in_schema=False))
     app.mount("/static", StaticFiles(directory=WEB_DIR), name="static")
@@ -334,7 +336,9 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
     def index_page() -> FileResponse:
         return FileResponse(WEB_DIR / "index.html")
 
-    app.add_middleware(BodySizeLimit, limit=settings.max_request_bytes)
+    app.add_middleware(
+        BodySizeLimit, limit=settings.max_request_bytes, larger=[routes_documents.upload_body_limit(settings)]
+    )
     app.add_middleware(
         CORSMiddleware,
         allow_origins=settings.cors_origins,
