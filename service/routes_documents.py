@@ -23,6 +23,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData, UploadFile
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from core.config import Settings
 from core.kbs import read_kb
@@ -137,7 +138,7 @@ async def _spool_form(request: Request, settings: Settings, folder: Path) -> dic
             names = [file_name(upload.filename) for upload in files]
             check_files(names, [upload.size or 0 for upload in files], settings)
             await run_in_threadpool(_save_files, folder, files, names)
-    except HTTPException as err:  # Starlette's own limit: a 400 naming its parameter, not ours
+    except StarletteHTTPException as err:  # Starlette's own limit: a 400 naming its parameter, not ours
         if "Too many files" in str(err.detail):
             raise UploadRefused(413, "files", f"more than MAX_UPLOAD_FILES={settings.max_upload_files} files") from None
         raise
