@@ -123,7 +123,9 @@ class Settings(BaseSettings):
     # HTTP service
     host: str = "127.0.0.1"
     port: int = 8000
-    api_keys: Annotated[list[SecretStr], NoDecode] = []
+    api_keys: Annotated[list[SecretStr], NoDecode] = []  # all-access admin keys (service/auth.py)
+    keys_file: str | None = None  # principals, their keys and roles per knowledge base: JSON or YAML
+    mcp_api_key: SecretStr | None = None  # whose access `python -m service.mcp` (stdio) has; None: all
     cors_origins: Annotated[list[str], NoDecode] = []
     max_question_chars: int = 2000
     max_request_bytes: int = 64 * 1024

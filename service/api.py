@@ -7,7 +7,6 @@ FastAPI runs them in its threadpool and the event loop never waits on embedding 
 Error mapping: `service.errors`; body-size limit: `service.middleware`; metrics: `service.metrics`.
 """
 
-import hmac
 import logging
 from collections.abc import AsyncIterable, AsyncIterator
 from contextlib import asynccontextmanager
@@ -17,12 +16,11 @@ from typing import Annotated
 from elastic_transport import ConnectionError as ESConnectionError
 from elastic_transport import ConnectionTimeout as ESConnectionTimeout
 from elasticsearch import ApiError, Elasticsearch
-from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import FileResponse, JSONResponse
-from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
@@ -31,6 +29,7 @@ from starlette.routing import Route
 
 from core.config import Settings
 from core.embeddings import BatchingEmbedder, Embedder, load_embedder
+from core.kbs import KB_NAME_PATTERN
 from core.redact import redact_url
 from core.schema import Mode
 from core.store import (
@@ -41,10 +40,12 @@ from core.store import (
 from retrieval.compare import Comparison
 from retrieval.results import SearchResult
 from retrieval.retriever import Retriever, build_retriever
+from service.auth import CallerDep, Keys, KnowledgeBases, KnowledgeBasesDep, get_caller, load_principals
 from service.errors import add_error_handlers
 from service.graph import (
     GapReport,
     QueryResult,
+    VerdictScope,
     WorkflowDeps,
     build_deps,
     ensure_answerable,
@@ -97,33 +98,6 @@ ESDep = Annotated[Elasticsearch, Depends(get_es)]
 RetrieverDep = Annotated[Retriever, Depends(get_retriever)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 
-_api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False, description="one of API_KEYS")
-_bearer = HTTPBearer(auto_error=False, description="one of API_KEYS")
-
-
-def key_accepted(settings: Settings, presented: str) -> bool:
-    """True when `API_KEYS` is empty or `presented` is one of them (compared in constant time)."""
-    if not settings.api_keys:
-        return True
-    matched = False
-    for key in settings.api_keys:
-        matched |= hmac.compare_digest(presented.encode(), key.get_secret_value().encode())
-    return matched
-
-
-async def require_api_key(
-    settings: SettingsDep,
-    api_key: Annotated[str | None, Depends(_api_key_header)],
-    bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> None:
-    """Open when `API_KEYS` is empty; otherwise one of its keys."""
-    if not key_accepted(settings, api_key or (bearer.credentials if bearer else "")):
-        raise HTTPException(
-            status_code=401,
-            detail="missing or invalid API key: send `Authorization: Bearer <key>` or `X-API-Key: <key>`",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
-
 
 def check_length(settings: Settings, field: str, value: str) -> str:
     """`value` stripped, once its length as sent is checked: MAX_QUESTION_CHARS is a setting, so it is
@@ -149,12 +123,14 @@ async def valid_question(body: QueryRequest, settings: SettingsDep) -> QueryRequ
 QuestionDep = Annotated[QueryRequest, Depends(valid_question)]
 
 
-def get_workflow(request: Request, body: QuestionDep) -> WorkflowDeps:
-    """The workflow's dependencies. It depends on the valid body, so bad input is a 422 whatever the
-    state of the model; `ANSWER_MODE=llm` without a model is then a 503 before any stream starts."""
+def get_workflow(request: Request, body: QuestionDep, caller: CallerDep, kbs: KnowledgeBasesDep) -> WorkflowDeps:
+    """The workflow's dependencies for the caller's base. It depends on the valid body, so bad input is
+    a 422 whatever the state of the model; an unknown base is a 404 and `ANSWER_MODE=llm` without a
+    model a 503, all before any stream starts."""
+    kb = kbs.open(caller, body.kb)
     workflow: WorkflowDeps = request.app.state.workflow
     ensure_answerable(workflow)
-    return workflow
+    return workflow.for_caller(kb, caller.document_access(kb))
 
 
 WorkflowDep = Annotated[WorkflowDeps, Depends(get_workflow)]
@@ -164,7 +140,7 @@ WorkflowDep = Annotated[WorkflowDeps, Depends(get_workflow)]
 
 health = APIRouter(tags=["health"])
 # Every route here reads Elasticsearch (or the model).
-api = APIRouter(dependencies=[Depends(require_api_key)], responses=error_responses(404, 409, 502, 503))
+api = APIRouter(dependencies=[Depends(get_caller)], responses=error_responses(401, 403, 404, 409, 502, 503))
 
 
 @health.get("/healthz", response_model=HealthResponse)
@@ -225,17 +201,24 @@ def readyz(request: Request, settings: SettingsDep, es: ESDep) -> JSONResponse:
 
 
 @api.post("/search", response_model=SearchResult, tags=["retrieval"])
-def search(body: SearchRequest, settings: SettingsDep, retriever: RetrieverDep) -> SearchResult:
-    """One retrieval mode over the knowledge base (hybrid: kNN + jieba BM25 + bigram + standard, fused)."""
+def search(
+    body: SearchRequest, settings: SettingsDep, retriever: RetrieverDep, caller: CallerDep, kbs: KnowledgeBasesDep
+) -> SearchResult:
+    """One retrieval mode over a knowledge base (hybrid: kNN + jieba BM25 + bigram + standard, fused),
+    among the documents the caller may read."""
     query = check_length(settings, "query", body.query)
-    return retriever.search(settings.es_index, query, body.mode, body.k, body.filters)
+    kb = kbs.open(caller, body.kb)
+    return retriever.search(kb, query, body.mode, body.k, body.filters, access=caller.document_access(kb))
 
 
 @api.post("/compare", response_model=Comparison, tags=["retrieval"])
-def compare(body: CompareRequest, settings: SettingsDep, retriever: RetrieverDep) -> Comparison:
+def compare(
+    body: CompareRequest, settings: SettingsDep, retriever: RetrieverDep, caller: CallerDep, kbs: KnowledgeBasesDep
+) -> Comparison:
     """The same query in several modes side by side, with overlap and rank differences."""
     query = check_length(settings, "query", body.query)
-    return retriever.compare(settings.es_index, query, body.k, body.modes, body.filters)
+    kb = kbs.open(caller, body.kb)
+    return retriever.compare(kb, query, body.k, body.modes, body.filters, caller.document_access(kb))
 
 
 @api.post("/query", response_model=QueryResult, tags=["answers"])
@@ -262,9 +245,18 @@ async def query_stream(body: QuestionDep, workflow: WorkflowDep, metrics: Metric
 
 
 @api.get("/gaps", response_model=GapReport, tags=["answers"])
-def gaps(settings: SettingsDep, es: ESDep, top: Annotated[int, Query(ge=1, le=100)] = 20) -> GapReport:
-    """The knowledge-gap report: what the evaluator most often found missing, and how often the web was needed."""
-    return knowledge_gap_report(es, settings, top)
+def gaps(
+    settings: SettingsDep,
+    es: ESDep,
+    caller: CallerDep,
+    kbs: KnowledgeBasesDep,
+    top: Annotated[int, Query(ge=1, le=100)] = 20,
+    kb: Annotated[str | None, Query(pattern=KB_NAME_PATTERN, max_length=100)] = None,
+) -> GapReport:
+    """A base's knowledge-gap report: what the evaluator most often found missing, and how often the
+    web was needed (counting only verdicts on what the caller may read)."""
+    name = kbs.open(caller, kb)
+    return knowledge_gap_report(es, settings, VerdictScope(name, caller.document_access(name).scope), top)
 
 
 @api.get(
@@ -287,6 +279,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.es = create_client(settings)
+        app.state.kbs = KnowledgeBases(app.state.es, settings.es_index)
         loaded = (
             embedder if embedder is not None else await run_in_threadpool(load_embedder, settings.embedder, settings)
         )
@@ -316,19 +309,21 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
         lifespan=lifespan,
     )
     # The protocol routers build on this module's dependencies, so they are imported once it is loaded.
-    from service import routes_documents
+    from service import routes_documents, routes_kbs
     from service.protocols import dify, mcp_server, openai_chat
 
     app.state.settings = settings
+    app.state.keys = Keys(load_principals(settings))
     app.state.metrics = Metrics()
     app.state.mcp = mcp_server.build_mcp_server(app.state)
     add_error_handlers(app)
     app.include_router(health)
     app.include_router(api)
+    app.include_router(routes_kbs.router)
     app.include_router(openai_chat.router)
     app.include_router(dify.router)
     app.include_router(routes_documents.router)
-    mcp_endpoint = mcp_server.http_endpoint(app.state.mcp, lambda key: key_accepted(settings, key))
+    mcp_endpoint = mcp_server.http_endpoint(app.state.mcp, app.state.keys)
     app.router.routes.append(Route("/mcp", mcp_endpoint, methods=["GET", "POST", "DELETE"], include_in_schema=False))
     app.mount("/static", StaticFiles(directory=WEB_DIR), name="static")
 
@@ -347,5 +342,5 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
     )
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     limit = settings.max_question_chars
-    document_statuses(app, max_lengths={"query": limit, "question": limit}, secured=bool(settings.api_keys))
+    document_statuses(app, max_lengths={"query": limit, "question": limit}, secured=not app.state.keys.open)
     return app

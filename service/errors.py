@@ -28,9 +28,11 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException  # FastAPI's is a subclass; its body parser raises this one
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from core.kbs import InvalidKnowledgeBaseName, KnowledgeBaseExists
 from core.redact import redact_url
 from core.retry import es_api_transient
 from core.store import EmbedderMismatchError, IndexNotFoundError, SearchError
+from service.auth import NotPermitted, UnknownKnowledgeBase
 from service.llm import LLMNotConfiguredError
 from service.metrics import endpoint_label
 
@@ -120,6 +122,25 @@ async def _index_not_found(request: Request, err: IndexNotFoundError) -> JSONRes
     return _error(request, 404, "index_not_found", str(err))
 
 
+async def _unknown_kb(request: Request, err: UnknownKnowledgeBase) -> JSONResponse:
+    """404 naming the bases the caller may read; a key that may read none gets a 403 that names nothing."""
+    if not err.readable:
+        return _error(request, 403, "no_access", "this key gives access to no knowledge base")
+    return _error(request, 404, "kb_not_found", str(err))
+
+
+async def _not_permitted(request: Request, err: NotPermitted) -> JSONResponse:
+    return _error(request, 403, "forbidden", str(err))
+
+
+async def _invalid_kb_name(request: Request, err: InvalidKnowledgeBaseName) -> JSONResponse:
+    return _error(request, 422, "invalid_kb_name", str(err))
+
+
+async def _kb_exists(request: Request, err: KnowledgeBaseExists) -> JSONResponse:
+    return _error(request, 409, "kb_exists", str(err))
+
+
 async def _embedder_mismatch(request: Request, err: EmbedderMismatchError) -> JSONResponse:
     return _error(request, 409, "embedder_mismatch", str(err))
 
@@ -178,6 +199,10 @@ _HANDLERS: list[tuple[type[Exception], Callable[[Request, Any], Awaitable[JSONRe
     (RequestValidationError, _validation),
     (HTTPException, _http_error),
     (IndexNotFoundError, _index_not_found),
+    (UnknownKnowledgeBase, _unknown_kb),
+    (NotPermitted, _not_permitted),
+    (InvalidKnowledgeBaseName, _invalid_kb_name),
+    (KnowledgeBaseExists, _kb_exists),
     (EmbedderMismatchError, _embedder_mismatch),
     (ESConnectionError, _es_unreachable),
     (ESConnectionTimeout, _es_timeout),

@@ -74,7 +74,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 
 router = APIRouter(
-    tags=["documents"], dependencies=[Depends(get_caller)], responses=error_responses(404, 502, 503), lifespan=lifespan
+    tags=["documents"],
+    dependencies=[Depends(get_caller)],
+    responses=error_responses(401, 403, 404, 502, 503),
+    lifespan=lifespan,
 )
 
 

@@ -11,6 +11,7 @@ from pydantic import AfterValidator, BaseModel, Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from core.contract import Choice, StrictModel
+from core.kbs import KB_NAME_PATTERN
 from core.schema import Mode
 from retrieval.lists import Filters
 from service.graph import QueryOptions
@@ -29,10 +30,14 @@ def _not_blank(text: str) -> str:
 # of them). The API strips the text once its length as sent is checked (`api.check_length`).
 Text = Annotated[str, AfterValidator(_not_blank), Field(json_schema_extra={"pattern": r"[^\s\x1c-\x1f\x85\ufeff]"})]
 K = Annotated[int, Field(ge=1, le=MAX_K, description=f"number of hits, 1..{MAX_K}")]
+KbName = Annotated[
+    str, Field(pattern=KB_NAME_PATTERN, max_length=100, description="knowledge base (default: ES_INDEX)")
+]
 
 
 class SearchRequest(StrictModel):
     query: Text = Field(description="the search text (at most MAX_QUESTION_CHARS characters)")
+    kb: KbName | None = None
     mode: Choice[Mode] = Mode.HYBRID
     k: K = 10
     filters: Filters | None = None
@@ -40,6 +45,7 @@ class SearchRequest(StrictModel):
 
 class CompareRequest(StrictModel):
     query: Text = Field(description="the search text (at most MAX_QUESTION_CHARS characters)")
+    kb: KbName | None = None
     k: K = 10
     modes: list[Choice[Mode]] = Field(
         default=[Mode.VECTOR, Mode.HYBRID], min_length=2, max_length=5, json_schema_extra={"uniqueItems": True}
@@ -58,9 +64,10 @@ class QueryRequest(QueryOptions):
     """The question plus the workflow's `QueryOptions` (defaults: MAX_RETRIEVALS, MAX_WEB_SEARCHES)."""
 
     question: Text = Field(description="the question (at most MAX_QUESTION_CHARS characters)")
+    kb: KbName | None = None
 
     def options(self) -> QueryOptions:
-        return QueryOptions.model_validate(self.model_dump(exclude={"question"}))
+        return QueryOptions.model_validate(self.model_dump(exclude={"question", "kb"}))
 
 
 class ErrorResponse(BaseModel):

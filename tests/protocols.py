@@ -1,6 +1,9 @@
 """What the protocol tests share (a pytest plugin of tests/conftest.py): a small knowledge base with
 pages and JSONL metadata, a scripted model (fake OpenAI server), the service under uvicorn with an API key."""
 
+import json
+import os
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -51,15 +54,24 @@ def script_answer(server: FakeChatServer) -> FakeChatServer:
     return server
 
 
+def write_keys_file(principals: list[dict[str, Any]]) -> str:
+    """A KEYS_FILE holding `principals` (in the temporary folder; the service reads it once, at start)."""
+    handle, path = tempfile.mkstemp(prefix="keys-", suffix=".json")
+    with os.fdopen(handle, "w", encoding="utf-8") as file:
+        json.dump({"principals": principals}, file)
+    return path
+
+
 def protocol_settings(es_url: str, alias: str, llm: FakeChatServer | None, **extra: Any) -> Settings:
+    """The service over `alias` whose one key, `KEY`, may read `alias` only (the cluster holds other bases)."""
     if llm is not None:
         extra.update(openai_base_url=llm.base_url, model_name="fake-model")
+    extra.setdefault("keys_file", write_keys_file([{"name": "client", "key": KEY, "kbs": {alias: "read"}}]))
     return Settings(
         _env_file=None,
         es_url=es_url,
         es_index=alias,
         judgements_index=f"{alias}-judgements",
-        api_keys=[KEY],
         **extra,
     )
 

@@ -7,10 +7,12 @@ from contextlib import contextmanager
 
 import httpx
 import pytest
+from elasticsearch import Elasticsearch
 from fastapi import FastAPI
 
 from core.config import Settings
 from core.embeddings import Embedder
+from core.kbs import create_kb, delete_kb
 from service.api import create_app
 from tests.serving import serve
 
@@ -21,8 +23,11 @@ class ExplodingRetriever:
 
 
 @pytest.fixture
-def app(settings: Settings, embedder: Embedder) -> FastAPI:
-    return create_app(settings, embedder=embedder)
+def app(settings: Settings, embedder: Embedder, es: Elasticsearch) -> Iterator[FastAPI]:
+    """The app over an empty base (which exists, so the request reaches the retriever)."""
+    create_kb(es, settings.es_index, embedder, chunk_size=settings.chunk_size, chunk_overlap=settings.chunk_overlap)
+    yield create_app(settings, embedder=embedder)
+    delete_kb(es, settings.es_index)
 
 
 @contextmanager

@@ -16,7 +16,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from tests.conftest import subprocess_env
 from tests.fakes.openai_server import FakeChatServer
-from tests.protocols import ANSWER_TEXT, DOCS, KEY, QUESTION
+from tests.protocols import ANSWER_TEXT, DOCS, KEY, QUESTION, protocol_settings
 
 TOOLS = {"list_knowledge_bases", "search", "ask"}
 
@@ -83,6 +83,9 @@ def test_stdio_python_m_service_mcp(
         OPENAI_BASE_URL=protocol_llm.base_url,
         MODEL_NAME="fake-model",
         LOG_LEVEL="WARNING",
+        # The process acts as the principal of MCP_API_KEY: it sees only the bases that key may read.
+        KEYS_FILE=protocol_settings(es_url, protocol_kb, None).keys_file or "",
+        MCP_API_KEY=KEY,
     )
     server = StdioServerParameters(command=sys.executable, args=["-m", "service.mcp"], env=env, cwd=tmp_path)
 

@@ -87,7 +87,7 @@ def serving(
     settings = Settings(
         _env_file=None,
         es_url=es_url,
-        es_index=kb,
+        es_index="test-uploads-no-default-base",  # every request names its base
         upload_spool=str(spool),
         jobs_index=jobs,
         max_file_mb=0.1,
@@ -121,7 +121,7 @@ def test_a_pdf_and_a_docx_are_searchable_with_page_and_section_and_an_unchanged_
     assert spool_emptied(serving[1])  # the spool folder goes with the job
 
     for source, page in (("guide.pdf", 3), ("guide.docx", None)):
-        body = {"query": QUESTION, "k": 3, "filters": {"sources": [source]}}
+        body = {"query": QUESTION, "kb": kb, "k": 3, "filters": {"sources": [source]}}
         hits = client.post("/search", json=body).json()["hits"]
         assert "2000 毫克" in hits[0]["text"]
         assert (hits[0]["page"], hits[0]["section"]) == (page, "第三章 药物治疗 / 3.2 用药")

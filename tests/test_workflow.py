@@ -542,7 +542,7 @@ def test_knowledge_gap_report_from_the_judgement_log(
     ask(deps, "刘备在哪里结义？")
     es.indices.refresh(index=deps.settings.judgements_index)
 
-    report = knowledge_gap_report(es, deps.settings, top=5)
+    report = knowledge_gap_report(es, deps.settings, deps.verdict_scope, top=5)
     assert (report.total_questions, report.questions_needing_web, report.web_share, report.evaluations) == (
         2,
         1,
@@ -554,5 +554,5 @@ def test_knowledge_gap_report_from_the_judgement_log(
     # The command reads its settings from the environment, as users run it: the test's ES_URL, no .env.
     monkeypatch.setenv("ES_URL", es_url)
     monkeypatch.chdir(tmp_path)
-    assert gaps_main(["--index", deps.settings.judgements_index, "--json"]) == 0
+    assert gaps_main(["--index", deps.settings.judgements_index, "--kb", deps.index, "--json"]) == 0
     assert '"web_share":0.5' in capsys.readouterr().out

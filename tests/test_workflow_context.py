@@ -15,7 +15,7 @@ from service.graph.context import (
     estimate_tokens,
     select_contexts,
 )
-from service.graph.memory import JudgementMemory
+from service.graph.memory import JudgementMemory, VerdictScope
 from service.graph.schemas import Decomposition, Evaluation, EvaluationStep
 from service.graph.state import Passage
 from service.websearch import WebResult
@@ -86,12 +86,17 @@ def test_contexts_hash_and_judgement_cache() -> None:
     two, _ = select_contexts({"a1": passage("a1", 1, 0.5)}, [WEB], budget=10_000)
     assert contexts_hash(one) == contexts_hash(list(one)) != contexts_hash(two)
     memory = JudgementMemory.from_settings(None, Settings(_env_file=None, judgement_cache_size=1))
-    verdict = Evaluation(enough=True, reason="够")
-    memory.remember("问", contexts_hash(one), verdict)
-    assert memory.cached("问", contexts_hash(one)) == verdict
-    assert memory.cached("问", contexts_hash(two)) is None and memory.cached("另一问", contexts_hash(one)) is None
-    memory.remember("问", contexts_hash(two), verdict)
-    assert memory.cached("问", contexts_hash(one)) is None  # least recently used, evicted
+    verdict, kb = Evaluation(enough=True, reason="够"), VerdictScope("kb", "*")
+    memory.remember(kb, "问", contexts_hash(one), verdict)
+    assert memory.cached(kb, "问", contexts_hash(one)) == verdict
+    assert (
+        memory.cached(kb, "问", contexts_hash(two)) is None and memory.cached(kb, "另一问", contexts_hash(one)) is None
+    )
+    # A verdict is never served for another base, nor to readers of other documents.
+    assert memory.cached(VerdictScope("other", "*"), "问", contexts_hash(one)) is None
+    assert memory.cached(VerdictScope("kb", "doctors"), "问", contexts_hash(one)) is None
+    memory.remember(kb, "问", contexts_hash(two), verdict)
+    assert memory.cached(kb, "问", contexts_hash(one)) is None  # least recently used, evicted
 
 
 def test_query_options_reject_an_unknown_mode_and_bad_limits() -> None:
@@ -123,12 +128,13 @@ def test_judgement_cache_entries_expire_after_the_ttl() -> None:
     memory = JudgementMemory.from_settings(
         None, Settings(_env_file=None, judgement_cache_ttl_s=600), clock=lambda: now[0]
     )
-    memory.remember("问题", "hash", Evaluation(enough=True, reason="资料足够"))
+    kb = VerdictScope("kb", "*")
+    memory.remember(kb, "问题", "hash", Evaluation(enough=True, reason="资料足够"))
     now[0] += 599
-    cached = memory.cached("问题", "hash")
-    assert cached is not None and cached.enough and memory.cached("问题", "other-hash") is None
+    cached = memory.cached(kb, "问题", "hash")
+    assert cached is not None and cached.enough and memory.cached(kb, "问题", "other-hash") is None
     now[0] += 1
-    assert memory.cached("问题", "hash") is None  # 600 s old: asked again
+    assert memory.cached(kb, "问题", "hash") is None  # 600 s old: asked again
     assert Settings(_env_file=None).judgement_cache_ttl_s == 3600
 
 
@@ -140,7 +146,9 @@ def test_the_judgement_log_is_created_with_the_configured_replicas(
     memory = JudgementMemory.from_settings(
         es, Settings(_env_file=None, judgements_index=name, es_index="kb", es_replicas=1)
     )
-    memory.log("q1", "孟获是谁？", "hash", EvaluationStep(enough=True, missing=[], reason="够了"))
+    memory.log(
+        VerdictScope("kb", "*"), "q1", "孟获是谁？", "hash", EvaluationStep(enough=True, missing=[], reason="够了")
+    )
     settings = es.indices.get_settings(index=name).body[name]["settings"]["index"]
     assert settings["number_of_replicas"] == "1"
     es.indices.refresh(index=name)

@@ -1,6 +1,6 @@
 """The agentic answer workflow (LangGraph): route, decompose, retrieve, evaluate, web fallback, cite."""
 
-from service.graph.memory import JudgementMemory, knowledge_gap_report
+from service.graph.memory import JudgementMemory, VerdictScope, knowledge_gap_report
 from service.graph.schemas import (
     ChatTurn,
     Citation,
@@ -30,6 +30,7 @@ __all__ = [
     "QueryResult",
     "TokenUsage",
     "TraceStep",
+    "VerdictScope",
     "WorkflowDeps",
     "WorkflowEvent",
     "build_deps",

@@ -1,7 +1,7 @@
 """`python -m service.graph.gaps`: the knowledge-gap report from the judgement log.
 
 Prints the most frequent aspects the knowledge base was missing and the share of questions
-that needed the web (settings from the environment / `.env`; `--index` overrides
+that needed the web, for one knowledge base (settings from the environment / `.env`; `--index` overrides
 `JUDGEMENTS_INDEX`).
 """
 
@@ -10,12 +10,13 @@ import sys
 
 from core.config import Settings
 from core.store import create_client
-from service.graph.memory import knowledge_gap_report
+from service.graph.memory import VerdictScope, knowledge_gap_report
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m service.graph.gaps", description=__doc__.splitlines()[0])
     parser.add_argument("--top", type=int, default=20, help="how many missing aspects to list")
+    parser.add_argument("--kb", help="knowledge base (default: ES_INDEX)")
     parser.add_argument("--index", help="judgement log index (default: JUDGEMENTS_INDEX)")
     parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
     args = parser.parse_args(argv)
@@ -26,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = settings.model_copy(update={"judgements_index": args.index})
     es = create_client(settings)
     try:
-        report = knowledge_gap_report(es, settings, top=args.top)
+        report = knowledge_gap_report(es, settings, VerdictScope(args.kb or settings.es_index, "*"), top=args.top)
     finally:
         es.close()
     if args.json:

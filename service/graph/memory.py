@@ -1,10 +1,12 @@
 """Memory of judgements: a verdict cache, an Elasticsearch log of every verdict, the gap report.
 
-The cache key is (question, hash of the contexts shown): the same evidence gets the same
-verdict without another model call, for `JUDGEMENT_CACHE_TTL_S` seconds (then it is asked again:
+The cache key is (knowledge base, the caller's document scope, question, hash of the contexts
+shown): the same evidence gets the same verdict without another model call, and a verdict made for
+one base or one group of readers is never served to another, for `JUDGEMENT_CACHE_TTL_S` seconds (then it is asked again:
 a better model or prompt deserves a fresh look). The log (`JUDGEMENTS_INDEX`) keeps one document per
 evaluation; aggregated, it tells the knowledge-base owner what the base is missing and how
-often questions had to go to the web.
+often questions had to go to the web. Both are per knowledge base (`knowledge_base`), and the
+report counts only verdicts made on what its reader may read (`access_scope`).
 """
 
 import hashlib
@@ -12,6 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -29,6 +32,7 @@ JUDGEMENTS_MAPPING: dict[str, Any] = {
         "query_id": {"type": "keyword"},
         "question": {"type": "keyword", "ignore_above": 2048},
         "knowledge_base": {"type": "keyword"},
+        "access_scope": {"type": "keyword"},  # retrieval.lists.DocumentAccess.scope of the asking caller
         "contexts_hash": {"type": "keyword"},
         "enough": {"type": "boolean"},
         "missing": {"type": "keyword", "ignore_above": 512},
@@ -50,7 +54,6 @@ class JudgementMemory:
         es: Elasticsearch | None,
         index: str,
         *,
-        knowledge_base: str,
         cache_size: int,
         ttl_s: float,
         replicas: int,
@@ -59,7 +62,6 @@ class JudgementMemory:
         self.es = es
         self.replicas = replicas
         self.index = index
-        self.knowledge_base = knowledge_base
         self._cache: TTLCache[str, Judgement] = TTLCache(maxsize=cache_size, ttl=ttl_s, timer=clock)
         self._lock = threading.Lock()  # cachetools caches are not thread-safe
         self._index_ready = False
@@ -68,11 +70,10 @@ class JudgementMemory:
     def from_settings(
         cls, es: Elasticsearch | None, settings: Settings, clock: Callable[[], float] = time.monotonic
     ) -> "JudgementMemory":
-        """The memory of the knowledge base `ES_INDEX`, logged to `JUDGEMENTS_INDEX` (a test may pass a clock)."""
+        """The memory of every knowledge base, logged to `JUDGEMENTS_INDEX` (a test may pass a clock)."""
         return cls(
             es,
             settings.judgements_index,
-            knowledge_base=settings.es_index,
             cache_size=settings.judgement_cache_size,
             ttl_s=settings.judgement_cache_ttl_s,
             replicas=settings.es_replicas,
@@ -80,20 +81,23 @@ class JudgementMemory:
         )
 
     @staticmethod
-    def _key(question: str, contexts_hash: str) -> str:
-        return hashlib.sha256(f"{question}\x00{contexts_hash}".encode()).hexdigest()
+    def _key(scope: "VerdictScope", question: str, contexts_hash: str) -> str:
+        parts = (scope.knowledge_base, scope.access_scope, question, contexts_hash)
+        return hashlib.sha256("\x00".join(parts).encode()).hexdigest()
 
-    def cached(self, question: str, contexts_hash: str) -> Judgement | None:
-        key = self._key(question, contexts_hash)
+    def cached(self, scope: "VerdictScope", question: str, contexts_hash: str) -> Judgement | None:
+        key = self._key(scope, question, contexts_hash)
         with self._lock:
             found = self._cache.get(key)
         return found.model_copy() if found is not None else None
 
-    def remember(self, question: str, contexts_hash: str, evaluation: Judgement) -> None:
+    def remember(self, scope: "VerdictScope", question: str, contexts_hash: str, evaluation: Judgement) -> None:
         with self._lock:
-            self._cache[self._key(question, contexts_hash)] = evaluation.model_copy()
+            self._cache[self._key(scope, question, contexts_hash)] = evaluation.model_copy()
 
-    def log(self, query_id: str, question: str, contexts_hash: str, step: EvaluationStep) -> None:
+    def log(
+        self, scope: "VerdictScope", query_id: str, question: str, contexts_hash: str, step: EvaluationStep
+    ) -> None:
         """Append one verdict to the log (blocking: call it from a worker thread)."""
         if self.es is None:
             return
@@ -103,7 +107,8 @@ class JudgementMemory:
             document={
                 "query_id": query_id,
                 "question": question,
-                "knowledge_base": self.knowledge_base,
+                "knowledge_base": scope.knowledge_base,
+                "access_scope": scope.access_scope,
                 "contexts_hash": contexts_hash,
                 "enough": step.enough,
                 "missing": step.missing,
@@ -126,23 +131,39 @@ class JudgementMemory:
         except ApiError as err:
             if err.meta.status != 400 or "resource_already_exists" not in str(err):
                 raise
+            # A log written before knowledge bases had access scopes: add the field in place.
+            self.es.indices.put_mapping(index=self.index, properties=JUDGEMENTS_MAPPING["properties"])
         self._index_ready = True
 
 
-def knowledge_gap_report(es: Elasticsearch, settings: Settings, top: int = 20) -> GapReport:
-    """Most frequent missing aspects of the local knowledge base and the share of questions needing the web.
+@dataclass(frozen=True)
+class VerdictScope:
+    """Whose verdict it is: the base it was made on and what the asking caller may read there."""
+
+    knowledge_base: str
+    access_scope: str  # `DocumentAccess.scope`: "*" for everything
+
+
+def knowledge_gap_report(es: Elasticsearch, settings: Settings, scope: VerdictScope, top: int = 20) -> GapReport:
+    """Most frequent missing aspects of a knowledge base and the share of questions needing the web.
 
     Missing aspects count verdicts made on local passages only (`with_web=false`): those are the
     base's gaps, whatever the web later supplied. A question needed the web when any of its
-    verdicts was "not enough" with something named missing.
+    verdicts was "not enough" with something named missing. Only verdicts of `scope`'s base count,
+    and unless the reader reads everything (`*`), only those made for the same readers or for
+    readers of the base's public documents: a verdict on restricted passages never shows.
     """
     if top < 1:
         raise ValueError(f"top must be at least 1, got {top}")
     index = settings.judgements_index
+    readers: list[dict[str, Any]] = [{"term": {"knowledge_base": scope.knowledge_base}}]
+    if scope.access_scope != "*":
+        readers.append({"terms": {"access_scope": sorted({scope.access_scope, ""})}})
     try:
         body = es.search(
             index=index,
             size=0,
+            query={"bool": {"filter": readers}},
             aggs={
                 "questions": {"cardinality": {"field": "query_id"}},
                 "needing_web": {
@@ -157,12 +178,19 @@ def knowledge_gap_report(es: Elasticsearch, settings: Settings, top: int = 20) -
         ).body
     except NotFoundError:
         return GapReport(
-            index=index, total_questions=0, questions_needing_web=0, web_share=0.0, evaluations=0, top_missing=[]
+            index=index,
+            knowledge_base=scope.knowledge_base,
+            total_questions=0,
+            questions_needing_web=0,
+            web_share=0.0,
+            evaluations=0,
+            top_missing=[],
         )
     total = int(body["aggregations"]["questions"]["value"])
     needing = int(body["aggregations"]["needing_web"]["questions"]["value"])
     return GapReport(
         index=index,
+        knowledge_base=scope.knowledge_base,
         total_questions=total,
         questions_needing_web=needing,
         web_share=round(needing / total, 4) if total else 0.0,

@@ -154,7 +154,9 @@ async def retrieve(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeRe
     cursor = state.get("cursor", 0)
     sub_question = state["sub_questions"][cursor]
     query = state.get("search_texts", state["sub_questions"])[cursor]
-    result = await asyncio.to_thread(ctx.deps.retriever.search, ctx.deps.index, query, ctx.retrieval_mode, ctx.k)
+    result = await asyncio.to_thread(
+        ctx.deps.retriever.search, ctx.deps.index, query, ctx.retrieval_mode, ctx.k, access=ctx.deps.access
+    )
     passages = dict(state.get("passages", {}))
     found = {**state.get("found", {}), sub_question: [hit.id for hit in result.hits]}
     new = 0
@@ -237,7 +239,7 @@ async def _judge(
             0,
             [],
         )
-    if memory is not None and (cached := memory.cached(question, digest)) is not None:
+    if memory is not None and (cached := memory.cached(ctx.deps.verdict_scope, question, digest)) is not None:
         return EvaluationStep(**cached.model_dump(), with_web=with_web, source="cache"), 0, []
     if blocked := budget_exhausted(ctx, state["llm_calls"]):
         return EvaluationStep(enough=False, reason=blocked, with_web=with_web, source="budget"), 0, [blocked]
@@ -255,7 +257,7 @@ async def _judge(
         )
         return step, result.calls, [reason]
     if memory is not None:
-        memory.remember(question, digest, parsed)
+        memory.remember(ctx.deps.verdict_scope, question, digest, parsed)
     return EvaluationStep(**parsed.model_dump(), with_web=with_web, source="model"), result.calls, []
 
 
@@ -265,7 +267,7 @@ async def log_verdict(ctx: RunContext, question: str, digest: str, step: Evaluat
     if memory is None:
         return []
     try:
-        await asyncio.to_thread(memory.log, ctx.query_id, question, digest, step)
+        await asyncio.to_thread(memory.log, ctx.deps.verdict_scope, ctx.query_id, question, digest, step)
     except Exception as err:  # the log is a report, never a reason to fail a query
         logger.warning("could not log the judgement to %s: %s", memory.index, err)
         return [f"评估记录未能写入 {memory.index}"]

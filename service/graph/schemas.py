@@ -203,7 +203,8 @@ class GapAspect(BaseModel):
 
 
 class GapReport(BaseModel):
-    index: str
+    index: str  # the judgement log
+    knowledge_base: str
     total_questions: int
     questions_needing_web: int
     web_share: float

@@ -23,7 +23,7 @@ which LangGraph reads the edges' destinations).
 import logging
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, cast
 
 import openai
@@ -36,9 +36,10 @@ from langgraph.graph.state import CompiledStateGraph
 
 from core.config import Settings
 from core.store import EmbedderMismatchError, IndexNotFoundError, SearchError
+from retrieval.lists import EVERYTHING, DocumentAccess
 from retrieval.retriever import Retriever
 from service.graph import extractive_nodes, nodes
-from service.graph.memory import JudgementMemory
+from service.graph.memory import JudgementMemory, VerdictScope
 from service.graph.schemas import AnswerMode, QueryOptions, QueryResult, TokenUsage, WorkflowEvent
 from service.graph.state import RunContext, WorkflowState
 from service.llm import ChatModel, LLMNotConfiguredError, LLMProbe, build_llms
@@ -57,6 +58,15 @@ class WorkflowDeps:
     web_search: WebSearch | None
     judgements: JudgementMemory | None
     probe: LLMProbe | None = None
+    access: DocumentAccess = EVERYTHING  # what the asking caller may read of `index`
+
+    @property
+    def verdict_scope(self) -> VerdictScope:
+        return VerdictScope(self.index, self.access.scope)
+
+    def for_caller(self, index: str, access: DocumentAccess) -> "WorkflowDeps":
+        """These dependencies answering from `index` with what `access` may read there."""
+        return replace(self, index=index, access=access)
 
 
 def build_deps(settings: Settings, es: Elasticsearch, retriever: Retriever) -> WorkflowDeps:

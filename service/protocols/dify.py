@@ -16,6 +16,7 @@ not for this key) with 404. Other failures carry their HTTP status as the code (
 503 Elasticsearch away, ...), with the message the rest of the API gives.
 """
 
+from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Request
@@ -24,9 +25,10 @@ from starlette.concurrency import run_in_threadpool
 
 from core.schema import Mode
 from retrieval.results import Hit
-from service.api import RetrieverDep, SettingsDep, check_length, key_accepted
+from service.api import RetrieverDep, SettingsDep, check_length
+from service.auth import EVERYONE, Caller, KbAccess, Keys, KnowledgeBasesDep, UnknownKnowledgeBase
 from service.openapi import error_responses
-from service.protocols.access import UnknownKnowledgeBase, resolve_kb
+from service.protocols.access import resolve_kb
 from service.protocols.errors import protocol_route
 from service.protocols.metadata import MetadataCondition
 from service.schemas_api import MAX_K, Text
@@ -74,15 +76,18 @@ def _render(status: int, message: str, err: Exception) -> tuple[int, dict[str, A
     return status, {"error_code": code, "error_msg": message}
 
 
-def dify_key(request: Request, settings: SettingsDep) -> None:
-    """Dify sends its API key as `Authorization: Bearer <key>`; without API_KEYS the service is open."""
-    if not settings.api_keys:
-        return
+def dify_caller(request: Request) -> Caller:
+    """Dify sends its API key as `Authorization: Bearer <key>`; without keys the service is open."""
+    keys: Keys = request.app.state.keys
+    if keys.open:
+        return EVERYONE
     scheme, _, key = (request.headers.get("authorization") or "").partition(" ")
     if scheme.lower() != "bearer" or not key.strip():
         raise DifyError(403, INVALID_HEADER, "Invalid Authorization header format. Expected 'Bearer <api-key>' format.")
-    if not key_accepted(settings, key.strip()):
+    caller = keys.caller(key.strip())
+    if caller is None:
         raise DifyError(403, AUTHORIZATION_FAILED, "Authorization failed")
+    return caller
 
 
 class DifyErrorBody(BaseModel):
@@ -92,7 +97,7 @@ class DifyErrorBody(BaseModel):
 
 router = APIRouter(
     tags=["dify"],
-    dependencies=[Depends(dify_key)],
+    dependencies=[Depends(dify_caller)],
     route_class=protocol_route(_render),
     responses=error_responses(400, 403, 404, 409, 413, 422, 502, 503, model=DifyErrorBody),  # Dify's error shape
 )
@@ -119,22 +124,32 @@ def record(hit: Hit) -> DifyRecord:
     )
 
 
-def _knowledge(settings: SettingsDep, body: RetrievalRequest) -> str:
+def _knowledge(
+    settings: SettingsDep,
+    body: RetrievalRequest,
+    caller: Annotated[Caller, Depends(dify_caller)],
+    kbs: KnowledgeBasesDep,
+) -> KbAccess:
     check_length(settings, "query", body.query)
     try:
-        return resolve_kb(settings, body.knowledge_id)
+        return KbAccess(resolve_kb(kbs, caller, body.knowledge_id), caller)
     except UnknownKnowledgeBase:
         raise DifyError(404, KNOWLEDGE_NOT_FOUND, f"The knowledge does not exist: {body.knowledge_id!r}") from None
 
 
 @router.post("/retrieval", response_model=RetrievalResponse)
 async def retrieval(
-    body: RetrievalRequest, kb: Annotated[str, Depends(_knowledge)], retriever: RetrieverDep
+    body: RetrievalRequest, kb: Annotated[KbAccess, Depends(_knowledge)], retriever: RetrieverDep
 ) -> RetrievalResponse:
     """Hybrid retrieval's top `top_k`, filtered by `metadata_condition` inside every list, without records under `score_threshold`."""
     setting = body.retrieval_setting
     result = await run_in_threadpool(
-        retriever.search, kb, body.query, Mode.HYBRID, setting.top_k, body.metadata_condition, similarity=True
+        partial(retriever.search, similarity=True, access=kb.documents),
+        kb.kb,
+        body.query,
+        Mode.HYBRID,
+        setting.top_k,
+        body.metadata_condition,
     )
     records = [record(hit) for hit in result.hits]
     return RetrievalResponse(records=[r for r in records if r.score >= setting.score_threshold])

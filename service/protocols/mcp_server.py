@@ -13,12 +13,13 @@ configured) is a tool error with a message; anything else stays in the service l
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
+from functools import partial
 from typing import Annotated, TypeVar
 
 from elastic_transport import TransportError as ESTransportError
 from elasticsearch import ApiError
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp.server.transport_security import TransportSecuritySettings
@@ -31,9 +32,10 @@ from core.schema import Mode
 from core.store import EmbedderMismatchError, IndexNotFoundError, SearchError
 from retrieval.lists import Filters
 from retrieval.results import Hit
+from service.auth import EVERYONE, Caller, Keys, UnknownKnowledgeBase, presented_key
 from service.graph import Citation, QueryOptions, run_query
 from service.llm import LLMNotConfiguredError
-from service.protocols.access import UnknownKnowledgeBase, readable_kbs, resolve_kb, workflow_for
+from service.protocols.access import resolve_kb, workflow_for
 from service.protocols.openai_chat import source_list
 from service.schemas_api import MAX_K
 
@@ -81,6 +83,21 @@ class Answer(BaseModel):
     warnings: list[str]
 
 
+def _caller(state: State, ctx: Context) -> Caller:
+    """Who calls a tool: the key of the HTTP request (checked by `KeyRequired`), or over stdio the
+    process's own `MCP_API_KEY` (all access without one: whoever starts it reads Elasticsearch itself)."""
+    request = ctx.request_context.request if ctx.request_context else None
+    keys: Keys = state.keys
+    if request is None:
+        key = state.settings.mcp_api_key
+        caller = keys.caller(key.get_secret_value()) if key is not None else EVERYONE
+    else:
+        caller = keys.caller(presented_key(dict(request.headers)))
+    if caller is None:
+        raise ToolError("invalid API key")
+    return caller
+
+
 def _hit(hit: Hit) -> SearchHit:
     return SearchHit.model_validate(hit.model_dump(include=set(SearchHit.model_fields)))
 
@@ -107,9 +124,9 @@ def _add_search_tools(server: MCPServer, state: State) -> None:
     """`list_knowledge_bases` and `search`."""
 
     @server.tool()
-    async def list_knowledge_bases() -> KnowledgeBases:
+    async def list_knowledge_bases(ctx: Context) -> KnowledgeBases:
         """The knowledge bases you may search and ask, with their size."""
-        kbs = readable_kbs(state.settings)
+        kbs = await asyncio.to_thread(state.kbs.readable, _caller(state, ctx))
         counts = await asyncio.gather(*(asyncio.to_thread(_chunks, state, kb) for kb in kbs))
         return KnowledgeBases(
             knowledge_bases=[
@@ -120,6 +137,7 @@ def _add_search_tools(server: MCPServer, state: State) -> None:
 
     @server.tool()
     async def search(
+        ctx: Context,
         query: Annotated[str, Field(min_length=1, description="what to look for, in Chinese or any language")],
         kb: Annotated[str | None, Field(description="knowledge base (default: the service's default)")] = None,
         mode: Annotated[Mode, Field(description="hybrid (default), vector, bm25, bigram or standard")] = Mode.HYBRID,
@@ -129,8 +147,10 @@ def _add_search_tools(server: MCPServer, state: State) -> None:
         """Search a knowledge base; each hit has its citation label, page and section."""
 
         async def run() -> SearchHits:
-            base = resolve_kb(state.settings, kb)
-            result = await asyncio.to_thread(state.retriever.search, base, query, mode, k, filters)
+            caller = _caller(state, ctx)
+            base = await asyncio.to_thread(resolve_kb, state.kbs, caller, kb)
+            search = partial(state.retriever.search, access=caller.document_access(base))
+            result = await asyncio.to_thread(search, base, query, mode, k, filters)
             return SearchHits(kb=base, mode=result.mode, hits=[_hit(hit) for hit in result.hits])
 
         return await _explained(run())
@@ -141,6 +161,7 @@ def _add_answer_tools(server: MCPServer, state: State) -> None:
 
     @server.tool()
     async def ask(
+        ctx: Context,
         question: Annotated[str, Field(min_length=1, description="the question")],
         kb: Annotated[str | None, Field(description="knowledge base (default: the service's default)")] = None,
         web: Annotated[bool, Field(description="allow a web search when the knowledge base is not enough")] = True,
@@ -148,7 +169,8 @@ def _add_answer_tools(server: MCPServer, state: State) -> None:
         """Answer from a knowledge base with the agentic workflow, citing sources; says what it cannot confirm."""
 
         async def run() -> Answer:
-            workflow = workflow_for(state.workflow, resolve_kb(state.settings, kb))
+            caller = _caller(state, ctx)
+            workflow = workflow_for(state.workflow, await asyncio.to_thread(resolve_kb, state.kbs, caller, kb), caller)
             result = await run_query(workflow, question, QueryOptions(web=web))
             state.metrics.record_workflow(result.route, result.web_used, result.llm_calls, result.web_calls)
             return Answer(
@@ -162,11 +184,12 @@ def _add_answer_tools(server: MCPServer, state: State) -> None:
         return await _explained(run())
 
     @server.resource("chunk://{kb}/{chunk_id}", mime_type="application/json")
-    async def chunk(kb: str, chunk_id: str) -> str:
+    async def chunk(kb: str, chunk_id: str, ctx: Context) -> str:
         """One chunk, whole, with where it comes from."""
         try:
-            base = resolve_kb(state.settings, kb)
-            hit = await asyncio.to_thread(state.retriever.chunk, base, chunk_id)
+            caller = _caller(state, ctx)
+            base = await asyncio.to_thread(resolve_kb, state.kbs, caller, kb)
+            hit = await asyncio.to_thread(state.retriever.chunk, base, chunk_id, caller.document_access(base))
         except (UnknownKnowledgeBase, IndexNotFoundError) as err:
             raise ResourceNotFoundError(str(err)) from err
         if hit is None:
@@ -184,14 +207,12 @@ def _chunks(state: State, kb: str) -> int | None:
 class KeyRequired:
     """The API's keys in front of an ASGI app: `Authorization: Bearer <key>` or `X-API-Key`, else a 401."""
 
-    def __init__(self, app: ASGIApp, accepted: Callable[[str], bool]) -> None:
-        self.app, self.accepted = app, accepted
+    def __init__(self, app: ASGIApp, keys: Keys) -> None:
+        self.app, self.keys = app, keys
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope.get("headers", [])}
-        scheme, _, bearer = headers.get("authorization", "").partition(" ")
-        presented = headers.get("x-api-key") or (bearer.strip() if scheme.lower() == "bearer" else "")
-        if scope["type"] == "http" and not self.accepted(presented):
+        if scope["type"] == "http" and self.keys.caller(presented_key(headers)) is None:
             answer = JSONResponse(
                 {"detail": "missing or invalid API key: send `Authorization: Bearer <key>` or `X-API-Key: <key>`"},
                 status_code=401,
@@ -202,7 +223,7 @@ class KeyRequired:
         await self.app(scope, receive, send)
 
 
-def http_endpoint(server: MCPServer, accepted: Callable[[str], bool]) -> ASGIApp:
+def http_endpoint(server: MCPServer, keys: Keys) -> ASGIApp:
     """The streamable HTTP transport as one ASGI endpoint (routed at `/mcp`), keys checked first.
 
     Stateless: every request stands alone, so any worker answers it. The Host-header check of the
@@ -211,4 +232,4 @@ def http_endpoint(server: MCPServer, accepted: Callable[[str], bool]) -> ASGIApp
     server.streamable_http_app(
         stateless_http=True, transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False)
     )
-    return KeyRequired(StreamableHTTPASGIApp(server.session_manager), accepted)
+    return KeyRequired(StreamableHTTPASGIApp(server.session_manager), keys)

@@ -25,11 +25,12 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.config import Settings
-from service.api import MetricsDep, SettingsDep, check_length, require_api_key
+from service.api import MetricsDep, SettingsDep, check_length
+from service.auth import Caller, CallerDep, KnowledgeBases, KnowledgeBasesDep, UnknownKnowledgeBase, get_caller
 from service.graph import ChatTurn, Citation, QueryOptions, QueryResult, WorkflowDeps, run_query, stream_query
 from service.metrics import Metrics
 from service.openapi import error_responses
-from service.protocols.access import UnknownKnowledgeBase, readable_kbs, resolve_kb, workflow_for
+from service.protocols.access import resolve_kb, workflow_for
 from service.protocols.errors import protocol_route
 
 KB_PREFIX = "kb:"
@@ -184,7 +185,7 @@ class OpenAIErrorBody(BaseModel):
 router = APIRouter(
     prefix="/v1",
     tags=["openai"],
-    dependencies=[Depends(require_api_key)],
+    dependencies=[Depends(get_caller)],
     route_class=protocol_route(_render),
     # Every error in OpenAI's shape (a 422 is answered 400, as OpenAI does).
     responses=error_responses(400, 401, 403, 404, 409, 413, 502, 503, model=OpenAIErrorBody),
@@ -194,23 +195,25 @@ router = APIRouter(
 # --- models and conversations ---------------------------------------------------------------------
 
 
-def model_names(settings: Settings) -> list[str]:
-    """Every model the caller may use: the default base's alias, then `kb:<name>` of each readable base."""
-    readable = readable_kbs(settings)
-    return ([settings.chat_default_model] if readable else []) + [KB_PREFIX + kb for kb in readable]
+def model_names(settings: Settings, readable: list[str]) -> list[str]:
+    """Every model a caller who may read `readable` may use: the default base's alias (when it is one
+    of them), then `kb:<name>` of each."""
+    default = [settings.chat_default_model] if settings.es_index in readable else []
+    return default + [KB_PREFIX + kb for kb in readable]
 
 
-def knowledge_base(settings: Settings, model: str) -> str:
+def knowledge_base(settings: Settings, kbs: KnowledgeBases, caller: Caller, model: str) -> str:
     """The base a model name addresses; a name that is not one of the caller's is a 404."""
     name = None if model == settings.chat_default_model else model.removeprefix(KB_PREFIX)
     try:
         if name is not None and not model.startswith(KB_PREFIX):
-            raise UnknownKnowledgeBase(model, readable_kbs(settings))
-        return resolve_kb(settings, name)
-    except UnknownKnowledgeBase:
+            raise UnknownKnowledgeBase(model, kbs.readable(caller))
+        return resolve_kb(kbs, caller, name)
+    except UnknownKnowledgeBase as err:
+        models = ", ".join(model_names(settings, err.readable))
         raise OpenAIError(
             404,
-            f"The model `{model}` does not exist or you do not have access to it; models: {', '.join(model_names(settings))}",
+            f"The model `{model}` does not exist or you do not have access to it; models: {models}",
             param="model",
             code="model_not_found",
         ) from None
@@ -272,15 +275,15 @@ def _record(metrics: Metrics, result: QueryResult) -> None:
 
 
 @router.get("/models", response_model=ModelList)
-def list_models(settings: SettingsDep) -> ModelList:
+def list_models(settings: SettingsDep, caller: CallerDep, kbs: KnowledgeBasesDep) -> ModelList:
     """The caller's knowledge bases as models."""
     created = int(time.time())
-    return ModelList(data=[Model(id=name, created=created) for name in model_names(settings)])
+    return ModelList(data=[Model(id=name, created=created) for name in model_names(settings, kbs.readable(caller))])
 
 
 @router.get("/models/{model:path}", response_model=Model)
-def get_model(model: str, settings: SettingsDep) -> Model:
-    knowledge_base(settings, model)
+def get_model(model: str, settings: SettingsDep, caller: CallerDep, kbs: KnowledgeBasesDep) -> Model:
+    knowledge_base(settings, kbs, caller, model)
     return Model(id=model, created=int(time.time()))
 
 
@@ -294,12 +297,14 @@ class _Chat:
     options: QueryOptions
 
 
-def chat_request(body: ChatCompletionRequest, request: Request, settings: SettingsDep) -> _Chat:
+def chat_request(
+    body: ChatCompletionRequest, request: Request, settings: SettingsDep, caller: CallerDep, kbs: KnowledgeBasesDep
+) -> _Chat:
     """Checked before any answer starts: the model (404), the messages (400), the length and the model's configuration."""
-    kb = knowledge_base(settings, body.model)
+    kb = knowledge_base(settings, kbs, caller, body.model)
     question, history = conversation(body.messages)
     check_length(settings, "messages", question)
-    workflow = workflow_for(request.app.state.workflow, kb)
+    workflow = workflow_for(request.app.state.workflow, kb, caller)
     return _Chat(body=body, workflow=workflow, question=question, options=QueryOptions(history=history))
 
 
