@@ -18,6 +18,7 @@ from core.embeddings import Embedder
 from core.kbs import create_kb
 from service.api import create_app
 from tests.conftest import delete_indices
+from tests.protocols import write_keys_file
 from tests.serving import serve
 from tests.test_loaders_formats import bad_files
 
@@ -241,3 +242,70 @@ def test_texts_list_page_by_page_and_delete(
     assert client.delete(f"/kbs/{kb}/documents/t1").status_code == 404
     assert client.get("/kbs/test-no-such-base/documents").status_code == 404
     assert client.get(f"/jobs/{uuid.uuid4().hex}").status_code == 404
+
+
+def test_documents_and_jobs_follow_roles_and_document_groups(
+    es: Elasticsearch,
+    es_url: str,
+    embedder: Embedder,
+    index_name: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    kb = index_name("test-docs-access")
+    create_kb(es, kb, embedder, chunk_size=200, chunk_overlap=20)
+    principals = [
+        {"name": "admin", "key": "k-admin", "role": "admin"},
+        {"name": "writer", "key": "k-writer", "kbs": {kb: "write"}},
+        {"name": "nurse", "key": "k-nurse", "kbs": {kb: "read"}, "groups": ["medical"]},
+        {"name": "reader", "key": "k-reader", "kbs": {kb: "read"}},
+        {"name": "outsider", "key": "k-outsider", "kbs": {"test-some-other-base": "read"}},
+    ]
+    jobs = f"test-jobs-{uuid.uuid4().hex[:8]}"
+    settings = Settings(
+        _env_file=None,
+        es_url=es_url,
+        es_index=kb,
+        upload_spool=str(tmp_path / "spool"),
+        jobs_index=jobs,
+        keys_file=write_keys_file(principals),
+    )
+    try:
+        with serve(create_app(settings, embedder=embedder)) as url:
+            clients = {
+                p["name"]: httpx.Client(base_url=url, headers={"X-API-Key": p["key"]}, timeout=60) for p in principals
+            }
+            restricted = {"texts": [{"text": "病历：患者空腹血糖 7.8。", "id": "r1"}], "access": ["medical"]}
+            job = upload(clients["writer"], kb, json=restricted)
+            assert job["state"] == "done"
+            assert (
+                upload(clients["writer"], kb, json={"texts": [{"text": "公开的说明。", "id": "p1"}]})["state"] == "done"
+            )
+            assert clients["reader"].post(f"/kbs/{kb}/documents", json=restricted).status_code == 403
+
+            # The job: seen by whoever may read its base, a 404 like any unknown id to the others.
+            for name in ("admin", "writer", "nurse", "reader"):
+                assert clients[name].get(f"/jobs/{job['id']}").json()["state"] == "done"
+            hidden = clients["outsider"].get(f"/jobs/{job['id']}")
+            unknown = clients["outsider"].get(f"/jobs/{'0' * 32}")
+            assert hidden.status_code == unknown.status_code == 404
+            assert hidden.json()["detail"].replace(job["id"], "0" * 32) == unknown.json()["detail"]
+            assert httpx.get(f"{url}/jobs/{job['id']}").status_code == 401  # no key
+
+            def listed(name: str) -> list[str]:
+                response = clients[name].get(f"/kbs/{kb}/documents")
+                assert response.status_code == 200, response.text
+                assert response.json()["total"] == len(response.json()["documents"])
+                return [document["doc_id"] for document in response.json()["documents"]]
+
+            assert listed("admin") == listed("nurse") == ["p1", "r1"]
+            assert listed("reader") == listed("writer") == ["p1"]  # r1 is invisible without its group
+            assert clients["outsider"].get(f"/kbs/{kb}/documents").status_code in (403, 404)
+
+            assert clients["writer"].delete(f"/kbs/{kb}/documents/r1").status_code == 404  # cannot see it
+            assert clients["nurse"].delete(f"/kbs/{kb}/documents/r1").status_code == 403  # read role only
+            assert clients["admin"].delete(f"/kbs/{kb}/documents/r1").json()["deleted"] == 1
+            assert listed("nurse") == ["p1"]
+            for client in clients.values():
+                client.close()
+    finally:
+        es.options(ignore_status=404).indices.delete(index=jobs)
