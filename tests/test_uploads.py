@@ -253,7 +253,7 @@ def test_documents_and_jobs_follow_roles_and_document_groups(
 ) -> None:
     kb = index_name("test-docs-access")
     create_kb(es, kb, embedder, chunk_size=200, chunk_overlap=20)
-    principals = [
+    principals: list[dict[str, Any]] = [
         {"name": "admin", "key": "k-admin", "role": "admin"},
         {"name": "writer", "key": "k-writer", "kbs": {kb: "write"}},
         {"name": "nurse", "key": "k-nurse", "kbs": {kb: "read"}, "groups": ["medical"]},
