@@ -136,16 +136,13 @@ def read_kb(es: Elasticsearch, name: str, settings: Settings) -> KnowledgeBase:
 
 def list_kb_names(es: Elasticsearch) -> list[str]:
     """Every knowledge base: aliases (and bare indices) whose index carries a chunk mapping's `_meta`."""
-    mappings = es.indices.get_mapping(index="*", expand_wildcards="open").body
-    chunk_indices = {
-        index for index, body in mappings.items() if "embedder" in body.get("mappings", {}).get("_meta", {})
-    }
-    if not chunk_indices:
-        return []
-    aliases = es.indices.get_alias(index=",".join(sorted(chunk_indices))).body
+    # One request for mappings and aliases: indices come and go between two requests.
+    indices = es.indices.get(index="*", features=["aliases", "mappings"], expand_wildcards="open").body
     names: set[str] = set()
-    for index in chunk_indices:
-        held = list(aliases.get(index, {}).get("aliases", {}))
+    for index, body in indices.items():
+        if "embedder" not in body.get("mappings", {}).get("_meta", {}):
+            continue
+        held = list(body.get("aliases", {}))
         # A versioned index is reached only through its alias; an unaliased one is a base by its own name.
         names.update(held or ([] if _VERSIONED.search(index) else [index]))
     return sorted(names)

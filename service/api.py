@@ -140,7 +140,7 @@ WorkflowDep = Annotated[WorkflowDeps, Depends(get_workflow)]
 
 health = APIRouter(tags=["health"])
 # Every route here reads Elasticsearch (or the model).
-api = APIRouter(dependencies=[Depends(get_caller)], responses=error_responses(401, 403, 404, 409, 502, 503))
+api = APIRouter(dependencies=[Depends(get_caller)], responses=error_responses(404, 409, 502, 503))
 
 
 @health.get("/healthz", response_model=HealthResponse)

@@ -81,6 +81,10 @@ class Caller:
         return held is not None and _RANK[held] >= _RANK[role]
 
     @property
+    def has_any_role(self) -> bool:
+        return self.role is not None or bool(self.kbs)
+
+    @property
     def admin(self) -> bool:
         """An admin of the service (of every base): may create and delete bases."""
         return self.role == "admin"
@@ -117,10 +121,11 @@ class Keys:
 class UnknownKnowledgeBase(LookupError):
     """A name that is not among the caller's readable bases (absent, or not the caller's: the same answer)."""
 
-    def __init__(self, name: str, readable: list[str]) -> None:
+    def __init__(self, name: str, readable: list[str], *, no_access: bool = False) -> None:
         super().__init__(f"knowledge base {name!r} does not exist; available: {', '.join(readable) or 'none'}")
         self.name = name
         self.readable = readable
+        self.no_access = no_access  # the caller holds no role on any base
 
 
 class NotPermitted(PermissionError):
@@ -164,7 +169,7 @@ class KnowledgeBases:
             if caller.may(chosen, "read") and chosen == self.default and chosen not in self.names():
                 raise IndexNotFoundError(chosen)  # the service's own base, not built yet: say how to build it
             if not caller.may(chosen, "read") or chosen not in self.names():
-                raise UnknownKnowledgeBase(chosen, self.readable(caller))
+                raise UnknownKnowledgeBase(chosen, self.readable(caller), no_access=not caller.has_any_role)
         if not caller.may(chosen, role):
             raise NotPermitted(chosen, role)
         return chosen

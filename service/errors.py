@@ -26,6 +26,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException  # FastAPI's is a subclass; its body parser raises this one
+from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from core.kbs import InvalidKnowledgeBaseName, KnowledgeBaseExists
@@ -115,7 +116,19 @@ async def _validation(request: Request, err: RequestValidationError) -> JSONResp
 
 
 async def _http_error(request: Request, err: HTTPException) -> JSONResponse:
-    return _error(request, err.status_code, f"http_{err.status_code}", str(err.detail), err.headers)
+    headers = err.headers
+    if err.status_code == 405:  # Starlette's Allow names one route's methods; a path may have several routes
+        headers = {**(headers or {}), "Allow": ", ".join(_allowed_methods(request))}
+    return _error(request, err.status_code, f"http_{err.status_code}", str(err.detail), headers)
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method some route of the app answers at the request's path."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        if isinstance(route, Route) and route.matches(request.scope)[0] != Match.NONE:
+            methods |= route.methods or set()
+    return sorted(methods)
 
 
 async def _index_not_found(request: Request, err: IndexNotFoundError) -> JSONResponse:
@@ -124,7 +137,7 @@ async def _index_not_found(request: Request, err: IndexNotFoundError) -> JSONRes
 
 async def _unknown_kb(request: Request, err: UnknownKnowledgeBase) -> JSONResponse:
     """404 naming the bases the caller may read; a key that may read none gets a 403 that names nothing."""
-    if not err.readable:
+    if err.no_access:
         return _error(request, 403, "no_access", "this key gives access to no knowledge base")
     return _error(request, 404, "kb_not_found", str(err))
 

@@ -90,6 +90,8 @@ def _add_implied(schema: dict[str, Any]) -> None:
                 *(PARAMETER_STATUSES if operation.get("parameters") else ()),
                 *(SECURED_STATUSES if operation.get("security") else ()),
             ]
+            for status, response in operation["responses"].items():
+                _errors_as_json(status, response)
             for status in implied:
                 if str(status) not in operation["responses"]:
                     model, description = RESPONSES[status]
@@ -106,6 +108,13 @@ def _hoist_body_defs(schema: dict[str, Any]) -> None:
         for operation in operations.values():
             for media in operation.get("requestBody", {}).get("content", {}).values():
                 components.update(media.get("schema", {}).pop("$defs", {}))
+
+
+def _errors_as_json(status: str, response: dict[str, Any]) -> None:
+    """Errors are JSON even on a route whose success is a stream (FastAPI gives them the route's media type)."""
+    content = response.get("content")
+    if status[0] in "45" and content and "application/json" not in content:
+        response["content"] = {"application/json": next(iter(content.values()))}
 
 
 def _drop_security(schema: dict[str, Any]) -> None:

@@ -34,6 +34,7 @@ from service.documents import MAX_PAGE, DeleteIncomplete, DocumentDeleted, Docum
 from service.jobs import JobRunner, JobStore, JobView, new_job_id
 from service.middleware import LargerBody
 from service.openapi import error_responses, request_body
+from service.routes_kbs import invalid
 from service.uploads import (
     UPLOAD,
     DocumentsForm,
@@ -107,7 +108,7 @@ class JobAccepted(BaseModel):
 def _refused(err: UploadRefused) -> Exception:
     """A 413 naming the limit, or a 422 naming the field (the shape of every 422)."""
     if err.status == 422:
-        return RequestValidationError([{"type": "value_error", "loc": ("body", err.field), "msg": str(err)}])
+        return invalid(err.field, str(err))
     return HTTPException(err.status, f"{err.field}: {err}")
 
 

@@ -1,8 +1,10 @@
 """`/kbs`: list, create, inspect and delete knowledge bases (core/kbs.py keeps them in Elasticsearch)."""
 
+from contextlib import suppress
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Request, Response
+from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, Field
 
 from core.config import Settings
@@ -10,11 +12,12 @@ from core.contract import StrictModel
 from core.embeddings import Embedder
 from core.kbs import KB_NAME_PATTERN, KnowledgeBase, KnowledgeBaseStats, create_kb, delete_kb, kb_stats, read_kb
 from core.schema import LIST_MODES, Mode
+from core.store import IndexNotFoundError
 from service.api import ESDep, SettingsDep
 from service.auth import Caller, CallerDep, KbAccess, KnowledgeBasesDep, Role, kb_access
 from service.openapi import error_responses
 
-router = APIRouter(tags=["knowledge bases"], responses=error_responses(401, 403, 404, 503))
+router = APIRouter(tags=["knowledge bases"], responses=error_responses(404, 503))
 
 
 class FusionView(BaseModel):
@@ -58,6 +61,11 @@ class CreateKnowledgeBase(StrictModel):
     shards: int | None = Field(None, ge=1, le=64, description="default ES_SHARDS")
     replicas: int | None = Field(None, ge=0, le=8, description="default ES_REPLICAS")
     embedder: str | None = Field(None, max_length=200, description="must be the service's EMBEDDER (the default)")
+
+
+def invalid(field: str, message: str) -> RequestValidationError:
+    """A 422 in the shape of FastAPI's own, for a check that needs the service's settings."""
+    return RequestValidationError([{"type": "value_error", "loc": ("body", field), "msg": message}])
 
 
 def fusion_view(settings: Settings, kb: KnowledgeBase) -> FusionView:
@@ -108,9 +116,11 @@ def list_kbs(settings: SettingsDep, es: ESDep, caller: CallerDep, kbs: Knowledge
     kbs.forget()
     names = kbs.readable(caller)
     stats = kb_stats(es, names)
-    return KnowledgeBaseList(
-        kbs=[_view(settings, read_kb(es, name, settings), stats.get(name), caller) for name in names]
-    )
+    views = []
+    for name in names:
+        with suppress(IndexNotFoundError):  # deleted since it was listed
+            views.append(_view(settings, read_kb(es, name, settings), stats.get(name), caller))
+    return KnowledgeBaseList(kbs=views)
 
 
 @router.post("/kbs", response_model=KnowledgeBaseView, status_code=201, responses=error_responses(409, 422))
@@ -127,11 +137,11 @@ def create(
         raise HTTPException(403, "creating a knowledge base needs the write or admin role on every base")
     embedder: Embedder = request.app.state.embedder
     if body.embedder is not None and body.embedder != embedder.name:
-        raise HTTPException(422, f"embedder {body.embedder!r}: this service embeds with {embedder.name!r} only")
+        raise invalid("embedder", f"{body.embedder!r}: this service embeds with {embedder.name!r} only")
     size = body.chunk_size or settings.chunk_size
     overlap = body.chunk_overlap if body.chunk_overlap is not None else settings.chunk_overlap
     if overlap >= size:
-        raise HTTPException(422, f"chunk_overlap ({overlap}) must be smaller than chunk_size ({size})")
+        raise invalid("chunk_overlap", f"{overlap} must be smaller than chunk_size ({size})")
     create_kb(
         es,
         body.name,

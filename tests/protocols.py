@@ -21,6 +21,7 @@ from tests.serving import serve
 from tests.test_api import DOCS as API_DOCS
 
 KEY = "protocol-test-key"
+STRANGER_KEY = "protocol-stranger-key"  # a principal of another base: the protocols must hide this one
 QUESTION = "诸葛亮怎样收服孟获？"
 ANSWER_TEXT = "诸葛亮七擒七纵孟获，使南中归心[1]。"
 # The chapters of tests/test_api.py, plus a paged manual and a JSONL-like record with metadata.
@@ -66,7 +67,11 @@ def protocol_settings(es_url: str, alias: str, llm: FakeChatServer | None, **ext
     """The service over `alias` whose one key, `KEY`, may read `alias` only (the cluster holds other bases)."""
     if llm is not None:
         extra.update(openai_base_url=llm.base_url, model_name="fake-model")
-    extra.setdefault("keys_file", write_keys_file([{"name": "client", "key": KEY, "kbs": {alias: "read"}}]))
+    principals = [
+        {"name": "client", "key": KEY, "kbs": {alias: "read"}},
+        {"name": "stranger", "key": STRANGER_KEY, "kbs": {f"{alias}-elsewhere": "admin"}},
+    ]
+    extra.setdefault("keys_file", write_keys_file(principals))
     return Settings(
         _env_file=None,
         es_url=es_url,

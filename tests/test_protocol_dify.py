@@ -11,7 +11,7 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from core.embeddings import Embedder, cosine_similarities
-from tests.protocols import KEY, protocol_settings, service
+from tests.protocols import KEY, STRANGER_KEY, protocol_settings, service
 
 AUTH = {"Authorization": f"Bearer {KEY}"}
 
@@ -124,6 +124,9 @@ def test_dify_error_codes(url: str, protocol_kb: str) -> None:
         and missing.json()["error_code"] == 2001
         and set(missing.json()) == {"error_code", "error_msg"}
     )
+    # A principal of another base: this knowledge_id is the same "does not exist", with nothing of it.
+    hidden = retrieve(url, body, {"Authorization": f"Bearer {STRANGER_KEY}"})
+    assert (hidden.status_code, hidden.json()["error_code"]) == (404, 2001) and "孟获" not in hidden.text
 
 
 def test_bad_input_is_a_4xx_in_difys_shape(url: str, protocol_kb: str) -> None:

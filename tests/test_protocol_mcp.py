@@ -16,7 +16,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from tests.conftest import subprocess_env
 from tests.fakes.openai_server import FakeChatServer
-from tests.protocols import ANSWER_TEXT, DOCS, KEY, QUESTION, protocol_settings
+from tests.protocols import ANSWER_TEXT, DOCS, KEY, QUESTION, STRANGER_KEY, protocol_settings
 
 TOOLS = {"list_knowledge_bases", "search", "ask"}
 
@@ -64,6 +64,25 @@ def test_streamable_http_at_mcp_with_the_api_key(protocol_url: str, protocol_kb:
             return await session(client, protocol_kb)
 
     check(asyncio.run(run()), protocol_kb)
+
+
+def test_a_principal_of_another_base_sees_none_of_this_one(protocol_url: str, protocol_kb: str) -> None:
+    """Access through MCP: the tools list, search and read only the caller's bases."""
+
+    async def run() -> tuple[Any, Any, Any]:
+        async with (
+            httpx2.AsyncClient(headers={"Authorization": f"Bearer {STRANGER_KEY}"}, timeout=120) as http,
+            Client(streamable_http_client(f"{protocol_url}/mcp", http_client=http)) as client,
+        ):
+            bases = (await client.call_tool("list_knowledge_bases", {})).structured_content
+            found = await client.call_tool("search", {"query": "七擒孟获", "kb": protocol_kb})
+            default = await client.call_tool("search", {"query": "七擒孟获"})
+            return bases, found, default
+
+    bases, found, default = asyncio.run(run())
+    assert bases == {"knowledge_bases": []}
+    for result in (found, default):
+        assert result.is_error and "孟获" not in result.content[0].text
 
 
 def test_mcp_without_a_key_is_401(protocol_url: str) -> None:

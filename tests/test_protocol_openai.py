@@ -11,7 +11,7 @@ from langchain_openai import ChatOpenAI
 
 from core.embeddings import Embedder
 from tests.fakes.openai_server import FakeChatServer
-from tests.protocols import ANSWER_TEXT, KEY, QUESTION, protocol_settings, service
+from tests.protocols import ANSWER_TEXT, KEY, QUESTION, STRANGER_KEY, protocol_settings, service
 
 # Three structured calls (route, decompose, evaluate) at 10 + 5 tokens, and the streamed answer at 40 + 20.
 PROMPT_TOKENS, COMPLETION_TOKENS = 3 * 10 + 40, 3 * 5 + 20
@@ -23,8 +23,13 @@ def client(protocol_url: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{protocol_url}/v1", api_key=KEY, max_retries=0, timeout=120)
 
 
-def test_models_are_the_knowledge_bases(client: openai.OpenAI, protocol_kb: str) -> None:
+def test_models_are_the_knowledge_bases(client: openai.OpenAI, protocol_kb: str, protocol_url: str) -> None:
     assert [model.id for model in client.models.list()] == ["rag", f"kb:{protocol_kb}"]
+    # A principal of another base has none of these models, and asking for one is OpenAI's 404.
+    stranger = openai.OpenAI(base_url=f"{protocol_url}/v1", api_key=STRANGER_KEY, max_retries=0, timeout=60)
+    assert [model.id for model in stranger.models.list()] == []
+    with pytest.raises(openai.NotFoundError):
+        stranger.chat.completions.create(model=f"kb:{protocol_kb}", messages=[{"role": "user", "content": "孟获"}])
     assert client.models.retrieve(f"kb:{protocol_kb}").owned_by == "es-agentic-rag"
 
 

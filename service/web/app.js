@@ -191,7 +191,7 @@ async function ask(event) {
   let text = "";
   let thought = "";
   try {
-    const response = await fetch("query/stream", { method: "POST", headers: headers(), body: JSON.stringify({ question, ...options() }) });
+    const response = await fetch("query/stream", { method: "POST", headers: headers(), body: JSON.stringify({ question, kb: selectedKb(), ...options() }) });
     if (!response.ok) { showError(await errorText(response)); return; }
     for await (const { event: kind, data } of sseEvents(response)) {
       if (kind === "mode") showMode(data);
@@ -245,7 +245,7 @@ async function compare() {
   $("compare-button").disabled = true;
   try {
     const k = Number($("k").value) || 8;
-    const response = await fetch("compare", { method: "POST", headers: headers(), body: JSON.stringify({ query, k }) });
+    const response = await fetch("compare", { method: "POST", headers: headers(), body: JSON.stringify({ query, k, kb: selectedKb() }) });
     if (!response.ok) { showError(await errorText(response)); return; }
     const comparison = await response.json();
     const overlap = comparison.overlaps[0];
