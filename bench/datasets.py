@@ -2,7 +2,9 @@
 
 Relevance is decided before anything is indexed: documents are chunked with the indexing
 job's own `document_chunks`, so every chunk has the id the pipeline will give it and a hit
-is relevant when its id is in the query's set.
+is relevant when its id is in the query's set. The rules themselves (evidence containment, a
+document's chunks, the seeded split) are retrieval/questions.py's, which a knowledge base's own
+question set follows too.
 
 - `cmrc`: CMRC 2018 dev + trial; every paragraph is one document (and one chunk: paragraphs
   are at most 980 characters, so they are chunked with size 1000), every question a query,
@@ -13,7 +15,6 @@ is relevant when its id is in the query's set.
   pairs over 20 term pairs (高/低血糖, 甲亢/甲减, 左/右心衰, …), split dev/test by term pair.
 """
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,11 +24,10 @@ from core.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE
 from core.config import Settings
 from core.documents import Document, document_chunks
 from indexing.loaders import load_text
+from retrieval.questions import Corpus, split_of
 
 BENCH_DATA = Path(__file__).resolve().parent / "data"
 CMRC_CHUNK_SIZE = 1000  # longer than any CMRC paragraph: one paragraph, one chunk
-SPLITS = ("dev", "test")
-_SPLIT_SEED = "retrieval-eval-2026"
 
 
 def shared_data() -> Path:
@@ -44,11 +44,6 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 def sanguo_book() -> Path:
     """《三国演义》 in the shared data: the demo corpus and the 三国 evaluation's book."""
     return shared_data() / "sanguo" / "sanguo_yanyi.txt"
-
-
-def seeded_split(key: str) -> str:
-    """A fixed half-half dev/test assignment from a seeded hash of `key` (stable across runs and machines)."""
-    return SPLITS[hashlib.sha256(f"{_SPLIT_SEED}:{key}".encode()).digest()[0] % 2]
 
 
 @dataclass
@@ -75,23 +70,15 @@ class Dataset:
         return f"eval-{self.name}"
 
 
-def chunk_map(documents: list[Document], chunk_size: int, chunk_overlap: int) -> dict[str, tuple[str, str]]:
-    """chunk id -> (doc_id, text), exactly as `indexing.pipeline` chunks and names them."""
-    return {
-        chunk.id: (document.doc_id, chunk.text)
-        for document in documents
-        for chunk in document_chunks(document, chunk_size, chunk_overlap)
-    }
-
-
-def _by_document(
-    documents: list[Document], chunk_size: int, chunk_overlap: int
-) -> tuple[dict[str, str], dict[str, set[str]]]:
-    chunks = chunk_map(documents, chunk_size, chunk_overlap)
-    of_doc: dict[str, set[str]] = {}
-    for id_, (doc_id, _text) in chunks.items():
-        of_doc.setdefault(doc_id, set()).add(id_)
-    return {id_: text for id_, (_doc, text) in chunks.items()}, of_doc
+def corpus_of(documents: list[Document], chunk_size: int, chunk_overlap: int) -> Corpus:
+    """The chunks of `documents` exactly as `indexing.pipeline` chunks and names them."""
+    return Corpus(
+        {
+            chunk.id: (document.doc_id, chunk.text)
+            for document in documents
+            for chunk in document_chunks(document, chunk_size, chunk_overlap)
+        }
+    )
 
 
 def load_cmrc(root: Path | None = None) -> Dataset:
@@ -102,20 +89,20 @@ def load_cmrc(root: Path | None = None) -> Dataset:
         data = json.loads((root / f"cmrc2018_{split}.json").read_text(encoding="utf-8"))["data"]
         paragraphs += [paragraph for article in data for paragraph in article["paragraphs"]]
     documents = [Document(doc_id=p["id"], text=p["context"], source="cmrc2018") for p in paragraphs]
-    chunks, of_doc = _by_document(documents, CMRC_CHUNK_SIZE, 0)
+    corpus = corpus_of(documents, CMRC_CHUNK_SIZE, 0)
     questions = [(p["id"], qa) for p in paragraphs for qa in p["qas"]]
-    queries = [Query(qa["id"], qa["question"], of_doc[pid], seeded_split(pid)) for pid, qa in questions]
+    queries = [Query(qa["id"], qa["question"], corpus.of_document(pid), split_of(None, pid)) for pid, qa in questions]
     blank = [query.id for query in queries if not query.text.strip()]  # two in the trial set
     kept = [query for query in queries if query.text.strip()]
-    return Dataset("cmrc", documents, kept, CMRC_CHUNK_SIZE, 0, chunks, skipped=blank)
+    return Dataset("cmrc", documents, kept, CMRC_CHUNK_SIZE, 0, corpus.texts, skipped=blank)
 
 
 def _split_of(item: dict[str, str]) -> str:
     """The question's own `split` field; questions written before splits existed get a seeded one."""
-    split = item.get("split") or seeded_split(item["id"])
-    if split not in SPLITS:
-        raise ValueError(f"question {item['id']}: split must be one of {SPLITS}, got {split!r}")
-    return split
+    try:
+        return split_of(item.get("split"), item["id"])
+    except ValueError as err:
+        raise ValueError(f"question {item['id']}: {err}") from None
 
 
 def load_sanguo(
@@ -126,16 +113,16 @@ def load_sanguo(
 ) -> Dataset:
     path = path or sanguo_book()
     documents = load_text(path, path.name)
-    chunks = {id_: text for id_, (_doc, text) in chunk_map(documents, chunk_size, chunk_overlap).items()}
+    corpus = corpus_of(documents, chunk_size, chunk_overlap)
     queries = []
     for item in read_jsonl(questions):
-        relevant = {id_ for id_, text in chunks.items() if item["evidence"] in text}
+        relevant = corpus.containing(item["evidence"])
         if not relevant:
             raise ValueError(
                 f"{questions}: evidence of {item['id']} is in no {chunk_size}-character chunk: {item['evidence']!r}"
             )
         queries.append(Query(item["id"], item["question"], relevant, _split_of(item), item.get("style", "")))
-    return Dataset(f"sanguo-{chunk_size}", documents, queries, chunk_size, chunk_overlap, chunks)
+    return Dataset(f"sanguo-{chunk_size}", documents, queries, chunk_size, chunk_overlap, corpus.texts)
 
 
 def load_medical(
@@ -144,12 +131,12 @@ def load_medical(
     documents = [
         Document(doc_id=i["id"], text=i["text"], source="medical", title=i["title"]) for i in read_jsonl(passages)
     ]
-    chunks, of_doc = _by_document(documents, DEFAULT_CHUNK_SIZE, DEFAULT_CHUNK_OVERLAP)
+    corpus = corpus_of(documents, DEFAULT_CHUNK_SIZE, DEFAULT_CHUNK_OVERLAP)
     found = []
     for item in read_jsonl(queries):
-        relevant = set().union(*(of_doc[doc] for doc in item["relevant"]))
+        relevant = set().union(*(corpus.of_document(doc) for doc in item["relevant"]))
         found.append(Query(item["id"], item["question"], relevant, _split_of(item), item.get("style", "")))
-    return Dataset("medical", documents, found, DEFAULT_CHUNK_SIZE, DEFAULT_CHUNK_OVERLAP, chunks)
+    return Dataset("medical", documents, found, DEFAULT_CHUNK_SIZE, DEFAULT_CHUNK_OVERLAP, corpus.texts)
 
 
 def load_named(name: str) -> Dataset:

@@ -10,7 +10,8 @@ For each dataset (bench/datasets.py; every question is fixed as `dev` or `test`)
    (the corpus dictionary learned at indexing, i.e. the service's analysis).
 2. **Lists**: every question runs once through `Retriever.ranked_lists` (the service's own
    `_msearch`: every list `--depth` deep, ids and scores).
-3. **Fusion** (dev): the methods of retrieval/fusion.py over those same lists, each fusing the
+3. **Fusion** (dev, retrieval/evaluation.py's `choose`, the rule every knowledge base's own
+   evaluation uses too): the methods of retrieval/fusion.py over those same lists, each fusing the
    lists cut to a depth of `DEPTHS`; among the settings never below the best single list on
    dev by more than `--tolerance` (R@1, R@5, MRR@10 on every dataset), those within
    `--cost-tolerance` of the best mean dev MRR@10 over the datasets are "as good", and of
@@ -27,7 +28,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import sys
 import time
 from collections.abc import Sequence
@@ -36,7 +36,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from elasticsearch import Elasticsearch
 from tqdm import tqdm
 
@@ -44,26 +43,31 @@ from bench.datasets import Dataset, load_named
 from bench.embedding_cache import CachedEmbedder, cache_path
 from core.config import Settings
 from core.embeddings import Embedder, load_embedder
-from core.schema import LIST_MODES, Mode
+from core.schema import LIST_MODES
 from core.store import concrete_indices, create_client, read_index_meta
 from core.text import ChineseTokenizer
 from indexing.options import Chunking, IndexOptions, Scope
 from indexing.pipeline import index_documents
-from retrieval.fusion import FusionParams, fuse
+from retrieval.evaluation import (
+    COST_TOLERANCE,
+    LIST_DEPTH,
+    LISTS,
+    METRICS,
+    TOLERANCE,
+    Lists,
+    choose,
+    label,
+    margins,
+    mean_metrics,
+    paired_bootstrap,
+    per_query,
+)
 from retrieval.retriever import RetrievalParams, Retriever
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
 DOCS = REPO / "docs" / "retrieval.md"
-LISTS: tuple[Mode, ...] = LIST_MODES
-METRICS = ("R@1", "R@5", "R@10", "MRR@10")
-GATE = ("R@1", "R@5", "MRR@10")  # hybrid must not be below any single list on these
 DOCS_BEGIN, DOCS_END = "<!-- retrieval-eval:begin -->", "<!-- retrieval-eval:end -->"
-BOOTSTRAP = 2000
-LIST_DEPTH = 50  # every list is fetched this deep once; fusion depths are cuts of it
-DEPTHS = (50, 30, 20, 10)  # fusion depths compared on dev (a cut equals a shallower search)
-
-Lists = dict[str, list[tuple[str, float]]]  # one query's ranked lists
 
 
 @dataclass(frozen=True)
@@ -92,33 +96,6 @@ VARIANTS = (
     Variant("+corpus-dict", subwords=True, drop_stopwords=True, corpus_dict=True),
 )
 SERVICE = VARIANTS[-1]
-
-
-# --- metrics ------------------------------------------------------------------------------
-
-
-def query_metrics(ranked: Sequence[str], relevant: set[str]) -> dict[str, float]:
-    """R@1/5/10 and MRR@10 of one ranked list (only its first 10 ids count)."""
-    first = next((rank for rank, chunk in enumerate(ranked[:10], start=1) if chunk in relevant), None)
-    return {
-        "R@1": float(first == 1),
-        "R@5": float(first is not None and first <= 5),
-        "R@10": float(first is not None),
-        "MRR@10": 1 / first if first else 0.0,
-    }
-
-
-def mean_metrics(per_query: list[dict[str, float]]) -> dict[str, float]:
-    return {name: round(statistics.fmean(m[name] for m in per_query), 4) for name in METRICS}
-
-
-def paired_bootstrap(a: Sequence[float], b: Sequence[float], seed: int = 0) -> tuple[float, float, float]:
-    """Mean of a - b and its 95 % percentile interval over `BOOTSTRAP` resamples of the queries."""
-    diff = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
-    rng = np.random.default_rng(seed)
-    means = diff[rng.integers(0, len(diff), size=(BOOTSTRAP, len(diff)))].mean(axis=1)
-    low, high = np.percentile(means, [2.5, 97.5])
-    return round(float(diff.mean()), 4), round(float(low), 4), round(float(high), 4)
 
 
 # --- indexing and lists -------------------------------------------------------------------
@@ -159,84 +136,6 @@ def ranked_lists(retriever: Retriever, alias: str, dataset: Dataset, split: str)
         q.id: retriever.ranked_lists(alias, q.text, LIST_MODES, depth)
         for q in tqdm(queries, desc=f"lists {alias} {split}", unit="q", file=sys.stderr)
     }
-
-
-# --- fusion -------------------------------------------------------------------------------
-
-
-def fusion_grid() -> list[dict[str, Any]]:
-    """The settings compared on dev: plain and weighted RRF, min-max and z-score sums, RRF by score gap."""
-    grid: list[dict[str, Any]] = []  # simplest first: on a tie, the earlier setting is chosen
-    for lists in (LISTS, (Mode.VECTOR, Mode.BM25, Mode.BIGRAM)):
-        for weight in (1.0, 2.0):
-            grid += [{"method": "rrf", "k": k, "lists": lists, "vector_weight": weight} for k in (60, 30, 10)]
-            grid += [{"method": m, "k": 60, "lists": lists, "vector_weight": weight} for m in ("minmax", "zscore")]
-        grid += [{"method": "rrf-gap", "k": k, "lists": lists, "vector_weight": 1.0} for k in (60, 10)]
-    return [config | {"depth": depth} for depth in DEPTHS for config in grid]
-
-
-def fusion_params(config: dict[str, Any]) -> FusionParams:
-    return FusionParams(config["method"], config["k"], {"vector": config["vector_weight"]})
-
-
-def fused_ids(lists: Lists, config: dict[str, Any]) -> list[str]:
-    chosen = {name: lists[name][: config.get("depth")] for name in config["lists"]}
-    return [hit.id for hit in fuse(chosen, fusion_params(config), top=10)]
-
-
-def label(config: dict[str, Any]) -> str:
-    lists = "all 4 lists" if tuple(config["lists"]) == LISTS else "+".join(config["lists"])
-    k = f" k={config['k']}" if config["method"].startswith("rrf") else ""
-    weight = f", vector ×{config['vector_weight']:g}" if config["vector_weight"] != 1.0 else ""
-    depth = f", depth {config['depth']}" if "depth" in config else ""
-    return f"{config['method']}{k}, {lists}{weight}{depth}"
-
-
-def single_lists(dataset: Dataset, lists: dict[str, Lists]) -> dict[str, list[dict]]:
-    """Per-query metrics of every single list, over the questions in `lists`."""
-    queries = [q for q in dataset.queries if q.id in lists]
-    return {name: [query_metrics([i for i, _ in lists[q.id][name]], q.relevant) for q in queries] for name in LISTS}
-
-
-def hybrid(dataset: Dataset, lists: dict[str, Lists], config: dict[str, Any]) -> list[dict]:
-    """Per-query metrics of hybrid fused by `config`, over the questions in `lists`."""
-    return [query_metrics(fused_ids(lists[q.id], config), q.relevant) for q in dataset.queries if q.id in lists]
-
-
-def per_query(dataset: Dataset, lists: dict[str, Lists], config: dict[str, Any]) -> dict[str, list[dict]]:
-    """Per-query metrics of every single list and of hybrid fused by `config`, over the questions in `lists`."""
-    return {**single_lists(dataset, lists), "hybrid": hybrid(dataset, lists, config)}
-
-
-def margins(metrics: dict[str, dict[str, float]]) -> dict[str, float]:
-    """Hybrid minus the best single list, per gate metric."""
-    return {m: round(metrics["hybrid"][m] - max(metrics[name][m] for name in LISTS), 4) for m in GATE}
-
-
-def choose(
-    dev: dict[str, tuple[Dataset, dict[str, Lists]]], tolerance: float, cost_tolerance: float = 0.0
-) -> tuple[dict, list[dict]]:
-    """Every grid setting's dev figures, and the chosen one (see the module docstring)."""
-    singles = {  # the same for every setting
-        name: {mode: mean_metrics(found) for mode, found in single_lists(dataset, lists).items()}
-        for name, (dataset, lists) in dev.items()
-    }
-    rows = []
-    for config in fusion_grid():
-        row: dict[str, Any] = {"config": config, "label": label(config), "datasets": {}}
-        for name, (dataset, lists) in dev.items():
-            metrics = {**singles[name], "hybrid": mean_metrics(hybrid(dataset, lists, config))}
-            row["datasets"][name] = {"hybrid": metrics["hybrid"], "margin": margins(metrics)}
-        row["mean_MRR@10"] = round(statistics.fmean(d["hybrid"]["MRR@10"] for d in row["datasets"].values()), 4)
-        row["worst_margin"] = min(v for d in row["datasets"].values() for v in d["margin"].values())
-        rows.append(row)
-    safe = [row for row in rows if row["worst_margin"] >= -tolerance] or sorted(rows, key=lambda r: -r["worst_margin"])[
-        :1
-    ]
-    best = max(row["mean_MRR@10"] for row in safe)
-    as_good = [row for row in safe if row["mean_MRR@10"] >= best - cost_tolerance]
-    chosen = max(as_good, key=lambda r: (-r["config"].get("depth", 0), r["mean_MRR@10"], r["worst_margin"]))
-    return chosen["config"], rows
 
 
 # --- reporting ----------------------------------------------------------------------------
@@ -404,9 +303,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--datasets", default="cmrc,sanguo,medical")
     parser.add_argument("--depth", type=int, default=LIST_DEPTH, help="length of every ranked list")
-    parser.add_argument("--tolerance", type=float, default=0.0, help="allowed dev shortfall of hybrid (see above)")
     parser.add_argument(
-        "--cost-tolerance", type=float, default=0.002, help="mean dev MRR@10 a shallower depth may cost (see above)"
+        "--tolerance", type=float, default=TOLERANCE, help="allowed dev shortfall of hybrid (see above)"
+    )
+    parser.add_argument(
+        "--cost-tolerance",
+        type=float,
+        default=COST_TOLERANCE,
+        help="mean dev MRR@10 a shallower depth may cost (see above)",
     )
     parser.add_argument("--reindex", action="store_true", help="rebuild the eval-* indices")
     parser.add_argument("--no-ablation", action="store_true", help="only the service's analysis")
@@ -419,8 +323,8 @@ def dataset_report(
     dataset: Dataset, test_lists: dict[str, Lists], dev_lists: dict[str, Lists], config: dict[str, Any]
 ) -> dict[str, Any]:
     """One dataset's figures with the chosen fusion: dev and test means, test margins and intervals."""
-    test = per_query(dataset, test_lists, config)
-    dev = per_query(dataset, dev_lists, config)
+    test = per_query(dataset.queries, test_lists, config)
+    dev = per_query(dataset.queries, dev_lists, config)
     test_means = {mode: mean_metrics(found) for mode, found in test.items()}
     return {
         "documents": len(dataset.documents),
@@ -446,7 +350,7 @@ def ablation_report(dataset: Dataset, variants: dict[str, dict[str, Lists]], con
     return {
         name: {"bm25": mean_metrics(found["bm25"])["MRR@10"], "hybrid": mean_metrics(found["hybrid"])["MRR@10"]}
         for name, lists in variants.items()
-        for found in [per_query(dataset, lists, config)]
+        for found in [per_query(dataset.queries, lists, config)]
     }
 
 
@@ -460,7 +364,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ablations = {d.name: ablation(es, d, embedder, settings, args) for d in datasets}
     dev_lists = {name: lists for name, (lists, _service) in ablations.items()}
     config, fusion_rows = choose(
-        {d.name: (d, dev_lists[d.name][SERVICE.name]) for d in datasets}, args.tolerance, args.cost_tolerance
+        {d.name: (d.queries, dev_lists[d.name][SERVICE.name]) for d in datasets}, args.tolerance, args.cost_tolerance
     )
     report: dict[str, Any] = {
         "command": "python -m bench.retrieval_eval " + " ".join(argv if argv is not None else sys.argv[1:]),

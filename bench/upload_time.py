@@ -78,7 +78,11 @@ class Service:
         self.url = f"http://127.0.0.1:{port}"
         self._log = (workdir / "service.log").open("wb")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "service", "--port", str(port)], cwd=workdir, env=env, stdout=self._log, stderr=self._log
+            [sys.executable, "-m", "service", "--port", str(port)],
+            cwd=workdir,
+            env=env,
+            stdout=self._log,
+            stderr=self._log,
         )
         deadline = time.monotonic() + 180
         while True:

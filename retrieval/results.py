@@ -1,7 +1,10 @@
 """What a search returns: hits (the chunk record's stored fields) with their citation label, and the result of one mode."""
 
+from typing import Literal
+
 from pydantic import BaseModel, computed_field
 
+from core.config import FusionMethod
 from core.documents import page_label, source_label
 from core.schema import ChunkFields, Mode
 from retrieval.fusion import ListEvidence
@@ -39,7 +42,20 @@ class Hit(ChunkFields):
         )
 
 
+class FusionUsed(BaseModel):
+    """How a hybrid search fused its lists, and where that setting came from: the service's
+    default, or the base's own (chosen by an evaluation on its questions, or pinned by a person)."""
+
+    method: FusionMethod
+    rrf_k: int
+    depth: int
+    lists: list[Mode]
+    weights: dict[str, float]
+    origin: Literal["default", "evaluation", "pinned"]
+
+
 class SearchResult(BaseModel):
     mode: Mode
     took_ms: float
     hits: list[Hit]
+    fusion: FusionUsed | None = None  # hybrid only

@@ -30,7 +30,7 @@ from retrieval import lists
 from retrieval.compare import Comparison, relate
 from retrieval.fusion import FusionParams, fuse
 from retrieval.lists import EVERYTHING, Clauses, DocumentAccess, SearchFilter
-from retrieval.results import Hit, SearchResult
+from retrieval.results import FusionUsed, Hit, SearchResult
 
 _META_TTL_S = 30.0  # how long an index's embedder and dictionary are trusted before re-reading
 
@@ -176,23 +176,39 @@ class Retriever:
     ) -> SearchResult:
         _validate(query, k)
         started = time.perf_counter()
+        fusion = None
         if mode == Mode.HYBRID:
-            hits = self._hybrid(index, query, k, scope, vector)
+            setting = self.fusion_of(index)
+            params = self.params.with_fusion(setting)
+            hits = self._hybrid(index, query, k, scope, vector, params)
+            fusion = FusionUsed(
+                method=params.fusion,
+                rrf_k=params.rrf_k,
+                depth=params.depth,
+                lists=list(params.hybrid_lists),
+                weights=dict(params.weights),
+                origin=setting.origin if setting else "default",
+            )
         else:
             body = self._body(index, mode, query, k, scope.clauses, vector, source=True)
             hits = [
                 Hit.from_source(raw["_source"], id=raw["_id"], score=raw["_score"])
                 for raw in self._msearch(index, [body])[0]["hits"]["hits"]
             ]
-        return SearchResult(mode=mode, took_ms=(time.perf_counter() - started) * 1000, hits=hits)
+        return SearchResult(mode=mode, took_ms=(time.perf_counter() - started) * 1000, hits=hits, fusion=fusion)
 
-    def params_for(self, index: str) -> RetrievalParams:
-        """The parameters searches of `index` use: the service's, with the base's own fusion setting."""
+    def fusion_of(self, index: str) -> FusionSetting | None:
+        """The base's own fusion setting (None: the service's applies), as read at most `_META_TTL_S` ago."""
         stored = self._index(index)[0].kb.get("fusion")
-        return self.params.with_fusion(FusionSetting.from_meta(stored) if stored else None)
+        return FusionSetting.from_meta(stored) if stored else None
 
-    def _hybrid(self, index: str, query: str, k: int, scope: "_Scope", vector: _QueryVector) -> list[Hit]:
-        params = self.params_for(index)
+    def forget(self, index: str) -> None:
+        """Read the base's settings again at its next search (its fusion was just changed)."""
+        self._indices.pop(index, None)
+
+    def _hybrid(
+        self, index: str, query: str, k: int, scope: "_Scope", vector: _QueryVector, params: RetrievalParams
+    ) -> list[Hit]:
         ranked = self._lists(index, query, params.hybrid_lists, max(k, params.depth), scope, vector)
         fused = fuse(ranked, params.fusion_params, top=k)
         # The winners came from filtered lists; the fetch checks their groups again (a chunk's

@@ -309,7 +309,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
         lifespan=lifespan,
     )
     # The protocol routers build on this module's dependencies, so they are imported once it is loaded.
-    from service import routes_documents, routes_kbs
+    from service import routes_documents, routes_evaluation, routes_kbs
     from service.protocols import dify, mcp_server, openai_chat
 
     app.state.settings = settings
@@ -323,6 +323,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
     app.include_router(openai_chat.router)
     app.include_router(dify.router)
     app.include_router(routes_documents.router)
+    routes_evaluation.install(app)
     mcp_endpoint = mcp_server.http_endpoint(app.state.mcp, app.state.keys)
     app.router.routes.append(Route("/mcp", mcp_endpoint, methods=["GET", "POST", "DELETE"], include_in_schema=False))
     app.mount("/static", StaticFiles(directory=WEB_DIR), name="static")

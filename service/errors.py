@@ -25,8 +25,9 @@ from elasticsearch import ApiError
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import iter_route_contexts
 from starlette.exceptions import HTTPException  # FastAPI's is a subclass; its body parser raises this one
-from starlette.routing import Match, Route
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from core.kbs import InvalidKnowledgeBaseName, KnowledgeBaseExists
@@ -125,9 +126,10 @@ async def _http_error(request: Request, err: HTTPException) -> JSONResponse:
 def _allowed_methods(request: Request) -> list[str]:
     """Every method some route of the app answers at the request's path."""
     methods: set[str] = set()
-    for route in request.app.router.routes:
-        if isinstance(route, Route) and route.matches(request.scope)[0] != Match.NONE:
-            methods |= route.methods or set()
+    # The routes of included routers too (FastAPI keeps those inside the router it includes).
+    for route in iter_route_contexts(request.app.router.routes):
+        if route.methods and route.matches(request.scope)[0] != Match.NONE:
+            methods |= route.methods
     return sorted(methods)
 
 

@@ -1,12 +1,13 @@
 """The evaluation's own correctness: metrics, the bootstrap, splits, the fusion choice."""
 
 import json
+import math
 
 import pytest
 
-from bench.datasets import BENCH_DATA, Dataset, Query, load_cmrc, load_medical, load_sanguo, seeded_split
-from bench.retrieval_eval import choose, fused_ids, mean_metrics, paired_bootstrap, query_metrics
+from bench.datasets import BENCH_DATA, Query, load_cmrc, load_medical, load_sanguo
 from core.config import FusionMethod
+from retrieval.evaluation import choose, fused_ids, mean_metrics, paired_bootstrap, query_metrics, seeded_split
 from retrieval.fusion import FusionParams, fuse
 from tests.conftest import SANGUO_PATH
 
@@ -17,8 +18,10 @@ def test_metrics_on_hand_computed_rankings() -> None:
     assert (m["R@1"], m["R@5"], m["R@10"]) == (0.0, 1.0, 1.0)
     assert m["MRR@10"] == pytest.approx(1 / 3)
     # Only the first 10 count: a relevant chunk at rank 11 is a miss.
+    # nDCG@10: gains at ranks 3 and 6 over the ideal ranks 1 and 2.
+    assert m["nDCG@10"] == pytest.approx((1 / math.log2(4) + 1 / math.log2(7)) / (1 + 1 / math.log2(3)))
     miss = query_metrics([str(i) for i in range(10)] + ["r"], {"r"})
-    assert miss == {"R@1": 0.0, "R@5": 0.0, "R@10": 0.0, "MRR@10": 0.0}
+    assert miss == {"R@1": 0.0, "R@5": 0.0, "R@10": 0.0, "MRR@10": 0.0, "nDCG@10": 0.0}
     assert mean_metrics([m, miss])["MRR@10"] == pytest.approx(round(1 / 6, 4))
 
 
@@ -74,8 +77,8 @@ def test_fusion_choice_never_picks_a_setting_below_a_single_list_on_dev() -> Non
             "standard": [("r2", 4.0)],
         },
     }
-    dataset = Dataset("toy", [], [Query("q1", "", {"r1"}, "dev"), Query("q2", "", {"r2"}, "dev")], 100, 0)
-    config, rows = choose({"toy": (dataset, lists)}, tolerance=0.0)
+    questions = [Query("q1", "", {"r1"}, "dev"), Query("q2", "", {"r2"}, "dev")]
+    config, rows = choose({"toy": (questions, lists)}, tolerance=0.0)
     chosen = next(row for row in rows if row["config"] == config)
     assert chosen["worst_margin"] >= 0
     assert chosen["mean_MRR@10"] == max(row["mean_MRR@10"] for row in rows if row["worst_margin"] >= 0)
@@ -89,11 +92,11 @@ def test_fusion_depth_is_the_shallowest_within_the_cost_tolerance() -> None:
         return [(f"{prefix}{i}", 20.0 - i) for i in range(10)] + [("r", 9.5)]
 
     lists = {"q": {name: ranked(name) for name in ("vector", "bm25", "bigram", "standard")}}
-    dataset = Dataset("toy", [], [Query("q", "", {"r"}, "dev")], 100, 0)
-    exact, rows = choose({"toy": (dataset, lists)}, tolerance=0.0, cost_tolerance=0.0)
+    questions = [Query("q", "", {"r"}, "dev")]
+    exact, rows = choose({"toy": (questions, lists)}, tolerance=0.0, cost_tolerance=0.0)
     assert exact["depth"] > 10
     assert next(row for row in rows if row["config"] == exact)["mean_MRR@10"] == 1.0
-    cheap, _ = choose({"toy": (dataset, lists)}, tolerance=0.0, cost_tolerance=1.0)
+    cheap, _ = choose({"toy": (questions, lists)}, tolerance=0.0, cost_tolerance=1.0)
     assert cheap["depth"] == 10
 
 

@@ -1,0 +1,180 @@
+"""The evaluation and fusion routes over real HTTP: upload a question set (bad lines listed), run an
+evaluation in the background, its report and plot, then `/search` of that base uses the chosen
+fusion and names it, other bases keep the default; a person pins and resets it."""
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from elasticsearch import Elasticsearch
+
+from core.config import Settings
+from core.documents import Document
+from core.embeddings import Embedder
+from core.schema import LIST_MODES
+from service.api import create_app
+from service.evaluation_jobs import QUESTIONS_INDEX
+from service.routes_evaluation import LIST_NAMES
+from tests.conftest import knowledge_base
+from tests.protocols import write_keys_file
+from tests.serving import serve
+from tests.test_evaluate import MEDICAL, question_lines
+
+
+@pytest.fixture(scope="module")
+def bases(es: Elasticsearch, embedder: Embedder) -> Iterator[tuple[str, str]]:
+    other = [Document(doc_id="note", text="高血压患者每天食盐不超过5克。", source="note")]
+    with (
+        knowledge_base(es, embedder, MEDICAL.documents, "test-api-eval") as medical,
+        knowledge_base(es, embedder, other, "test-api-eval-other") as second,
+    ):
+        yield medical, second
+        for name in (medical, second):
+            es.options(ignore_status=404).delete(index=QUESTIONS_INDEX, id=name)
+
+
+@pytest.fixture(scope="module")
+def base_url(es_url: str, bases: tuple[str, str], embedder: Embedder) -> Iterator[str]:
+    settings = Settings(_env_file=None, es_url=es_url, es_index=bases[0])
+    with serve(create_app(settings, embedder=embedder)) as url:
+        yield url
+
+
+def finished(client: httpx.Client, status_url: str) -> dict[str, Any]:
+    for _ in range(600):
+        status = client.get(status_url).json()
+        if status["status"] in ("done", "failed"):
+            return status
+        time.sleep(0.5)
+    raise AssertionError(f"evaluation still {status['status']} after 300 s")
+
+
+def test_the_pinnable_lists_are_the_fused_lists() -> None:
+    assert tuple(str(mode) for mode in LIST_MODES) == LIST_NAMES
+
+
+def test_names_and_unknown_bases(base_url: str, bases: tuple[str, str]) -> None:
+    with httpx.Client(base_url=base_url, timeout=60) as client:
+        for path in ("/kbs/Bad*Name/fusion", "/kbs/a,b/questions", "/kbs/_all/fusion"):
+            assert client.get(path).status_code == 422, path
+        assert client.get("/kbs/no-such-base/fusion").status_code == 404
+        assert client.put("/kbs/no-such-base/questions", json={"text": ""}).status_code == 404
+        assert client.get(f"/kbs/{QUESTIONS_INDEX}/fusion").status_code == 404  # an index, not a base
+        # Nothing uploaded yet: nothing to evaluate.
+        response = client.post(f"/kbs/{bases[1]}/evaluate", json={})
+        assert response.status_code == 404 and "PUT" in response.json()["detail"]
+        assert client.get(f"/kbs/{bases[0]}/evaluations/0123456789abcdef").status_code == 404
+        # A method the path lacks: 405 naming every method it has.
+        assert client.post(f"/kbs/{bases[0]}/fusion").headers["allow"] == "DELETE, GET, PUT"
+
+
+def test_upload_evaluate_and_search_with_the_chosen_fusion(base_url: str, bases: tuple[str, str]) -> None:
+    medical, other = bases
+    with httpx.Client(base_url=base_url, timeout=60) as client:
+        summary = client.put(f"/kbs/{medical}/questions", json={"text": "\n".join(question_lines())})
+        assert summary.status_code == 200, summary.text
+        body = summary.json()
+        good = len(question_lines()) - 5
+        assert body["usable"] == good and body["lines"] == good + 5 and len(body["bad_lines"]) == 5
+        assert [b["line"] for b in body["bad_lines"]] == list(range(good + 1, good + 6))
+        assert client.get(f"/kbs/{medical}/questions").json()["usable"] == good
+
+        accepted = client.post(f"/kbs/{medical}/evaluate", json={})
+        assert accepted.status_code == 202, accepted.text
+        status_url = accepted.json()["status_url"]
+        assert accepted.headers["location"] == status_url
+        status = finished(client, status_url)
+        assert status["status"] == "done", status["error"]
+        assert status["stored"] and status["done"] == status["total"] == good
+        report = status["report"]
+        assert set(report["test"]) == {"vector", "bm25", "bigram", "standard", "hybrid"}
+        assert report["questions"]["bad_lines"] == body["bad_lines"]
+        plot = client.get(status["plot_url"])
+        assert plot.status_code == 200 and plot.headers["content-type"] == "image/png"
+
+        chosen = report["chosen"]
+        fusion = client.get(f"/kbs/{medical}/fusion").json()
+        assert fusion["effective"]["origin"] == "evaluation" and fusion["effective"]["method"] == chosen["method"]
+        assert fusion["effective"]["depth"] == chosen["depth"] and fusion["stored"]["origin"] == "evaluation"
+        # /search of that base (ES_INDEX) fuses with it and says so; the other base keeps the default.
+        found = client.post("/search", json={"query": "高血糖吃什么", "mode": "hybrid", "k": 3}).json()
+        assert found["fusion"]["method"] == chosen["method"] and found["fusion"]["origin"] == "evaluation"
+        assert found["fusion"]["depth"] == chosen["depth"]
+        assert client.get(f"/kbs/{other}/fusion").json()["effective"]["origin"] == "default"
+        elsewhere = client.post("/search", json={"query": "高血压", "mode": "hybrid", "k": 1, "kb": other}).json()
+        assert elsewhere["fusion"]["origin"] == "default"
+        shown = client.get(f"/kbs/{medical}").json()["fusion"]
+        assert (shown["origin"], shown["method"], shown["depth"]) == ("evaluation", chosen["method"], chosen["depth"])
+
+        # A person pins one, then resets it.
+        pin = {"method": "rrf", "rrf_k": 30, "depth": 20, "lists": ["vector", "bm25"], "weights": {"vector": 2}}
+        pinned = client.put(f"/kbs/{medical}/fusion", json=pin | {"note": "by hand"})
+        assert pinned.status_code == 200, pinned.text
+        assert pinned.json()["effective"] | {"origin": None} == pin | {"weights": {"vector": 2.0}, "origin": None}
+        found = client.post("/search", json={"query": "高血糖吃什么", "mode": "hybrid", "k": 3}).json()
+        assert (found["fusion"]["method"], found["fusion"]["origin"]) == ("rrf", "pinned")
+        assert set(found["hits"][0]["explain"]) == {"vector", "bm25"}
+        assert client.put(f"/kbs/{medical}/fusion", json={"method": "rrf", "lists": ["hybrid"]}).status_code == 422
+        assert client.put(f"/kbs/{medical}/fusion", json={"method": "nope"}).status_code == 422
+        reset = client.delete(f"/kbs/{medical}/fusion").json()
+        assert reset["stored"] is None and reset["effective"]["origin"] == "default"
+        found = client.post("/search", json={"query": "高血糖吃什么", "mode": "hybrid", "k": 3}).json()
+        assert found["fusion"]["origin"] == "default"
+
+        # A dry run reports and stores nothing.
+        status = finished(client, client.post(f"/kbs/{medical}/evaluate", json={"dry_run": True}).json()["status_url"])
+        assert status["status"] == "done" and not status["stored"]
+        assert client.get(f"/kbs/{medical}/fusion").json()["stored"] is None
+
+
+def test_a_set_with_too_few_usable_questions_fails_with_a_reason(base_url: str, bases: tuple[str, str]) -> None:
+    medical = bases[0]
+    text = "\n".join([json.dumps({"question": "低血糖怎么办", "evidence": "立即吃15克葡萄糖", "split": "dev"}), "{x"])
+    with httpx.Client(base_url=base_url, timeout=60) as client:
+        assert client.put(f"/kbs/{medical}/questions", json={"text": text}).json()["usable"] == 1
+        status = finished(client, client.post(f"/kbs/{medical}/evaluate", json={}).json()["status_url"])
+        assert status["status"] == "failed" and "0 test questions" in status["error"]
+
+
+def test_schemathesis_finds_nothing_on_these_routes_of_a_real_base(
+    base_url: str, bases: tuple[str, str], tmp_path: Path
+) -> None:
+    """Every check and phase on this router's operations, `kb` the real base (so the stateful
+    phase uploads sets, runs evaluations, pins and resets fusions), not only unknown names."""
+    config = tmp_path / "schemathesis.toml"
+    config.write_text(f'[parameters]\n"path.kb" = "{bases[1]}"\n', encoding="utf-8")
+    command = [str(Path(sys.executable).with_name("st")), "--config-file", str(config), "run"]
+    command += [f"{base_url}/openapi.json", "--checks", "all", "--max-examples", "60", "--seed", "23"]
+    command += ["--generation-deterministic", "--workers", "1", "--request-timeout", "60", "--no-color"]
+    command += ["--include-path-regex", "^/kbs/[^/]+/(questions|evaluate|evaluations|fusion)"]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=1200, check=False, cwd=tmp_path)
+    assert run.returncode == 0, run.stdout[-20000:] + run.stderr[-5000:]
+    assert "passed" in run.stdout and "failed" not in run.stdout.split("SUMMARY")[-1], run.stdout[-5000:]
+
+
+def test_roles_read_to_look_write_to_change(es_url: str, bases: tuple[str, str], embedder: Embedder) -> None:
+    medical, other = bases
+    keys = write_keys_file(
+        [
+            {"name": "reader", "key": "key-read", "kbs": {medical: "read"}},
+            {"name": "writer", "key": "key-write", "kbs": {medical: "write"}},
+        ]
+    )
+    settings = Settings(_env_file=None, es_url=es_url, es_index=medical, keys_file=keys)
+    pin = {"method": "rrf", "depth": 20}
+    with serve(create_app(settings, embedder=embedder)) as url, httpx.Client(base_url=url, timeout=60) as client:
+        reader, writer = {"X-API-Key": "key-read"}, {"X-API-Key": "key-write"}
+        assert client.get(f"/kbs/{medical}/fusion").status_code == 401
+        assert client.get(f"/kbs/{medical}/fusion", headers=reader).status_code == 200
+        assert client.put(f"/kbs/{medical}/fusion", json=pin, headers=reader).status_code == 403
+        assert client.put(f"/kbs/{medical}/questions", json={"text": ""}, headers=reader).status_code == 403
+        assert client.post(f"/kbs/{medical}/evaluate", json={}, headers=reader).status_code == 403
+        assert client.get(f"/kbs/{other}/fusion", headers=writer).status_code == 404  # not the writer's base
+        assert client.put(f"/kbs/{medical}/fusion", json=pin, headers=writer).json()["effective"]["origin"] == "pinned"
+        assert client.delete(f"/kbs/{medical}/fusion", headers=writer).json()["stored"] is None
