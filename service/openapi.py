@@ -25,6 +25,7 @@ RESPONSES: dict[int, tuple[type[BaseModel], str]] = {
     404: (ErrorResponse, "knowledge base not built (the message gives the command)"),
     409: (ErrorResponse, "the index was built with another embedder"),
     413: (ErrorResponse, "request body larger than MAX_REQUEST_BYTES"),
+    415: (ErrorResponse, "the body is in none of the media types the operation takes"),
     422: (ValidationErrorResponse, "bad input; the message names the field"),
     502: (ErrorResponse, "Elasticsearch or the model endpoint answered with an error"),
     503: (
@@ -34,6 +35,7 @@ RESPONSES: dict[int, tuple[type[BaseModel], str]] = {
     ),
 }
 BODY_STATUSES = (400, 413, 422)
+_REF = "#/components/schemas/{model}"
 PARAMETER_STATUSES = (422,)
 SECURED_STATUSES = (401, 403)
 
@@ -43,6 +45,20 @@ def error_responses(*statuses: int, model: type[BaseModel] | None = None) -> dic
     of a protocol that answers errors in its own shape (service.protocols)."""
     return {
         status: {"model": model or RESPONSES[status][0], "description": RESPONSES[status][1]} for status in statuses
+    }
+
+
+def request_body(content: Mapping[str, type[BaseModel]], description: str) -> dict[str, Any]:
+    """`openapi_extra=` for a route that reads its body itself, in several media types (FastAPI
+    documents one body model per route): each media type's schema is its model's; the models those
+    refer to are moved into the components when the document is built (`_hoist_body_defs`)."""
+    schemas = {media: model.model_json_schema(ref_template=_REF) for media, model in content.items()}
+    return {
+        "requestBody": {
+            "required": True,
+            "description": description,
+            "content": {media: {"schema": schema} for media, schema in schemas.items()},
+        }
     }
 
 
@@ -57,6 +73,7 @@ def document_statuses(app: FastAPI, max_lengths: Mapping[str, int], *, secured: 
             schema = build()
             if not secured:
                 _drop_security(schema)
+            _hoist_body_defs(schema)
             _add_implied(schema)
             _add_max_lengths(schema, max_lengths)
         return app.openapi_schema or {}
@@ -85,6 +102,14 @@ def _add_implied(schema: dict[str, Any]) -> None:
             operation["responses"] = dict(sorted(operation["responses"].items()))
 
 
+def _hoist_body_defs(schema: dict[str, Any]) -> None:
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    for operations in schema.get("paths", {}).values():
+        for operation in operations.values():
+            for media in operation.get("requestBody", {}).get("content", {}).values():
+                components.update(media.get("schema", {}).pop("$defs", {}))
+
+
 def _errors_as_json(status: str, response: dict[str, Any]) -> None:
     """Errors are JSON even on a route whose success is a stream (FastAPI gives them the route's media type)."""
     content = response.get("content")
@@ -109,7 +134,7 @@ def _add_max_lengths(schema: dict[str, Any], max_lengths: Mapping[str, int]) -> 
 def _component(components: dict[str, Any], model: type[BaseModel]) -> dict[str, str]:
     """A `$ref` to `model`, added to the components (with the models it refers to) if missing."""
     if model.__name__ not in components:
-        body = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        body = model.model_json_schema(ref_template=_REF)
         components.update(body.pop("$defs", {}))
         components[model.__name__] = body
     return {"$ref": f"#/components/schemas/{model.__name__}"}

@@ -1,5 +1,5 @@
 """The layout DESIGN.md promises: `core` at the bottom, `retrieval` and `indexing` on it, `service`
-on `retrieval`, `bench` never on `service`; importing `core` builds nothing; tests are isolated."""
+on `retrieval` (and `indexing`, for uploads), `bench` never on `service`; importing `core` builds nothing; tests are isolated."""
 
 import ast
 import json
@@ -15,12 +15,14 @@ from tests.conftest import PROJECT_VARIABLES, REPO_ROOT, subprocess_env
 
 PROJECT_PACKAGES = {"core", "retrieval", "indexing", "service", "bench", "tests"}
 UPPER_PACKAGES = PROJECT_PACKAGES - {"core"}
-# The project packages each package may import besides itself (DESIGN.md's arrows).
+# The project packages each package may import besides itself (DESIGN.md's arrows). `service` may
+# import `indexing` (issue 20): documents uploaded over HTTP are indexed by the same loaders and
+# pipeline as `python -m indexing`, so ids, chunking and idempotence cannot drift between the two.
 MAY_IMPORT = {
     "core": set(),
     "retrieval": {"core"},
     "indexing": {"core"},
-    "service": {"core", "retrieval"},
+    "service": {"core", "retrieval", "indexing"},
     "bench": {"core", "retrieval", "indexing"},
 }
 
