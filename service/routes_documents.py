@@ -255,8 +255,9 @@ def job_status(
     caller: CallerDep,
     runner: RunnerDep,
 ) -> JobView:
-    """A job's state, counts and per-file errors; 404 unless the caller may read the job's base."""
+    """A job's state, counts and per-file errors; 404 unless the caller started it or is an admin of its
+    base (its file names and errors may name documents of groups other readers do not hold)."""
     job = runner.store.get(job_id)
-    if job is None or not caller.may(job.kb, "read"):
+    if job is None or not (job.owner == caller.name and caller.may(job.kb, "read") or caller.may(job.kb, "admin")):
         raise HTTPException(404, f"no job {job_id!r}")
     return JobView.of(job)

@@ -7,6 +7,7 @@ filter applied after the search (instead of inside kNN and BM25) would return to
 """
 
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -135,6 +136,7 @@ def requests_for(world: World, kb: str) -> list[tuple[str, str, dict | None]]:
     calls.append(("POST", "/query/stream", {"question": query, "kb": alias}))
     calls.append(("GET", f"/gaps?kb={alias}", None))
     calls.append(("GET", f"/kbs/{alias}", None))
+    calls.append(("GET", f"/kbs/{alias}/documents", None))
     calls.append(
         (
             "POST",
@@ -205,3 +207,36 @@ def test_wrong_or_missing_keys_and_roles(world: World) -> None:
     assert bad.status_code == 422
     clash = httpx.post(f"{world.url}/kbs", json={"name": alias}, headers={"X-API-Key": "key-admin"})
     assert clash.status_code == 409
+
+
+def test_a_job_is_seen_by_its_owner_and_the_bases_admins_only(world: World) -> None:
+    """An upload's job names its files and errors: a reader without the document's groups must not see it."""
+    alias = world.kbs["med"]
+    files = {"files": ("ward.md", "病区排班：夜班由主任医师值守。".encode(), "text/markdown")}
+    accepted = httpx.post(
+        f"{world.url}/kbs/{alias}/documents", files=files, data={"access": "doctors"}, headers={"X-API-Key": "key-bob"}
+    )
+    assert accepted.status_code == 202, accepted.text
+    job = accepted.json()["job"]
+    seen = {}
+    for who in ("bob", "admin", "alice", "carol", "nobody"):
+        response = httpx.get(f"{world.url}/jobs/{job}", headers={"X-API-Key": f"key-{who}"})
+        seen[who] = response.status_code
+        if response.status_code != 200:
+            assert "ward.md" not in response.text
+    assert seen == {"bob": 200, "admin": 200, "alice": 404, "carol": 404, "nobody": 404}
+    # bob uploaded it but holds no `doctors` group: he cannot read the document it made.
+    for _ in range(120):
+        if httpx.get(f"{world.url}/jobs/{job}", headers={"X-API-Key": "key-bob"}).json()["state"] in ("done", "failed"):
+            break
+        time.sleep(0.5)
+    listed = {
+        who: [
+            d["source"]
+            for d in httpx.get(f"{world.url}/kbs/{alias}/documents", headers={"X-API-Key": f"key-{who}"}).json()[
+                "documents"
+            ]
+        ]
+        for who in ("bob", "alice")
+    }
+    assert "ward.md" not in listed["bob"] and "ward.md" in listed["alice"]
