@@ -258,6 +258,6 @@ def job_status(
     """A job's state, counts and per-file errors; 404 unless the caller started it or is an admin of its
     base (its file names and errors may name documents of groups other readers do not hold)."""
     job = runner.store.get(job_id)
-    if job is None or not (job.owner == caller.name and caller.may(job.kb, "read") or caller.may(job.kb, "admin")):
+    if job is None or not ((job.owner == caller.name and caller.may(job.kb, "read")) or caller.may(job.kb, "admin")):
         raise HTTPException(404, f"no job {job_id!r}")
     return JobView.of(job)
