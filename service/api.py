@@ -338,7 +338,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
     app.add_middleware(
         CORSMiddleware,
         allow_origins=settings.cors_origins,
-        allow_methods=["GET", "POST", "DELETE"],
+        allow_methods=["GET", "POST", "PUT", "DELETE"],
         allow_headers=["Authorization", "X-API-Key", "Content-Type", "Mcp-Session-Id", "Mcp-Protocol-Version"],
     )
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
