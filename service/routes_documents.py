@@ -2,7 +2,7 @@
 
 `POST /kbs/{kb}/documents` answers 202 with the job's id once the files are spooled and the
 job stored; the indexing runs in the background (service/uploads.py, service/jobs.py).
-`GET /jobs/{id}` shows a job to callers who may read its base, and is a 404 to everyone else.
+`GET /jobs/{id}` shows a job to its owner and its base's admins, and is a 404 to everyone else.
 The router's lifespan starts the job runner (resuming what a previous process left unfinished)
 and stops it before the app closes its Elasticsearch client.
 """
