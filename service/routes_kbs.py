@@ -1,7 +1,7 @@
 """`/kbs`: list, create, inspect and delete knowledge bases (core/kbs.py keeps them in Elasticsearch)."""
 
 from contextlib import suppress
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -11,8 +11,9 @@ from core.config import Settings
 from core.contract import StrictModel
 from core.embeddings import Embedder
 from core.kbs import KB_NAME_PATTERN, KnowledgeBase, KnowledgeBaseStats, create_kb, delete_kb, kb_stats, read_kb
-from core.schema import LIST_MODES, Mode
 from core.store import IndexNotFoundError
+from retrieval.results import FusionUsed
+from retrieval.retriever import RetrievalParams, fusion_used
 from service.api import ESDep, SettingsDep
 from service.auth import Caller, CallerDep, KbAccess, KnowledgeBasesDep, Role, kb_access
 from service.openapi import error_responses
@@ -20,15 +21,9 @@ from service.openapi import error_responses
 router = APIRouter(tags=["knowledge bases"], responses=error_responses(404, 503))
 
 
-class FusionView(BaseModel):
-    """The fusion a base's hybrid search uses: its own (`evaluation`, `pinned`) or the service's (`default`)."""
+class FusionView(FusionUsed):
+    """The fusion a base's hybrid search uses (as a hybrid result names it), with when and why it was set."""
 
-    method: str
-    rrf_k: int
-    depth: int
-    lists: list[Mode]
-    weights: dict[str, float]
-    origin: Literal["default", "evaluation", "pinned"]
     chosen_at: str = ""
     note: str = ""
 
@@ -69,25 +64,10 @@ def invalid(field: str, message: str) -> RequestValidationError:
 
 
 def fusion_view(settings: Settings, kb: KnowledgeBase) -> FusionView:
-    if kb.fusion is None:
-        return FusionView(
-            method=settings.fusion.value,
-            rrf_k=settings.rrf_k,
-            depth=settings.rrf_depth,
-            lists=list(LIST_MODES),
-            weights={},
-            origin="default",
-        )
-    fusion = kb.fusion
+    used = fusion_used(RetrievalParams.from_settings(settings).with_fusion(kb.fusion), kb.fusion)
+    stored = kb.fusion
     return FusionView(
-        method=fusion.method.value,
-        rrf_k=fusion.rrf_k,
-        depth=fusion.depth,
-        lists=list(fusion.lists),
-        weights=fusion.weights,
-        origin=fusion.origin,
-        chosen_at=fusion.chosen_at,
-        note=fusion.note,
+        **used.model_dump(), chosen_at=stored.chosen_at if stored else "", note=stored.note if stored else ""
     )
 
 
