@@ -18,7 +18,7 @@ from elasticsearch import Elasticsearch, NotFoundError
 from core.config import FusionMethod, Settings
 from core.embeddings import Embedder
 from core.schema import LIST_MODES, Mode
-from core.store import IndexNotFoundError, concrete_indices, create_index, versioned_name
+from core.store import IndexNotFoundError, concrete_indices, create_index, update_kb_meta, versioned_name
 
 # Lower case, digits, `-`, `_` and `.`, starting with a letter or digit: a valid Elasticsearch alias.
 KB_NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,99}$"
@@ -186,7 +186,7 @@ def create_kb(
     index = versioned_name(name)
     create_index(es, index, embedder, shards=shards, replicas=replicas)
     created = datetime.now(UTC).isoformat()
-    _update_kb_meta(es, index, {"chunk_size": chunk_size, "chunk_overlap": chunk_overlap, "created_at": created})
+    update_kb_meta(es, index, {"chunk_size": chunk_size, "chunk_overlap": chunk_overlap, "created_at": created})
     es.indices.put_alias(index=index, name=name)
     return index
 
@@ -201,17 +201,10 @@ def delete_kb(es: Elasticsearch, name: str) -> list[str]:
     return indices
 
 
-def _update_kb_meta(es: Elasticsearch, index: str, values: dict[str, Any]) -> None:
-    """Merge `values` into the index's `_meta.kb` (a `None` value removes that key)."""
-    meta = es.indices.get_mapping(index=index).body[index]["mappings"].get("_meta", {})
-    kb = {key: value for key, value in {**meta.get("kb", {}), **values}.items() if value is not None}
-    es.indices.put_mapping(index=index, meta={**meta, "kb": kb})
-
-
 def write_fusion(es: Elasticsearch, name: str, setting: FusionSetting | None) -> None:
     """Store `setting` as the base's fusion (None: back to the service default) on every index behind it."""
     indices = concrete_indices(es, name)
     if not indices:
         raise IndexNotFoundError(name)
     for index in indices:
-        _update_kb_meta(es, index, {"fusion": setting.to_meta() if setting else None})
+        update_kb_meta(es, index, {"fusion": setting.to_meta() if setting else None})

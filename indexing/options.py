@@ -7,11 +7,12 @@ CLI reports as a usage error (exit status 2).
 """
 
 import hashlib
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
 from core.chunking import split_text
 from core.config import Settings
+from core.documents import Document
 
 
 @dataclass(frozen=True)
@@ -118,3 +119,14 @@ class Scope:
     def __post_init__(self) -> None:
         if self.partition is not None and self.recreate:
             raise ValueError("recreate with a partition: each worker would build its own index; create it once first")
+
+
+def parse_groups(text: str | None) -> list[str]:
+    """Comma-separated access groups (the upload form's `access`, the CLI's `--access`), sorted and distinct."""
+    return sorted({group.strip() for group in (text or "").split(",") if group.strip()})
+
+
+def grant_access(documents: Iterable[Document], groups: list[str]) -> None:
+    """`groups` on every document without groups of its own (a JSONL line's `access` wins)."""
+    for document in documents:
+        document.access = document.access or list(groups)

@@ -30,11 +30,11 @@ from tqdm import tqdm
 
 from core.documents import Document
 from core.embeddings import Embedder
-from core.store import create_index, ensure_index, swap_alias, versioned_name
+from core.store import create_index, ensure_index, read_index_meta, swap_alias, update_kb_meta, versioned_name
 from core.text import ChineseTokenizer
 from indexing.dictionary import corpus_tokenizer
 from indexing.embed import Embedding, embed_and_write
-from indexing.options import IndexOptions, Layout, Scope
+from indexing.options import Chunking, IndexOptions, Layout, Scope
 from indexing.plan import Plan, checked_documents, orphans, plan_chunks
 from indexing.write import ErrorLog, Progress, Writer, clean_up
 
@@ -122,6 +122,12 @@ def _open_index(es: Elasticsearch, alias: str, embedder: Embedder, scope: Scope,
     return index
 
 
+def _record_chunking(es: Elasticsearch, index: str, chunking: Chunking) -> None:
+    """A new base remembers the chunking it is built with, so uploads and later runs chunk alike."""
+    if "chunk_size" not in read_index_meta(es, index).kb:
+        update_kb_meta(es, index, {"chunk_size": chunking.size, "chunk_overlap": chunking.overlap})
+
+
 def _finish_recreate(es: Elasticsearch, alias: str, index: str, failures: int) -> bool:
     """Swap `alias` to the rebuilt `index` when nothing failed (else delete it); True when swapped."""
     if failures == 0:
@@ -189,15 +195,16 @@ def index_documents(
 ) -> IndexSummary:
     """Index `documents` into the knowledge base `alias`; see the module docstring.
 
-        `scope` says what else the run may replace or delete (indexing/options.py). With
-        `recreate`, a failed run deletes its new index and the old one keeps serving. Failed chunks
-        go to `error_file` (JSON lines, appended); `observer` is told of the plan and of each finished
-    batch. Raises `store.EmbedderMismatchError` when `alias`
-        was built with another embedder.
+    `scope` says what else the run may replace or delete (indexing/options.py). With
+    `recreate`, a failed run deletes its new index and the old one keeps serving. Failed chunks
+    go to `error_file` (JSON lines, appended); `observer` is told of the plan and of each finished
+    batch. A base without a stored chunking records this run's. Raises
+    `store.EmbedderMismatchError` when `alias` was built with another embedder.
     """
     started = time.perf_counter()
     documents = checked_documents(documents, scope.partition)
     index = _open_index(es, alias, embedder, scope, options.layout)
+    _record_chunking(es, index, options.chunking)
     run = _Run(es, index, alias, embedder, options, scope, ErrorLog(error_file), progress, observer)
     try:
         written = _write(run, documents, tokenizer)

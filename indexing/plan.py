@@ -2,7 +2,8 @@
 
 Chunk ids are deterministic (`core.schema.chunk_id`: document id, position, content hash), so
 one `doc_id` lookup per group of documents tells which chunks are already indexed (skipped,
-never re-embedded) and which indexed chunks are stale; `orphans` finds the chunks of documents
+never re-embedded, but brought to their document's file hash and access groups) and which
+indexed chunks are stale; `orphans` finds the chunks of documents
 the run does not give that its `Scope` removes. Everything is read from doc values.
 """
 
@@ -29,18 +30,20 @@ class Indexed:
     doc_id: str
     source: str = ""
     file_hash: str | None = None
+    access: tuple[str, ...] = ()  # sorted and distinct, as doc values give them
 
 
 @dataclass
 class Plan:
-    """New chunks to embed and write; indexed ones unchanged, stale, or carrying an old file hash."""
+    """New chunks to embed and write; indexed ones unchanged, stale, or with outdated fields."""
 
     chunks: int = 0
     unchanged: int = 0
     new: list[Chunk] = field(default_factory=list)
     stale: list[Indexed] = field(default_factory=list)
-    # Unchanged chunks that still carry an older file hash (their file changed elsewhere).
-    rehash: list[tuple[Indexed, str]] = field(default_factory=list)
+    # Unchanged chunks with the fields to update: an older file hash (their file changed
+    # elsewhere) or other access groups (the same text uploaded with new groups).
+    outdated: list[tuple[Indexed, dict[str, Any]]] = field(default_factory=list)
 
 
 def batched(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
@@ -50,11 +53,15 @@ def batched(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
 
 def scan_ids(es: Elasticsearch, index: str, query: dict[str, Any]) -> Iterator[Indexed]:
     """Every chunk matching `query`, from doc values only."""
-    body = {"query": query, "_source": False, "docvalue_fields": ["doc_id", "source", "file_hash"]}
+    body = {"query": query, "_source": False, "docvalue_fields": ["doc_id", "source", "file_hash", "access"]}
     for hit in helpers.scan(es, index=index, query=body, size=1000):
         fields = hit.get("fields", {})
         yield Indexed(
-            hit["_id"], fields.get("doc_id", [""])[0], fields.get("source", [""])[0], fields.get("file_hash", [None])[0]
+            hit["_id"],
+            fields.get("doc_id", [""])[0],
+            fields.get("source", [""])[0],
+            fields.get("file_hash", [None])[0],
+            tuple(fields.get("access", ())),
         )
 
 
@@ -81,6 +88,16 @@ def indexed_files(es: Elasticsearch, alias: str) -> dict[str, set[str | None]]:
             return files
 
 
+def outdated_fields(found: Indexed, document: Document) -> dict[str, Any]:
+    """What an unchanged chunk must be updated with to match its document (empty: nothing)."""
+    update: dict[str, Any] = {}
+    if document.file_hash and found.file_hash != document.file_hash:
+        update["file_hash"] = document.file_hash
+    if found.access != tuple(sorted(set(document.access))):
+        update["access"] = document.access
+    return update
+
+
 def plan_chunks(es: Elasticsearch, index: str, documents: list[Document], chunking: Chunking, empty: bool) -> Plan:
     """What indexing `documents` into `index` adds, keeps, deletes and re-hashes (`empty`: no lookups)."""
     plan = Plan()
@@ -98,12 +115,9 @@ def plan_chunks(es: Elasticsearch, index: str, documents: list[Document], chunki
             plan.new.extend(chunk for chunk in chunks if chunk.id not in indexed)
             plan.unchanged += len(ids & indexed.keys())
             plan.stale.extend(found for id_, found in sorted(indexed.items()) if id_ not in ids)
-            if document.file_hash:
-                plan.rehash.extend(
-                    (found, document.file_hash)
-                    for id_, found in sorted(indexed.items())
-                    if id_ in ids and found.file_hash != document.file_hash
-                )
+            for id_, found in sorted(indexed.items()):
+                if id_ in ids and (update := outdated_fields(found, document)):
+                    plan.outdated.append((found, update))
     return plan
 
 

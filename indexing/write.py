@@ -175,8 +175,9 @@ def bulk_ops(es: Elasticsearch, actions: list[dict[str, Any]], stage: str, error
 
 
 def clean_up(es: Elasticsearch, index: str, plan: Plan, orphans: list[Indexed], errors: ErrorLog) -> int:
-    """Delete stale chunks and bring unchanged ones to the new file hash, but only for documents
-    and sources whose new chunks were all written (a failed file keeps its old version whole)."""
+    """Delete stale chunks and bring unchanged ones to their document's file hash and access
+    groups, but only for documents and sources whose new chunks were all written (a failed file
+    keeps its old version whole)."""
     stale = {found.id: found for found in [*plan.stale, *orphans]}
     deletions = [
         {"_op_type": "delete", "_index": index, "_id": id_}
@@ -184,8 +185,8 @@ def clean_up(es: Elasticsearch, index: str, plan: Plan, orphans: list[Indexed], 
         if found.doc_id not in errors.failed_docs and found.source not in errors.failed_sources
     ]
     updates = [
-        {"_op_type": "update", "_index": index, "_id": found.id, "doc": {"file_hash": file_hash}}
-        for found, file_hash in plan.rehash
+        {"_op_type": "update", "_index": index, "_id": found.id, "doc": update}
+        for found, update in plan.outdated
         if found.doc_id not in errors.failed_docs
     ]
     bulk_ops(es, updates, "update", errors)

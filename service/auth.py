@@ -93,6 +93,16 @@ class Caller:
         """The documents of `kb` this caller reads: all of them as the base's admin, else its groups'."""
         return EVERYTHING if self.may(kb, "admin") else DocumentAccess(groups=self.groups)
 
+    def sees_job(self, kb: str, owner: str) -> bool:
+        """A job is seen by its owner while they may read its base, and by the base's admins: its
+        file names and errors may name documents of groups other readers do not hold."""
+        return (owner == self.name and self.may(kb, "read")) or self.may(kb, "admin")
+
+    @property
+    def administered(self) -> list[str]:
+        """The bases this caller administers by a per-base role (a service admin administers all)."""
+        return sorted(kb for kb, role in self.kbs.items() if role == "admin")
+
     def readable(self, names: list[str]) -> list[str]:
         return [name for name in names if self.may(name, "read")]
 

@@ -159,6 +159,14 @@ class JobStore:
             return None
         return job
 
+    def recent(self, filters: list[dict[str, Any]], size: int) -> list[Job]:
+        """The newest `size` jobs matching every one of `filters` (Elasticsearch query clauses)."""
+        self._ensure()
+        response = self.es.search(
+            index=self.index, query={"bool": {"filter": filters}}, sort=[{"created_at": "desc"}], size=size
+        )
+        return [Job.model_validate(hit["_source"]) for hit in response["hits"]["hits"]]
+
     def unfinished(self) -> list[str]:
         """Ids of queued and running jobs, oldest first."""
         self._ensure()

@@ -2,7 +2,8 @@
 
 `POST /kbs/{kb}/documents` answers 202 with the job's id once the files are spooled and the
 job stored; the indexing runs in the background (service/uploads.py, service/jobs.py).
-`GET /jobs/{id}` shows a job to its owner and its base's admins, and is a 404 to everyone else.
+`GET /jobs/{id}` shows a job to its owner and its base's admins, and is a 404 to everyone else;
+`GET /jobs` lists the newest jobs the caller may see by the same rule.
 The router's lifespan starts the job runner (resuming what a previous process left unfinished)
 and stops it before the app closes its Elasticsearch client.
 """
@@ -27,11 +28,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from core.config import Settings
 from core.kbs import read_kb
-from indexing.options import Chunking
+from indexing.options import Chunking, parse_groups
 from service.api import ESDep, SettingsDep
 from service.auth import CallerDep, KbAccess, get_caller, kb_access
 from service.documents import MAX_PAGE, DeleteIncomplete, DocumentDeleted, DocumentList, delete_document, list_documents
-from service.jobs import JobRunner, JobStore, JobView, new_job_id
+from service.jobs import JobRunner, JobState, JobStore, JobView, new_job_id
 from service.middleware import LargerBody
 from service.openapi import error_responses, request_body
 from service.routes_kbs import invalid
@@ -45,7 +46,6 @@ from service.uploads import (
     check_files,
     file_name,
     file_params,
-    parse_groups,
     save_texts,
     spool_root,
     spooled_path,
@@ -258,6 +258,30 @@ def job_status(
     """A job's state, counts and per-file errors; 404 unless the caller started it or is an admin of its
     base (its file names and errors may name documents of groups other readers do not hold)."""
     job = runner.store.get(job_id)
-    if job is None or not ((job.owner == caller.name and caller.may(job.kb, "read")) or caller.may(job.kb, "admin")):
+    if job is None or not caller.sees_job(job.kb, job.owner):
         raise HTTPException(404, f"no job {job_id!r}")
     return JobView.of(job)
+
+
+class JobList(BaseModel):
+    jobs: list[JobView] = Field(description="newest first")
+
+
+@router.get("/jobs", response_model=JobList, tags=["jobs"])
+def jobs(
+    caller: CallerDep,
+    runner: RunnerDep,
+    kb: Annotated[str | None, Query(min_length=1, max_length=255, description="only this base's jobs")] = None,
+    state: Annotated[JobState | None, Query(description="only jobs in this state")] = None,
+    size: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 20,
+) -> JobList:
+    """The newest jobs the caller may see (`/jobs/{id}`'s rule: its own, and every job of the bases it
+    administers), e.g. to follow uploads again after reloading the page."""
+    filters: list[dict[str, Any]] = [
+        {"term": {field: value}} for field, value in (("kb", kb), ("state", state)) if value
+    ]
+    if not caller.admin:
+        mine = [{"term": {"owner": caller.name}}, {"terms": {"kb": caller.administered}}]
+        filters.append({"bool": {"should": mine, "minimum_should_match": 1}})
+    found = runner.store.recent(filters, size)
+    return JobList(jobs=[JobView.of(job) for job in found if caller.sees_job(job.kb, job.owner)])

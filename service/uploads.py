@@ -35,7 +35,7 @@ from core.kbs import read_kb
 from core.schema import content_hash
 from core.text import get_tokenizer
 from indexing.loaders import SUPPORTED_SUFFIXES, LoadLimits, LoadResult, SourceFile, load_files
-from indexing.options import Chunking, IndexOptions, Layout, Scope, Throughput
+from indexing.options import Chunking, IndexOptions, Layout, Scope, Throughput, grant_access
 from indexing.pipeline import index_documents
 from service.jobs import Job, JobFailed, JobKind, Progress
 
@@ -82,11 +82,6 @@ class UploadRefused(ValueError):
 
 def spool_root(settings: Settings) -> Path:
     return Path(settings.upload_spool or Path(".cache", "uploads")).resolve()
-
-
-def parse_groups(text: str | None) -> list[str]:
-    """The comma-separated `access` form field as sorted distinct group names."""
-    return sorted({group.strip() for group in (text or "").split(",") if group.strip()})
 
 
 def file_name(given: str | None) -> str:
@@ -219,8 +214,7 @@ class Uploads:
             where = f" (line {error.line})" if error.line is not None else ""
             progress.error(names.get(error.path, error.path), error.message + where, error.reason)
         documents = loaded.documents
-        for document in documents:
-            document.access = document.access or list(job.params["access"])
+        grant_access(documents, job.params["access"])
         if texts is not None:
             documents = documents + text_documents(TextsUpload.model_validate_json(texts.read_text(encoding="utf-8")))
         if files and not loaded.loaded and not documents:

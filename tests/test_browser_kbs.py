@@ -1,6 +1,6 @@
 """The page's knowledge bases in headless Chromium: the selector (only the key's bases), an upload
 with its progress bar until the job is done, the uploaded document searchable on the chosen base,
-and its deletion from the document list."""
+its deletion from the document list, and after a reload the stored key, base and unfinished job."""
 
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +13,7 @@ from core.config import Settings
 from core.embeddings import Embedder
 from core.kbs import create_kb, delete_kb
 from service.api import create_app
+from service.jobs import Job, JobStore, new_job_id
 from tests.conftest import knowledge_base
 from tests.protocols import write_keys_file
 from tests.serving import serve
@@ -51,7 +52,9 @@ def page_url(
             es.options(ignore_status=404).indices.delete(index=f"{readable}-jobs")
 
 
-def test_select_a_base_upload_follow_the_job_search_and_delete(page_url: tuple[str, str, str], tmp_path: Path) -> None:
+def test_select_a_base_upload_follow_the_job_search_and_delete(
+    es: Elasticsearch, page_url: tuple[str, str, str], tmp_path: Path
+) -> None:
     url, readable, writable = page_url
     document = tmp_path / "赤壁.md"
     document.write_text(f"# 赤壁\n\n{UPLOADED}\n", encoding="utf-8")
@@ -87,5 +90,15 @@ def test_select_a_base_upload_follow_the_job_search_and_delete(page_url: tuple[s
         tab.click("#documents li .delete-document")
         expect(tab.locator("#upload-status")).to_contain_text("已删除")
         expect(tab.locator("#documents li")).to_have_count(0)
+
+        # A reload finds the stored key and base, and follows the base's unfinished upload again
+        # (a job record no runner will pick up: it stays `running`).
+        unfinished = Job(id=new_job_id(), kind="upload", kb=writable, owner="editor", state="running")
+        JobStore(es, f"{readable}-jobs").create(unfinished)
+        es.indices.refresh(index=f"{readable}-jobs")
+        tab.reload()
+        expect(tab.locator("#kb-select option")).to_have_count(2)
+        expect(tab.locator("#kb-select")).to_have_value(writable)
+        expect(tab.locator("#upload-status")).to_contain_text("任务 running")
         browser.close()
         assert errors == []

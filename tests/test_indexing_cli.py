@@ -10,6 +10,8 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from core.chunking import split_text
+from core.config import FusionMethod, Settings
+from core.kbs import FusionSetting, read_kb, write_fusion
 from core.schema import chunk_id, content_hash
 from core.store import create_index
 from indexing.loaders import load_paths
@@ -148,3 +150,57 @@ def test_cli_names_an_unreachable_elasticsearch_without_its_password(cli: Cli, t
     code, _, stderr = indexing_result(process)
     assert code == 1 and "Elasticsearch at http://127.0.0.1:9 is unreachable" in stderr
     assert "s3cret" not in stderr
+
+
+def test_a_base_keeps_its_chunking_and_changes_it_only_by_a_rebuild(
+    es: Elasticsearch, cli: Cli, index_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    write_novel(tmp_path / "novel.txt", chapters=2, sentences=3)
+    alias, novel = index_name("chunking"), tmp_path / "novel.txt"
+    code, first, _ = indexing_result(cli(novel, "--index", alias, *SMALL))
+    assert code == 0 and read_kb(es, alias, Settings(_env_file=None)).chunk_size == 60
+    write_fusion(es, alias, FusionSetting(method=FusionMethod.RRF))
+
+    # No flags: the stored 60/10, so every chunk is unchanged (the default 800 would replace them all).
+    code, again, _ = indexing_result(cli(novel, "--index", alias, "--no-progress"))
+    assert code == 0 and (again["indexed"], again["unchanged"]) == (0, first["chunks"])
+
+    code, refused, stderr = indexing_result(cli(novel, "--index", alias, "--chunk-size", "200", "--no-progress"))
+    assert code == 2 and refused == {} and "--chunk-size 60 --chunk-overlap 10" in stderr and "--recreate" in stderr
+
+    code, rebuilt, _ = indexing_result(
+        cli(novel, "--index", alias, "--chunk-size", "200", "--recreate", "--no-progress")
+    )
+    base = read_kb(es, alias, Settings(_env_file=None))
+    assert code == 0 and rebuilt["swapped"] and rebuilt["chunks"] < first["chunks"]
+    assert (base.chunk_size, base.chunk_overlap) == (200, 10)
+    assert (
+        base.fusion is not None and base.fusion.method == FusionMethod.RRF
+    )  # the rest of the base's settings carried over
+
+
+def test_access_groups_of_a_run_apply_to_unchanged_chunks_too(
+    es: Elasticsearch, cli: Cli, index_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    write_novel(tmp_path / "novel.txt", chapters=2, sentences=2)
+    (tmp_path / "faq.jsonl").write_text('{"id": "f1", "text": "低血糖时应立即进食。", "access": ["nurses"]}\n', "utf-8")
+    alias = index_name("cli-access")
+
+    def groups() -> dict[str, set[tuple[str, ...]]]:
+        hits = es.search(index=alias, size=100, source_includes=["doc_id", "access"])["hits"]["hits"]
+        found: dict[str, set[tuple[str, ...]]] = {}
+        for hit in hits:
+            found.setdefault(hit["_source"]["doc_id"], set()).add(tuple(hit["_source"].get("access", [])))
+        return found
+
+    code, first, _ = indexing_result(cli(tmp_path, "--index", alias, "--access", "doctors, ,admins", *SMALL))
+    assert code == 0
+    assert groups() == {
+        "novel.txt#ch1": {("admins", "doctors")},
+        "novel.txt#ch2": {("admins", "doctors")},
+        "f1": {("nurses",)},
+    }
+
+    code, again, _ = indexing_result(cli(tmp_path, "--index", alias, *SMALL))  # no --access: readable by everyone
+    assert code == 0 and (again["indexed"], again["unchanged"]) == (0, first["chunks"])
+    assert groups() == {"novel.txt#ch1": {()}, "novel.txt#ch2": {()}, "f1": {("nurses",)}}

@@ -294,6 +294,21 @@ def test_documents_and_jobs_follow_roles_and_document_groups(
             assert hidden.json()["detail"].replace(job["id"], "0" * 32) == unknown.json()["detail"]
             assert httpx.get(f"{url}/jobs/{job['id']}").status_code == 401  # no key
 
+            # The list follows the same rule.
+            es.indices.refresh(index=jobs)
+
+            def listed_jobs(name: str, **params: str) -> list[str]:
+                response = clients[name].get("/jobs", params=params)
+                assert response.status_code == 200, response.text
+                return [listed["id"] for listed in response.json()["jobs"]]
+
+            writers = listed_jobs("writer")
+            assert len(writers) == 2 and writers[1] == job["id"]  # newest first
+            assert listed_jobs("admin") == listed_jobs("admin", kb=kb, state="done") == writers
+            assert listed_jobs("writer", state="failed") == listed_jobs("writer", kb="test-other") == []
+            assert listed_jobs("nurse") == listed_jobs("reader") == listed_jobs("outsider") == []
+            assert clients["writer"].get("/jobs", params={"state": "lost"}).status_code == 422
+
             def listed(name: str) -> list[str]:
                 response = clients[name].get(f"/kbs/{kb}/documents")
                 assert response.status_code == 200, response.text
@@ -303,6 +318,14 @@ def test_documents_and_jobs_follow_roles_and_document_groups(
             assert listed("admin") == listed("nurse") == ["p1", "r1"]
             assert listed("reader") == listed("writer") == ["p1"]  # r1 is invisible without its group
             assert clients["outsider"].get(f"/kbs/{kb}/documents").status_code in (403, 404)
+
+            # The same text again with other groups: nothing is embedded, but the groups change.
+            public = {"texts": [{"text": "公开的说明。", "id": "p1"}]}
+            regrouped = upload(clients["writer"], kb, json={**public, "access": ["medical"]})
+            assert (regrouped["counts"]["new"], regrouped["counts"]["unchanged"]) == (0, 1)
+            assert listed("reader") == [] and listed("nurse") == ["p1", "r1"]
+            assert upload(clients["writer"], kb, json=public)["counts"]["new"] == 0
+            assert listed("reader") == ["p1"]
 
             assert clients["writer"].delete(f"/kbs/{kb}/documents/r1").status_code == 404  # cannot see it
             assert clients["nurse"].delete(f"/kbs/{kb}/documents/r1").status_code == 403  # read role only

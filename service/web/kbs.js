@@ -4,7 +4,8 @@
 
 function kbHeaders(json = true) {
   const h = json ? { "Content-Type": "application/json" } : {};
-  const key = document.getElementById("api-key").value.trim();
+  // The stored key too: this runs before app.js puts it back in the field after a reload.
+  const key = document.getElementById("api-key").value.trim() || localStorage.getItem("rag-api-key") || "";
   if (key) h["X-API-Key"] = key;
   return h;
 }
@@ -120,10 +121,21 @@ async function follow(jobId) {
   await loadKbs();
 }
 
+// After a reload: follow the selected base's newest upload again if it is still queued or running.
+async function followUnfinished() {
+  const kb = selectedKb();
+  if (!kb) return;
+  const response = await fetch(`jobs?kb=${encodeURIComponent(kb)}&size=5`, { headers: kbHeaders() });
+  if (!response.ok) return;
+  const { jobs } = await response.json();
+  const unfinished = jobs.find((job) => job.state === "queued" || job.state === "running");
+  if (unfinished) await follow(unfinished.id);
+}
+
 document.addEventListener("DOMContentLoaded", () => {
   const select = document.getElementById("kb-select");
   select.addEventListener("change", () => { localStorage.setItem("rag-kb", select.value); loadDocuments(); });
   document.getElementById("upload").addEventListener("submit", upload);
-  document.getElementById("api-key").addEventListener("change", () => loadKbs());
-  loadKbs().catch(() => {});
+  document.getElementById("api-key").addEventListener("change", () => loadKbs().then(followUnfinished));
+  loadKbs().then(followUnfinished).catch(() => {});
 });
