@@ -23,9 +23,7 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -38,6 +36,7 @@ from bench.datasets import load_sanguo
 from bench.embedding_cache import CachedEmbedder, cache_path
 from bench.latency import percentile
 from bench.retrieval_eval import REPO, RESULTS, machine, update_docs
+from bench.service_process import ServiceProcess
 from core.config import Settings
 from core.embeddings import load_embedder
 from core.store import create_client
@@ -71,31 +70,6 @@ def build_index(alias: str, chapters: int | None) -> tuple[int, list[str]]:
     if summary.failed:
         raise SystemExit(f"indexing {alias} failed for {summary.failed} chunks; see the log above")
     return summary.chunks, [query.text for query in dataset.queries if query.split == "test"]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def start_service(alias: str, port: int) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "ES_INDEX": alias, "API_KEYS": "", "LOG_LEVEL": "WARNING"}
-    return subprocess.Popen([sys.executable, "-m", "service", "--port", str(port)], env=env)
-
-
-def wait_ready(url: str, process: subprocess.Popen[bytes], timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"the service exited with {process.returncode}")
-        try:
-            if httpx.get(f"{url}/readyz", timeout=5).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.5)
-    raise SystemExit(f"the service at {url} was not ready within {timeout:g} s")
 
 
 async def run_load(
@@ -267,20 +241,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.url:
         url = args.url.rstrip("/")
     else:
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
-        service = start_service(args.index, port)
+        env = {**os.environ, "ES_INDEX": args.index, "API_KEYS": "", "LOG_LEVEL": "WARNING"}
+        log = REPO / ".cache" / "bench" / "load_test-service.log"
+        service = ServiceProcess(env, Path.cwd(), log, ready_path="/readyz")
+        service.start()
+        url = service.url
     try:
-        if service is not None:
-            wait_ready(url, service)
         for concurrency in levels:
             for mode in modes:
                 run = run_load(url, questions, mode, args.requests, concurrency, args.warmup, args.k, args.max_seconds)
                 report["http"].append(asyncio.run(run))
     finally:
         if service is not None:
-            service.terminate()
-            service.wait(30)
+            service.stop()
     report["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     table = markdown(report)
     args.out.parent.mkdir(parents=True, exist_ok=True)

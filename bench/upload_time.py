@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,7 @@ from typing import Any
 import httpx
 
 from bench.datasets import sanguo_book
+from bench.service_process import ServiceProcess
 from core.config import Settings
 
 RESULTS = Path(__file__).resolve().parent / "results" / "upload_time.json"
@@ -46,12 +46,6 @@ def first_chapters(book: Path, chapters: int, folder: Path) -> Path:
     path = folder / f"sanguo_first_{chapters}.txt"
     path.write_text(text[: heading.start()] if heading else text, encoding="utf-8")
     return path
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def run_cli(path: Path, alias: str, env: dict[str, str], workdir: Path) -> dict[str, Any]:
@@ -71,37 +65,6 @@ def run_cli(path: Path, alias: str, env: dict[str, str], workdir: Path) -> dict[
     return {"wall_s": round(wall, 2), "chunks": summary["chunks"], "indexed": summary["indexed"], "summary": summary}
 
 
-class Service:
-    """`python -m service` on a free port, until `close()`."""
-
-    def __init__(self, env: dict[str, str], workdir: Path) -> None:
-        port = _free_port()
-        self.url = f"http://127.0.0.1:{port}"
-        self._log = (workdir / "service.log").open("wb")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "service", "--port", str(port)],
-            cwd=workdir,
-            env=env,
-            stdout=self._log,
-            stderr=self._log,
-        )
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the service did not start: see {workdir / 'service.log'}")
-            time.sleep(0.3)
-
-    def close(self) -> None:
-        self.process.terminate()
-        self.process.wait(60)
-        self._log.close()
-
-
 def listed_documents(client: httpx.Client, kb: str) -> list[dict[str, Any]]:
     """Every document `GET /kbs/{kb}/documents` lists, page after page."""
     documents: list[dict[str, Any]] = []
@@ -114,7 +77,7 @@ def listed_documents(client: httpx.Client, kb: str) -> list[dict[str, Any]]:
         params["after"] = page["next"]
 
 
-def run_http(service: Service, path: Path, kb: str, chunks: int) -> dict[str, Any]:
+def run_http(service: ServiceProcess, path: Path, kb: str, chunks: int) -> dict[str, Any]:
     """From the upload request until the base counts all `chunks` (what the CLI wrote).
 
     A chunk counts once a refresh made it visible to search. Afterwards (off the clock) each
@@ -171,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
             "JOBS_INDEX": f"bench-upload-jobs-{run_id}",
             "LOG_LEVEL": "WARNING",
         }
-        service = Service(env, folder)  # started first: the CLI below is the only other load
+        service = ServiceProcess(env, folder, folder / "service.log")
+        service.start()  # before the clock, as a deployed service is: the CLI below is the only other load
         try:
             cli = run_cli(path, cli_alias, env, folder)
             http = run_http(service, path, http_kb, chunks=cli["chunks"])
@@ -179,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
             with httpx.Client(base_url=service.url, timeout=120) as client:
                 for kb in (cli_alias, http_kb):
                     client.delete(f"/kbs/{kb}")
-            service.close()
+            service.stop()
             httpx.delete(f"{settings.es_url.split(',')[0]}/{env['JOBS_INDEX']}", timeout=30)
     result = {
         "chapters": args.chapters,

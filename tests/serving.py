@@ -11,6 +11,8 @@ from contextlib import contextmanager, suppress
 import uvicorn
 from fastapi import FastAPI
 
+from bench.service_process import free_port
+
 
 @contextmanager
 def serve(app: FastAPI) -> Iterator[str]:
@@ -29,13 +31,6 @@ def serve(app: FastAPI) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=30)
-
-
-def free_port() -> int:
-    """A 127.0.0.1 port nothing listens on (it was free a moment ago)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class TcpProxy:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import httpx
 
+from bench.service_process import free_port
 from tests.conftest import subprocess_env
-from tests.serving import free_port
 
 
 def test_python_m_service_prints_the_url_and_serves(es_url: str, tmp_path: Path) -> None:

@@ -8,11 +8,12 @@ from typing import Any
 import httpx
 import pytest
 
+from bench.service_process import free_port
 from core.config import Settings
 from core.embeddings import Embedder
 from service.api import create_app
 from tests.fakes.openai_server import FakeChatServer
-from tests.serving import free_port, serve
+from tests.serving import serve
 
 
 def closed_port_url() -> str:

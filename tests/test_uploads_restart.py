@@ -4,9 +4,6 @@ a job whose spooled files are gone is reported failed, with the reason, never le
 The embedder is `bench.embedding_stub` behind the real OpenAI client: fast, and slow enough per
 batch to be caught mid-job."""
 
-import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -18,13 +15,13 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from bench.embedding_stub import EmbeddingStub
+from bench.service_process import ServiceProcess
 from core.config import Settings
 from core.documents import document_chunks
 from core.embeddings import load_embedder
 from core.kbs import create_kb
 from indexing.loaders import load_paths
 from tests.conftest import LOAD_LIMITS, REPO_ROOT, chunks_written, delete_indices, subprocess_env
-from tests.serving import free_port
 from tests.test_indexing_cli import write_novel
 from tests.test_uploads import chunks_per_doc
 
@@ -37,56 +34,14 @@ def stub() -> Iterator[EmbeddingStub]:
         yield server
 
 
-class Service:
-    """`python -m service` in its own process, started and killed by the test."""
-
-    def __init__(self, workdir: Path, env: dict[str, str]) -> None:
-        self.workdir, self.env = workdir, env
-        self.process: subprocess.Popen[bytes] | None = None
-        self.url = ""
-
-    def start(self) -> None:
-        port = free_port()
-        log = (self.workdir / "service.log").open("ab")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "service", "--port", str(port)],
-            cwd=self.workdir,
-            env=subprocess_env(PYTHONPATH=str(REPO_ROOT), **self.env),  # this checkout's code, not an installed one
-            stdout=log,
-            stderr=log,
-        )
-        self.url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            assert self.process.poll() is None and time.monotonic() < deadline, self.log()
-            time.sleep(0.2)
-
-    def kill(self) -> None:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(30)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.kill()
-
-    def log(self) -> str:
-        return (self.workdir / "service.log").read_text(encoding="utf-8", errors="replace")[-5000:]
-
-
-def job_status(service: Service, job: str) -> dict[str, Any]:
+def job_status(service: ServiceProcess, job: str) -> dict[str, Any]:
     response = httpx.get(f"{service.url}/jobs/{job}", timeout=30)
     assert response.status_code == 200, response.text
     body: dict[str, Any] = response.json()
     return body
 
 
-def ended(service: Service, job: str, timeout_s: float = 300) -> dict[str, Any]:
+def ended(service: ServiceProcess, job: str, timeout_s: float = 300) -> dict[str, Any]:
     deadline = time.monotonic() + timeout_s
     while (status := job_status(service, job))["state"] not in ("done", "failed"):
         assert time.monotonic() < deadline, (status, service.log())
@@ -120,7 +75,7 @@ def test_a_job_killed_mid_way_is_resumed_without_duplicates_and_one_without_its_
         document.doc_id: {chunk.id for chunk in document_chunks(document, CHUNK_SIZE, CHUNK_OVERLAP)}
         for document in load_paths([novel], LOAD_LIMITS).documents
     }
-    service = Service(workdir, env)
+    service = ServiceProcess(subprocess_env(PYTHONPATH=str(REPO_ROOT), **env), workdir, workdir / "service.log")
     try:
         service.start()
         first = httpx.post(f"{service.url}/kbs/{kb}/documents", files=[("files", ("novel.txt", novel.read_bytes()))])
