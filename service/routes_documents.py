@@ -51,6 +51,7 @@ from service.uploads import (
     spooled_path,
     text_documents,
     texts_params,
+    uploader_params,
 )
 
 JOB_ID_PATTERN = r"^[0-9a-f]{32}$"
@@ -216,6 +217,7 @@ async def upload_documents(
             params = await _spool_texts(request, settings, es, access.kb, folder)
         else:
             raise HTTPException(415, f"send multipart/form-data (files) or application/json (texts), not {media!r}")
+        params |= uploader_params(access.documents)
         await run_in_threadpool(runner.submit, UPLOAD, access.kb, access.caller.name, params, job_id)
     except UploadRefused as err:
         shutil.rmtree(folder, ignore_errors=True)

@@ -37,6 +37,7 @@ from core.text import get_tokenizer
 from indexing.loaders import SUPPORTED_SUFFIXES, LoadLimits, LoadResult, SourceFile, load_files
 from indexing.options import Chunking, IndexOptions, Layout, Scope, Throughput, grant_access
 from indexing.pipeline import index_documents
+from retrieval.lists import DocumentAccess
 from service.jobs import Job, JobFailed, JobKind, Progress
 
 logger = logging.getLogger(__name__)
@@ -152,6 +153,40 @@ def texts_params(folder: Path) -> dict[str, Any]:
     return {"spool": str(folder), "files": [], "texts": True, "access": []}
 
 
+def uploader_params(access: DocumentAccess) -> dict[str, Any]:
+    """What the uploader may read, kept with the job (a resumed job still knows): it replaces only that."""
+    return {"uploader": {"groups": sorted(access.groups), "everything": access.everything}}
+
+
+def _uploader(job: Job) -> DocumentAccess:
+    """The uploader's document access; a job stored without one may replace public documents only."""
+    held = job.params.get("uploader", {})
+    return DocumentAccess(groups=frozenset(held.get("groups", ())), everything=bool(held.get("everything", False)))
+
+
+def hidden_sources(es: Elasticsearch, kb: str, documents: list[Document], access: DocumentAccess) -> set[str]:
+    """The sources of `documents` that would replace or delete chunks `access` may not read: of the
+    same doc_ids, or of the same sources (a file replaced whole)."""
+    if access.everything or not documents:
+        return set()
+    ids, sources = sorted({d.doc_id for d in documents}), sorted({d.source for d in documents})
+    same = [{"terms": {"doc_id": ids}}, {"terms": {"source": sources}}]
+    query = {
+        "bool": {
+            "filter": [{"bool": {"should": same, "minimum_should_match": 1}}],
+            "must_not": [{"bool": {"filter": access.to_es()}}],
+        }
+    }
+    aggs = {
+        "doc_ids": {"terms": {"field": "doc_id", "size": len(ids)}},
+        "sources": {"terms": {"field": "source", "size": len(sources)}},
+    }
+    found = es.search(index=kb, size=0, query=query, aggs=aggs)["aggregations"]
+    hidden_ids = {bucket["key"] for bucket in found["doc_ids"]["buckets"]}
+    hidden = {bucket["key"] for bucket in found["sources"]["buckets"]} & set(sources)
+    return hidden | {d.source for d in documents if d.doc_id in hidden_ids}
+
+
 def spooled_path(folder: Path, number: int, name: str) -> Path:
     """Where file `number` of an upload waits: its own sub-folder keeps its name (the loaders take a
     document's default title from the file name)."""
@@ -223,6 +258,13 @@ class Uploads:
 
     def run(self, job: Job, progress: Progress) -> None:
         documents, whole = self._load(job, progress)
+        withheld = hidden_sources(self.es, job.kb, documents, _uploader(job))
+        for source in sorted(withheld):
+            reason = "the base holds documents of this name in groups you do not hold: ask an admin of the base"
+            progress.error(source, reason, "not_permitted")
+        documents, whole = [d for d in documents if d.source not in withheld], whole - withheld
+        if withheld and not documents:
+            raise JobFailed("every document of the upload would replace documents you may not read: see errors")
         kb = read_kb(self.es, job.kb, self.settings)
         chunking = Chunking(kb.chunk_size, kb.chunk_overlap)
         try:

@@ -324,7 +324,16 @@ def test_documents_and_jobs_follow_roles_and_document_groups(
             regrouped = upload(clients["writer"], kb, json={**public, "access": ["medical"]})
             assert (regrouped["counts"]["new"], regrouped["counts"]["unchanged"]) == (0, 1)
             assert listed("reader") == [] and listed("nurse") == ["p1", "r1"]
-            assert upload(clients["writer"], kb, json=public)["counts"]["new"] == 0
+
+            # Now neither is the writer's to replace: it does not hold their group.
+            forged = {"texts": [{"text": "伪造的病历。", "id": "r1"}]}
+            for attempt in (public, forged):
+                refused = upload(clients["writer"], kb, json=attempt)
+                assert refused["state"] == "failed" and [e["code"] for e in refused["errors"]] == ["not_permitted"]
+            texts = es.search(index=kb, query={"term": {"doc_id": "r1"}}, source_includes=["text"])["hits"]["hits"]
+            assert [hit["_source"]["text"] for hit in texts] == ["病历：患者空腹血糖 7.8。"]
+            assert listed("reader") == [] and listed("nurse") == ["p1", "r1"]
+            assert upload(clients["admin"], kb, json=public)["counts"]["new"] == 0  # the admin may open it again
             assert listed("reader") == ["p1"]
 
             assert clients["writer"].delete(f"/kbs/{kb}/documents/r1").status_code == 404  # cannot see it
