@@ -42,6 +42,7 @@ from retrieval.results import SearchResult
 from retrieval.retriever import Retriever, build_retriever
 from service.auth import CallerDep, Keys, KnowledgeBases, KnowledgeBasesDep, get_caller, load_principals
 from service.errors import add_error_handlers
+from service.evaluation_jobs import Evaluations
 from service.graph import (
     GapReport,
     QueryResult,
@@ -53,6 +54,7 @@ from service.graph import (
     run_query,
     stream_query,
 )
+from service.jobs import JobRunner, JobStore
 from service.metrics import Metrics, MetricsMiddleware
 from service.middleware import BodySizeLimit
 from service.openapi import document_statuses, error_responses
@@ -66,6 +68,7 @@ from service.schemas_api import (
     ReadyResponse,
     SearchRequest,
 )
+from service.uploads import Uploads
 
 logger = logging.getLogger(__name__)
 
@@ -93,10 +96,15 @@ async def get_metrics(request: Request) -> Metrics:
     return request.app.state.metrics
 
 
+async def get_runner(request: Request) -> JobRunner:
+    return request.app.state.jobs
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 ESDep = Annotated[Elasticsearch, Depends(get_es)]
 RetrieverDep = Annotated[Retriever, Depends(get_retriever)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
+RunnerDep = Annotated[JobRunner, Depends(get_runner)]
 
 
 def check_length(settings: Settings, field: str, value: str) -> str:
@@ -289,6 +297,17 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
         await run_in_threadpool(app.state.retriever.tokenizer.query_terms, "预热")
         await run_in_threadpool(app.state.embedder.embed_query, "预热")
         app.state.workflow = build_deps(settings, app.state.es, app.state.retriever)
+        # Background jobs (uploads, evaluations), resuming what a previous process left unfinished.
+        app.state.jobs = JobRunner(
+            JobStore(app.state.es, settings.jobs_index),
+            [
+                Uploads(app.state.es, app.state.embedder, settings).kind(),
+                Evaluations(app.state.es, app.state.retriever).kind(),
+            ],
+            concurrency=settings.job_concurrency,
+            progress_interval_s=settings.job_progress_interval_s,
+        )
+        app.state.jobs.start()
         logger.info(
             "ready: index %r on %s, embedder %s",
             settings.es_index,
@@ -297,6 +316,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
         )
         async with app.state.mcp.session_manager.run():
             yield
+        app.state.jobs.stop()  # before the client closes under a running job
         app.state.embedder.close()
         app.state.es.close()
 
@@ -323,7 +343,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
     app.include_router(openai_chat.router)
     app.include_router(dify.router)
     app.include_router(routes_documents.router)
-    routes_evaluation.install(app)
+    app.include_router(routes_evaluation.router)
     mcp_endpoint = mcp_server.http_endpoint(app.state.mcp, app.state.keys)
     app.router.routes.append(Route("/mcp", mcp_endpoint, methods=["GET", "POST", "DELETE"], include_in_schema=False))
     app.mount("/static", StaticFiles(directory=WEB_DIR), name="static")

@@ -1,31 +1,32 @@
-"""Question sets kept in Elasticsearch, and evaluation jobs run one at a time in the background.
+"""Question sets kept in Elasticsearch, and evaluations as background jobs of service/jobs.py.
 
 A base's question set is the JSONL text as uploaded, one document per base in `QUESTIONS_INDEX`,
-so it survives a restart and an evaluation reads exactly what was uploaded. An evaluation is
-`retrieval.evaluate.run_evaluation` on a thread of its own (one runs at a time: it embeds every
-question and the cores are shared with the searches); its progress and report live in this
-process (`EvaluationJobs`), its report files in a temporary folder until the job is forgotten.
+so it survives a restart and an evaluation reads exactly what was uploaded. An evaluation is a
+job of kind `evaluation` (`Evaluations`): `retrieval.evaluate.run_evaluation` in a job worker,
+one at a time (it embeds every question and the cores are shared with the searches). Its
+progress and its report are kept with the job in `JOBS_INDEX`, so they outlive the process; one
+interrupted by a restart runs again, and fails with the reason when the question set changed
+in between. The plot is drawn from the stored report when asked for.
 """
 
-import shutil
+import json
 import tempfile
 import threading
-import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from elasticsearch import Elasticsearch, NotFoundError
 
-from retrieval.evaluate import run_evaluation, store_chosen, write_report
+from retrieval.evaluate import EvaluationError, plot_png, run_evaluation, store_chosen
 from retrieval.questions import QuestionSet, parse_questions
 from retrieval.retriever import Retriever
+from service.jobs import UNFINISHED, Job, JobFailed, JobKind, JobStore, Progress
 
 # Not a knowledge base: its documents have no `_meta.embedder`, so `core.kbs.list_kb_names` skips it.
 QUESTIONS_INDEX = "rag-evaluation-questions"
-_KEEP_JOBS = 50  # finished jobs remembered per process (the oldest are forgotten first)
+EVALUATION = "evaluation"
 
 
 @dataclass(frozen=True)
@@ -61,84 +62,63 @@ def load_questions(es: Elasticsearch, kb: str) -> StoredQuestions | None:
     return StoredQuestions(source["kb"], source["text"], source["uploaded_at"])
 
 
-Status = Literal["queued", "running", "done", "failed"]
+def evaluation_params(stored: StoredQuestions, *, dry_run: bool) -> dict[str, Any]:
+    """The job's input: which upload of the question set it evaluates, and whether it stores its choice."""
+    return {"questions_uploaded_at": stored.uploaded_at, "dry_run": dry_run}
 
 
-@dataclass
-class EvaluationJob:
-    id: str
-    kb: str
-    dry_run: bool
-    status: Status = "queued"
-    done: int = 0
-    total: int = 0
-    error: str | None = None
-    stored: bool = False
-    report: dict[str, Any] | None = None
-    folder: Path | None = None
-    created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
-    finished_at: str | None = None
-
-    @property
-    def plot(self) -> Path | None:
-        return self.folder / "report.png" if self.folder and self.status == "done" else None
+def find_evaluation(store: JobStore, kb: str, job_id: str) -> Job | None:
+    job = store.get(job_id)
+    return job if job is not None and job.kind == EVALUATION and job.kb == kb else None
 
 
-class EvaluationJobs:
-    """The evaluations of this process: queued, running and the last `_KEEP_JOBS` finished."""
+def unfinished_evaluation(store: JobStore, kb: str) -> Job | None:
+    """The base's queued or running evaluation, if any (one at a time per base)."""
+    filters: list[dict[str, Any]] = [
+        {"term": {"kind": EVALUATION}},
+        {"term": {"kb": kb}},
+        {"terms": {"state": list(UNFINISHED)}},
+    ]
+    found = store.recent(filters, 1, fresh=True)  # a job submitted a moment ago counts
+    return found[0] if found else None
 
-    def __init__(self) -> None:
-        self._jobs: dict[str, EvaluationJob] = {}
-        self._lock = threading.Lock()
-        self._one_at_a_time = threading.Lock()
 
-    def get(self, kb: str, job_id: str) -> EvaluationJob | None:
-        with self._lock:
-            job = self._jobs.get(job_id)
-        return job if job and job.kb == kb else None
+def plot(report: dict[str, Any]) -> bytes:
+    """The report's PNG plot, drawn anew (the report is what is kept)."""
+    with tempfile.TemporaryDirectory(prefix="evaluation-plot-") as folder:
+        path = Path(folder, "report.png")
+        plot_png(report, path)
+        return path.read_bytes()
 
-    def active(self, kb: str) -> EvaluationJob | None:
-        with self._lock:
-            return next((j for j in self._jobs.values() if j.kb == kb and j.status in ("queued", "running")), None)
 
-    def submit(
-        self, retriever: Retriever, kb: str, questions: QuestionSet, *, dry_run: bool, on_stored: Callable[[], None]
-    ) -> EvaluationJob:
-        job = EvaluationJob(uuid.uuid4().hex[:16], kb, dry_run)
-        with self._lock:
-            self._jobs[job.id] = job
-            self._forget_old()
-        # A daemon thread: a process that stops does not wait for an evaluation to end.
-        threading.Thread(
-            target=self._run, args=(job, retriever, questions, on_stored), name=f"evaluation-{job.id}", daemon=True
-        ).start()
-        return job
+@dataclass(frozen=True)
+class Evaluations:
+    """The `evaluation` job kind: the stored question set evaluated on the base, the report kept
+    in the job's `result` (`{"report", "stored"}`) and, unless a dry run, its fusion stored."""
 
-    def _run(
-        self, job: EvaluationJob, retriever: Retriever, questions: QuestionSet, on_stored: Callable[[], None]
-    ) -> None:
-        def progress(done: int, total: int) -> None:
-            job.done, job.total = done, total
+    es: Elasticsearch
+    retriever: Retriever
+    _one_at_a_time: threading.Lock = field(default_factory=threading.Lock)
 
-        try:
-            with self._one_at_a_time:
-                job.status = "running"
-                report = run_evaluation(retriever, job.kb, questions, progress)
-            job.folder = Path(tempfile.mkdtemp(prefix=f"evaluation-{job.id}-"))
-            write_report(report, job.folder)
-            if not job.dry_run:
-                store_chosen(retriever.es, job.kb, report, note=f"POST /kbs/{job.kb}/evaluate, job {job.id}")
-                on_stored()
-                job.stored = True
-            job.report, job.status = report, "done"
-        except Exception as err:  # the job's outcome, shown by its status; the process goes on
-            job.error, job.status = f"{type(err).__name__}: {err}", "failed"
-        finally:
-            job.finished_at = datetime.now(UTC).isoformat()
+    def kind(self) -> JobKind:
+        return JobKind(EVALUATION, self.run)
 
-    def _forget_old(self) -> None:
-        finished = [j for j in self._jobs.values() if j.status in ("done", "failed")]
-        for job in finished[: max(0, len(finished) - _KEEP_JOBS)]:
-            del self._jobs[job.id]
-            if job.folder:
-                shutil.rmtree(job.folder, ignore_errors=True)
+    def run(self, job: Job, progress: Progress) -> None:
+        stored = load_questions(self.es, job.kb)
+        if stored is None or stored.uploaded_at != job.params["questions_uploaded_at"]:
+            raise JobFailed("the base's question set changed since this evaluation was asked for: evaluate again")
+
+        def advance(done: int, total: int) -> None:
+            progress.set(done=done, total=total)
+
+        with self._one_at_a_time:
+            try:
+                report = run_evaluation(self.retriever, job.kb, stored.parsed, advance)
+            except EvaluationError as err:
+                raise JobFailed(str(err)) from None
+        keep = not job.params["dry_run"]
+        if keep:
+            store_chosen(self.es, job.kb, report, note=f"POST /kbs/{job.kb}/evaluate, job {job.id}")
+            self.retriever.forget(job.kb)
+        # As report.json has it: list names are JSON keys, tuples lists.
+        progress.result = {"report": json.loads(json.dumps(report)), "stored": keep}

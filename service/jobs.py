@@ -1,9 +1,9 @@
 """Background jobs: kept in Elasticsearch, run in a few threads, resumed after a restart.
 
 A job is a record in `JOBS_INDEX` (`Job`: its kind, its knowledge base, its state
-`queued` → `running` → `done` | `failed`, counts and per-item errors). What a job does is its
-kind's `run(job, progress)` callable (`JobKind`; uploads are one kind, service/uploads.py), so
-evaluation jobs or any other long task reuse the store, the runner and the status route.
+`queued` → `running` → `done` | `failed`, counts, per-item errors and a result). What a job does
+is its kind's `run(job, progress)` callable (`JobKind`): uploads (service/uploads.py) and
+evaluations (service/evaluation_jobs.py) share the store, the runner and the job list.
 
 - **Bounded**: `JOB_CONCURRENCY` worker threads take queued jobs in order; the rest wait in the
   queue (and in the index, as `queued`).
@@ -83,6 +83,7 @@ class Job(BaseModel):
     errors: list[JobError] = Field(default_factory=list)
     error: str | None = None
     params: dict[str, Any] = Field(default_factory=dict)
+    result: dict[str, Any] | None = None  # what the kind's `run` left (an evaluation's report), once ended
 
 
 class JobView(BaseModel):
@@ -103,7 +104,7 @@ class JobView(BaseModel):
 
     @classmethod
     def of(cls, job: Job) -> "JobView":
-        return cls.model_validate(job.model_dump(exclude={"params", "owner"}))
+        return cls.model_validate(job.model_dump(exclude={"params", "owner", "result"}))
 
 
 class JobFailed(Exception):
@@ -159,9 +160,12 @@ class JobStore:
             return None
         return job
 
-    def recent(self, filters: list[dict[str, Any]], size: int) -> list[Job]:
-        """The newest `size` jobs matching every one of `filters` (Elasticsearch query clauses)."""
+    def recent(self, filters: list[dict[str, Any]], size: int, *, fresh: bool = False) -> list[Job]:
+        """The newest `size` jobs matching every one of `filters` (Elasticsearch query clauses);
+        `fresh`: jobs stored a moment ago included (a refresh first)."""
         self._ensure()
+        if fresh:
+            self.es.indices.refresh(index=self.index)
         response = self.es.search(
             index=self.index, query={"bool": {"filter": filters}}, sort=[{"created_at": "desc"}], size=size
         )
@@ -182,12 +186,14 @@ class JobStore:
 
 
 class Progress:
-    """A running job's counts and errors, written to the store at most every `interval_s`."""
+    """A running job's counts and errors, written to the store at most every `interval_s`; its
+    `result`, which a kind's `run` may set, is written when the job ends."""
 
     def __init__(self, store: JobStore, job: Job, interval_s: float) -> None:
         self._store, self._job, self._interval_s = store, job, interval_s
         self.counts: dict[str, int] = dict(job.counts)
         self.errors: list[JobError] = []
+        self.result: dict[str, Any] | None = None
         self._lock = threading.Lock()
         self._written = time.monotonic()
 
@@ -304,14 +310,22 @@ class JobRunner:
             error = str(err) if isinstance(err, JobFailed) else f"internal error: {type(err).__name__}: {err}"
             if not isinstance(err, JobFailed):
                 logger.exception("job %s failed", job_id)
-        self.store.update(
-            job_id,
-            state=state,
-            error=error,
-            finished_at=datetime.now(UTC).isoformat(),
-            counts=progress.counts,
-            errors=[e.model_dump() for e in progress.errors],
-        )
+        end = {
+            "state": state,
+            "error": error,
+            "finished_at": datetime.now(UTC).isoformat(),
+            "counts": progress.counts,
+            "errors": [e.model_dump() for e in progress.errors],
+        }
+        try:
+            self.store.update(job_id, **end, result=progress.result)
+        except Exception as err:  # never left `running`: without the result, the job failed
+            if progress.result is None:
+                raise
+            logger.exception("job %s: its result could not be stored", job_id)
+            self.store.update(
+                job_id, **end | {"state": "failed", "error": f"its result could not be stored: {err}"[:500]}
+            )
         if kind is not None and kind.finish is not None:
             kind.finish(job)
 

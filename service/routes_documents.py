@@ -4,20 +4,17 @@
 job stored; the indexing runs in the background (service/uploads.py, service/jobs.py).
 `GET /jobs/{id}` shows a job to its owner and its base's admins, and is a 404 to everyone else;
 `GET /jobs` lists the newest jobs the caller may see by the same rule.
-The router's lifespan starts the job runner (resuming what a previous process left unfinished)
-and stops it before the app closes its Elasticsearch client.
+The job runner (`RunnerDep`) is the app's (service/api.py), shared with evaluations.
 """
 
 import json
 import re
 import shutil
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
 from elasticsearch import Elasticsearch
-from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -29,10 +26,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from core.config import Settings
 from core.kbs import read_kb
 from indexing.options import Chunking, parse_groups
-from service.api import ESDep, SettingsDep
+from service.api import ESDep, RunnerDep, SettingsDep
 from service.auth import CallerDep, KbAccess, get_caller, kb_access
 from service.documents import MAX_PAGE, DeleteIncomplete, DocumentDeleted, DocumentList, delete_document, list_documents
-from service.jobs import JobRunner, JobState, JobStore, JobView, new_job_id
+from service.jobs import JobState, JobView, new_job_id
 from service.middleware import LargerBody
 from service.openapi import error_responses, request_body
 from service.routes_kbs import invalid
@@ -41,7 +38,6 @@ from service.uploads import (
     DocumentsForm,
     TextsUpload,
     UploadRefused,
-    Uploads,
     check_chunks,
     check_files,
     file_name,
@@ -58,36 +54,13 @@ JOB_ID_PATTERN = r"^[0-9a-f]{32}$"
 _MB = 1024 * 1024
 
 
-@asynccontextmanager
-async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """The job runner, on the app's client and embedder (the app's own lifespan made them first)."""
-    settings: Settings = app.state.settings
-    uploads = Uploads(app.state.es, app.state.embedder, settings)
-    runner = JobRunner(
-        JobStore(app.state.es, settings.jobs_index),
-        [uploads.kind()],
-        concurrency=settings.job_concurrency,
-        progress_interval_s=settings.job_progress_interval_s,
-    )
-    app.state.jobs = runner
-    runner.start()
-    yield
-    runner.stop()
-
-
 router = APIRouter(
     tags=["documents"],
     dependencies=[Depends(get_caller)],
     responses=error_responses(401, 403, 404, 502, 503),
-    lifespan=lifespan,
 )
 
 
-async def get_runner(request: Request) -> JobRunner:
-    return request.app.state.jobs
-
-
-RunnerDep = Annotated[JobRunner, Depends(get_runner)]
 WriteAccess = Annotated[KbAccess, Depends(kb_access("write"))]
 ReadAccess = Annotated[KbAccess, Depends(kb_access("read"))]
 

@@ -16,8 +16,8 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from elasticsearch import Elasticsearch
-from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Request
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi import APIRouter, Depends, HTTPException, Path, Request, Response
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, field_validator
 from starlette.concurrency import run_in_threadpool
 
@@ -33,9 +33,18 @@ from retrieval.evaluation import LIST_DEPTH
 from retrieval.questions import BadLine, base_corpus, parse_questions, resolve
 from retrieval.results import FusionUsed
 from retrieval.retriever import Retriever, fusion_used
-from service.api import ESDep, RetrieverDep, SettingsDep
+from service.api import ESDep, RetrieverDep, RunnerDep, SettingsDep
 from service.auth import KbAccess, kb_access
-from service.evaluation_jobs import EvaluationJob, EvaluationJobs, load_questions, save_questions
+from service.evaluation_jobs import (
+    EVALUATION,
+    evaluation_params,
+    find_evaluation,
+    load_questions,
+    plot,
+    save_questions,
+    unfinished_evaluation,
+)
+from service.jobs import Job, JobRunner
 from service.llm import LLMNotConfiguredError
 from service.openapi import error_responses
 from service.question_drafts import draft_questions, sample_chunks
@@ -49,21 +58,9 @@ LIST_NAMES: tuple[ListName, ...] = ("vector", "bm25", "bigram", "standard")
 router = APIRouter(tags=["evaluation"], responses=error_responses(404, 502, 503))
 
 
-def install(app: FastAPI) -> None:
-    """These routes and their job registry, on `app`."""
-    app.state.evaluations = EvaluationJobs()
-    app.include_router(router)
-
-
-async def get_jobs(request: Request) -> EvaluationJobs:
-    jobs: EvaluationJobs = request.app.state.evaluations
-    return jobs
-
-
 # The caller's role on `{kb}` (service.auth): read to look, write to upload, evaluate, pin or reset.
 Reader = Annotated[KbAccess, Depends(kb_access("read"))]
 Writer = Annotated[KbAccess, Depends(kb_access("write"))]
-JobsDep = Annotated[EvaluationJobs, Depends(get_jobs)]
 
 
 class QuestionsUpload(StrictModel):
@@ -210,62 +207,67 @@ async def draft(access: Writer, body: DraftRequest, request: Request, es: ESDep)
     response_model=JobAccepted,
     responses=error_responses(409),
 )
-def evaluate(access: Writer, es: ESDep, retriever: RetrieverDep, jobs: JobsDep, body: EvaluateRequest) -> JSONResponse:
+def evaluate(access: Writer, es: ESDep, runner: RunnerDep, body: EvaluateRequest) -> JSONResponse:
     """Evaluate the stored question set in the background and, unless `dry_run`, store the fusion chosen on dev."""
     kb = access.kb
     stored = load_questions(es, kb)
     if stored is None:
         raise HTTPException(404, f"no question set for {kb!r}: PUT /kbs/{kb}/questions first")
-    running = jobs.active(kb)
+    running = unfinished_evaluation(runner.store, kb)
     if running is not None:
-        raise HTTPException(409, f"an evaluation of {kb!r} is already {running.status}: job {running.id}")
-    job = jobs.submit(retriever, kb, stored.parsed, dry_run=body.dry_run, on_stored=lambda: retriever.forget(kb))
+        raise HTTPException(409, f"an evaluation of {kb!r} is already {running.state}: job {running.id}")
+    params = evaluation_params(stored, dry_run=body.dry_run)
+    job = runner.submit(EVALUATION, kb, access.caller.name, params)
     url = f"/kbs/{kb}/evaluations/{job.id}"
     return JSONResponse({"job": job.id, "status_url": url}, status_code=202, headers={"Location": url})
 
 
-def _job(jobs: EvaluationJobs, kb: str, job_id: str) -> EvaluationJob:
-    job = jobs.get(kb, job_id)
+def _job(runner: JobRunner, kb: str, job_id: str) -> Job:
+    job = find_evaluation(runner.store, kb, job_id)
     if job is None:
-        raise HTTPException(404, f"no evaluation {job_id!r} of {kb!r} in this process")
+        raise HTTPException(404, f"no evaluation {job_id!r} of {kb!r}")
     return job
 
 
-JobId = Annotated[str, Path(pattern=r"^[0-9a-f]{16}$", description="the job id POST /kbs/{kb}/evaluate returned")]
+# A job id of service/jobs.py (32 hex digits); 16 (the ids of earlier versions) are a 404, not a 422.
+JobId = Annotated[
+    str, Path(pattern=r"^[0-9a-f]{16}(?:[0-9a-f]{16})?$", description="the job id POST /kbs/{kb}/evaluate returned")
+]
 
 
 @router.get("/kbs/{kb}/evaluations/{job_id}", response_model=EvaluationStatus)
-def evaluation_status(access: Reader, job_id: JobId, jobs: JobsDep) -> EvaluationStatus:
+def evaluation_status(access: Reader, job_id: JobId, runner: RunnerDep) -> EvaluationStatus:
     """Status and progress of an evaluation; its report once done."""
     kb = access.kb
-    job = _job(jobs, kb, job_id)
+    job = _job(runner, kb, job_id)
+    result = job.result or {}
     return EvaluationStatus(
         job=job.id,
         kb=job.kb,
-        status=job.status,
-        done=job.done,
-        total=job.total,
-        dry_run=job.dry_run,
-        stored=job.stored,
+        status=job.state,
+        done=job.counts.get("done", 0),
+        total=job.counts.get("total", 0),
+        dry_run=bool(job.params.get("dry_run")),
+        stored=bool(result.get("stored")),
         error=job.error,
         created_at=job.created_at,
         finished_at=job.finished_at,
-        plot_url=f"/kbs/{kb}/evaluations/{job.id}/report.png" if job.plot else None,
-        report=job.report,
+        plot_url=f"/kbs/{kb}/evaluations/{job.id}/report.png" if job.state == "done" else None,
+        report=result.get("report"),
     )
 
 
 @router.get(
     "/kbs/{kb}/evaluations/{job_id}/report.png",
-    response_class=FileResponse,
+    response_class=Response,
     responses={200: {"content": {"image/png": {"schema": {"type": "string", "format": "binary"}}}}},
 )
-def evaluation_plot(access: Reader, job_id: JobId, jobs: JobsDep) -> FileResponse:
+def evaluation_plot(access: Reader, job_id: JobId, runner: RunnerDep) -> Response:
     """The report's plot: per-mode bars with 95 % interval whiskers, and the rank distribution."""
-    plot = _job(jobs, access.kb, job_id).plot
-    if plot is None:
+    report = (_job(runner, access.kb, job_id).result or {}).get("report")
+    if report is None:
         raise HTTPException(404, f"evaluation {job_id!r} has no plot yet: it is not done")
-    return FileResponse(plot, media_type="image/png")
+    return Response(plot(report), media_type="image/png")
 
 
 def _fusion_state(es: Elasticsearch, kb: str, settings: Settings, retriever: Retriever) -> FusionState:

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,8 @@ from tests.protocols import write_keys_file
 from tests.serving import serve
 from tests.test_evaluate import MEDICAL, question_lines
 
+JOBS = f"test-eval-jobs-{uuid.uuid4().hex[:8]}"  # the evaluations' job index, this module's own
+
 
 @pytest.fixture(scope="module")
 def bases(es: Elasticsearch, embedder: Embedder) -> Iterator[tuple[str, str]]:
@@ -38,11 +41,12 @@ def bases(es: Elasticsearch, embedder: Embedder) -> Iterator[tuple[str, str]]:
         yield medical, second
         for name in (medical, second):
             es.options(ignore_status=404).delete(index=QUESTIONS_INDEX, id=name)
+        es.options(ignore_status=404).indices.delete(index=JOBS)
 
 
 @pytest.fixture(scope="module")
 def base_url(es_url: str, bases: tuple[str, str], embedder: Embedder) -> Iterator[str]:
-    settings = Settings(_env_file=None, es_url=es_url, es_index=bases[0])
+    settings = Settings(_env_file=None, es_url=es_url, jobs_index=JOBS, es_index=bases[0])
     with serve(create_app(settings, embedder=embedder)) as url:
         yield url
 
@@ -75,7 +79,9 @@ def test_names_and_unknown_bases(base_url: str, bases: tuple[str, str]) -> None:
         assert client.post(f"/kbs/{bases[0]}/fusion").headers["allow"] == "DELETE, GET, PUT"
 
 
-def test_upload_evaluate_and_search_with_the_chosen_fusion(base_url: str, bases: tuple[str, str]) -> None:
+def test_upload_evaluate_and_search_with_the_chosen_fusion(
+    base_url: str, bases: tuple[str, str], es_url: str, embedder: Embedder
+) -> None:
     medical, other = bases
     with httpx.Client(base_url=base_url, timeout=60) as client:
         summary = client.put(f"/kbs/{medical}/questions", json={"text": "\n".join(question_lines())})
@@ -98,6 +104,18 @@ def test_upload_evaluate_and_search_with_the_chosen_fusion(base_url: str, bases:
         assert report["questions"]["bad_lines"] == body["bad_lines"]
         plot = client.get(status["plot_url"])
         assert plot.status_code == 200 and plot.headers["content-type"] == "image/png"
+
+        # The job is kept in Elasticsearch: another process (a restart) gives the same status and
+        # plot, and lists it with the other jobs.
+        settings = Settings(_env_file=None, es_url=es_url, jobs_index=JOBS, es_index=medical)
+        with serve(create_app(settings, embedder=embedder)) as restarted:
+            again = httpx.get(f"{restarted}{status_url}", timeout=60).json()
+            assert again == status
+            assert httpx.get(f"{restarted}{status['plot_url']}", timeout=60).content[:8] == b"\x89PNG\r\n\x1a\n"
+            listed = httpx.get(f"{restarted}/jobs", params={"kb": medical}, timeout=60).json()["jobs"]
+            assert [(job["id"], job["kind"], job["state"]) for job in listed][:1] == [
+                (status["job"], "evaluation", "done")
+            ]
 
         chosen = report["chosen"]
         fusion = client.get(f"/kbs/{medical}/fusion").json()
@@ -153,7 +171,12 @@ def test_schemathesis_finds_nothing_on_these_routes_of_a_real_base(
     with FakeChatServer() as llm:
         llm.on("DraftedQuestion", {"question": "高血压患者每天最多吃多少盐？"})
         settings = Settings(
-            _env_file=None, es_url=es_url, es_index=bases[0], openai_base_url=llm.base_url, model_name="fake-model"
+            _env_file=None,
+            es_url=es_url,
+            jobs_index=JOBS,
+            es_index=bases[0],
+            openai_base_url=llm.base_url,
+            model_name="fake-model",
         )
         with serve(create_app(settings, embedder=embedder)) as base_url:
             command = [str(Path(sys.executable).with_name("st")), "--config-file", str(config), "run"]
@@ -173,7 +196,7 @@ def test_roles_read_to_look_write_to_change(es_url: str, bases: tuple[str, str],
             {"name": "writer", "key": "key-write", "kbs": {medical: "write"}},
         ]
     )
-    settings = Settings(_env_file=None, es_url=es_url, es_index=medical, keys_file=keys)
+    settings = Settings(_env_file=None, es_url=es_url, jobs_index=JOBS, es_index=medical, keys_file=keys)
     pin = {"method": "rrf", "depth": 20}
     with serve(create_app(settings, embedder=embedder)) as url, httpx.Client(base_url=url, timeout=60) as client:
         reader, writer = {"X-API-Key": "key-read"}, {"X-API-Key": "key-write"}
@@ -194,7 +217,12 @@ def test_questions_drafted_by_the_model_are_marked_and_counted(
     with FakeChatServer() as llm:
         llm.on("DraftedQuestion", *({"question": f"第{i}个模型出的问题是什么？"} for i in range(1, 4)))
         settings = Settings(
-            _env_file=None, es_url=es_url, es_index=medical, openai_base_url=llm.base_url, model_name="fake-model"
+            _env_file=None,
+            es_url=es_url,
+            jobs_index=JOBS,
+            es_index=medical,
+            openai_base_url=llm.base_url,
+            model_name="fake-model",
         )
         with serve(create_app(settings, embedder=embedder)) as url, httpx.Client(base_url=url, timeout=60) as client:
             client.put(f"/kbs/{medical}/questions", json={"text": "\n".join(question_lines())})
@@ -213,5 +241,7 @@ def test_questions_drafted_by_the_model_are_marked_and_counted(
                 client, client.post(f"/kbs/{medical}/evaluate", json={"dry_run": True}).json()["status_url"]
             )
             assert status["status"] == "done" and status["report"]["questions"]["generated"] == 3
-    with serve(create_app(Settings(_env_file=None, es_url=es_url, es_index=medical), embedder=embedder)) as url:
+    with serve(
+        create_app(Settings(_env_file=None, es_url=es_url, jobs_index=JOBS, es_index=medical), embedder=embedder)
+    ) as url:
         assert httpx.post(f"{url}/kbs/{medical}/questions/draft", json={}, timeout=60).status_code == 503  # no model

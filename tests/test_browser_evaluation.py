@@ -3,6 +3,7 @@ with its progress bar, the table equal to the server's report, the plot, and a m
 comparison view of its question."""
 
 import json
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,9 @@ from tests.test_evaluate import MEDICAL, question_lines
 pytestmark = pytest.mark.browser
 
 
+JOBS = f"test-page-eval-jobs-{uuid.uuid4().hex[:8]}"
+
+
 @pytest.fixture(scope="module")
 def page_url(es: Elasticsearch, es_url: str, embedder: Embedder) -> Iterator[tuple[str, str]]:
     other = [Document(doc_id="note", text="高血压患者每天食盐不超过5克。", source="note")]
@@ -31,10 +35,11 @@ def page_url(es: Elasticsearch, es_url: str, embedder: Embedder) -> Iterator[tup
         knowledge_base(es, embedder, MEDICAL.documents, "test-page-eval") as medical,
         knowledge_base(es, embedder, other, "test-page-eval-other"),
     ):
-        settings = Settings(_env_file=None, es_url=es_url, es_index=medical)
+        settings = Settings(_env_file=None, es_url=es_url, jobs_index=JOBS, es_index=medical)
         with serve(create_app(settings, embedder=embedder)) as url:
             yield url, medical
         es.options(ignore_status=404).delete(index=QUESTIONS_INDEX, id=medical)
+        es.options(ignore_status=404).indices.delete(index=JOBS)
 
 
 def test_upload_run_read_the_report_and_open_a_miss(page_url: tuple[str, str], tmp_path: Path) -> None:
