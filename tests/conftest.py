@@ -5,8 +5,9 @@ otherwise the local node that `scripts/es-local start` fetches and runs.
 
 Isolation: the developer's shell and `.env` never reach a test. `ES_URL` and `SHARED_DATA` are
 read once, here, at import; then every project variable (each `Settings` field, upper-case)
-is removed for every test, tests build `Settings(_env_file=None, ...)`, and subprocesses get
-`subprocess_env(...)` and a temporary working directory.
+is removed for every test (but `JOBS_INDEX`, a session's own index), tests build
+`Settings(_env_file=None, ...)`, and subprocesses get `subprocess_env(...)` and a temporary
+working directory.
 """
 
 import asyncio
@@ -46,6 +47,10 @@ SANGUO_SLICES = {1: 2700, 37: 1500}
 ES_VERSION = "8.19.21"
 _ES_URL = os.environ.get("ES_URL")
 PROJECT_VARIABLES = sorted(name.upper() for name in Settings.model_fields)
+# Every service a test starts keeps its jobs here, never in a real `rag-jobs` of the same cluster
+# (a developer's service would list them and resume the unfinished ones). Set before any fixture.
+TEST_JOBS_INDEX = f"test-jobs-session-{uuid.uuid4().hex[:8]}"
+os.environ["JOBS_INDEX"] = TEST_JOBS_INDEX
 LOAD_LIMITS = LoadLimits.from_settings(Settings(_env_file=None))  # the default limits, for tests that load files
 PARAMS = RetrievalParams.from_settings(Settings(_env_file=None))  # the service's retrieval parameters
 INDEX_OPTIONS = IndexOptions.from_settings(Settings(_env_file=None))  # the indexing job's
@@ -63,6 +68,7 @@ def isolated_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in PROJECT_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("SHARED_DATA", str(SHARED_DATA))
+    monkeypatch.setenv("JOBS_INDEX", TEST_JOBS_INDEX)
 
 
 def subprocess_env(**variables: str) -> dict[str, str]:
@@ -189,6 +195,7 @@ def es(es_url: str) -> Iterator[Elasticsearch]:
     client = Elasticsearch(es_url, request_timeout=60)
     client.cluster.health(wait_for_status="yellow", timeout="60s")
     yield client
+    client.options(ignore_status=404).indices.delete(index=TEST_JOBS_INDEX)
     client.close()
 
 
