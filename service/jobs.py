@@ -171,6 +171,26 @@ class JobStore:
         )
         return [Job.model_validate(hit["_source"]) for hit in response["hits"]["hits"]]
 
+    def cancel(self, job_id: str, reason: str) -> Job | None:
+        """The job, now `failed` with `reason`, if it was still `queued` (None: it had started or ended)."""
+        found = self.es.get(index=self.index, id=job_id)
+        job = Job.model_validate(found["_source"])
+        if job.state != "queued":
+            return None
+        now = _now()
+        job = job.model_copy(update={"state": "failed", "error": reason, "finished_at": now, "updated_at": now})
+        try:
+            self.es.index(
+                index=self.index,
+                id=job_id,
+                document=job.model_dump(),
+                if_seq_no=found["_seq_no"],
+                if_primary_term=found["_primary_term"],
+            )
+        except ConflictError:  # a worker claimed it in between
+            return None
+        return job
+
     def unfinished(self) -> list[str]:
         """Ids of queued and running jobs, oldest first."""
         self._ensure()
@@ -265,6 +285,14 @@ class JobRunner:
         self.store.create(job)
         self._queue.put(job.id)
         return job
+
+    def cancel(self, job: Job, by: str) -> Job | None:
+        """Cancel a queued job (it ends `failed`, its kind's `finish` cleans up); None once it has started."""
+        cancelled = self.store.cancel(job.id, f"cancelled by {by} before it started")
+        kind = self.kinds.get(job.kind)
+        if cancelled is not None and kind is not None and kind.finish is not None:
+            kind.finish(cancelled)
+        return cancelled
 
     def _resume(self) -> None:
         while not self._stopping.is_set():

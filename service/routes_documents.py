@@ -238,6 +238,23 @@ def job_status(
     return JobView.of(job)
 
 
+@router.delete("/jobs/{job_id}", response_model=JobView, tags=["jobs"], responses=error_responses(409))
+def cancel_job(
+    job_id: Annotated[str, PathParam(pattern=JOB_ID_PATTERN, description="the id `POST` answered")],
+    caller: CallerDep,
+    runner: RunnerDep,
+) -> JobView:
+    """Cancel a job that has not started: it ends `failed` ("cancelled by …") and its files are deleted.
+    A running or ended job is a 409 (a running upload is never stopped half-way); unseen ones a 404."""
+    job = runner.store.get(job_id)
+    if job is None or not caller.sees_job(job.kb, job.owner):
+        raise HTTPException(404, f"no job {job_id!r}")
+    cancelled = runner.cancel(job, caller.name)
+    if cancelled is None:
+        raise HTTPException(409, f"job {job_id!r} has started or ended: only a queued job can be cancelled")
+    return JobView.of(cancelled)
+
+
 class JobList(BaseModel):
     jobs: list[JobView] = Field(description="newest first")
 

@@ -17,6 +17,7 @@ from core.config import Settings
 from core.embeddings import Embedder
 from core.kbs import create_kb
 from service.api import create_app
+from service.jobs import Job, JobStore, new_job_id
 from tests.conftest import delete_indices
 from tests.protocols import write_keys_file
 from tests.serving import serve
@@ -308,6 +309,18 @@ def test_documents_and_jobs_follow_roles_and_document_groups(
             assert listed_jobs("writer", state="failed") == listed_jobs("writer", kb="test-other") == []
             assert listed_jobs("nurse") == listed_jobs("reader") == listed_jobs("outsider") == []
             assert clients["writer"].get("/jobs", params={"state": "lost"}).status_code == 422
+
+            # A queued job (a record no worker will take) is cancelled by its owner; one that ended is not.
+            waiting = Job(
+                id=new_job_id(), kind="upload", kb=kb, owner="writer", params={"spool": str(tmp_path / "gone")}
+            )
+            JobStore(es, jobs).create(waiting)
+            assert clients["reader"].delete(f"/jobs/{waiting.id}").status_code == 404
+            cancelled = clients["writer"].delete(f"/jobs/{waiting.id}")
+            assert cancelled.status_code == 200 and cancelled.json()["state"] == "failed"
+            assert cancelled.json()["error"] == "cancelled by writer before it started"
+            assert clients["writer"].delete(f"/jobs/{waiting.id}").status_code == 409
+            assert clients["admin"].delete(f"/jobs/{job['id']}").status_code == 409
 
             def listed(name: str) -> list[str]:
                 response = clients[name].get(f"/kbs/{kb}/documents")
