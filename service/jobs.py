@@ -138,16 +138,19 @@ class JobStore:
     def update(self, job_id: str, **fields: Any) -> None:
         self.es.update(index=self.index, id=job_id, doc={**fields, "updated_at": _now()})
 
-    def claim(self, job_id: str) -> Job | None:
-        """The job, now `running`, if it was unfinished and nobody claimed it in between."""
+    def _transition(
+        self, job_id: str, states: tuple[JobState, ...], change: Callable[[Job], dict[str, Any]]
+    ) -> Job | None:
+        """The job with the fields `change` gives, if it was in one of `states` and nobody wrote it in
+        between (a conditional write); None otherwise, or when there is no such job."""
         try:
             found = self.es.get(index=self.index, id=job_id)
         except NotFoundError:
             return None
         job = Job.model_validate(found["_source"])
-        if job.state not in UNFINISHED:
+        if job.state not in states:
             return None
-        job = job.model_copy(update={"state": "running", "started_at": _now(), "runs": job.runs + 1})
+        job = job.model_copy(update=change(job))
         try:
             self.es.index(
                 index=self.index,
@@ -159,6 +162,12 @@ class JobStore:
         except ConflictError:
             return None
         return job
+
+    def claim(self, job_id: str) -> Job | None:
+        """The job, now `running`, if it was unfinished and nobody claimed it in between."""
+        return self._transition(
+            job_id, UNFINISHED, lambda job: {"state": "running", "started_at": _now(), "runs": job.runs + 1}
+        )
 
     def recent(self, filters: list[dict[str, Any]], size: int, *, fresh: bool = False) -> list[Job]:
         """The newest `size` jobs matching every one of `filters` (Elasticsearch query clauses);
@@ -173,23 +182,9 @@ class JobStore:
 
     def cancel(self, job_id: str, reason: str) -> Job | None:
         """The job, now `failed` with `reason`, if it was still `queued` (None: it had started or ended)."""
-        found = self.es.get(index=self.index, id=job_id)
-        job = Job.model_validate(found["_source"])
-        if job.state != "queued":
-            return None
         now = _now()
-        job = job.model_copy(update={"state": "failed", "error": reason, "finished_at": now, "updated_at": now})
-        try:
-            self.es.index(
-                index=self.index,
-                id=job_id,
-                document=job.model_dump(),
-                if_seq_no=found["_seq_no"],
-                if_primary_term=found["_primary_term"],
-            )
-        except ConflictError:  # a worker claimed it in between
-            return None
-        return job
+        ended = {"state": "failed", "error": reason, "finished_at": now, "updated_at": now}
+        return self._transition(job_id, ("queued",), lambda job: ended)
 
     def unfinished(self) -> list[str]:
         """Ids of queued and running jobs, oldest first."""
