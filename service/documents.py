@@ -42,7 +42,8 @@ class DocumentDeleted(BaseModel):
     deleted: int = Field(description="chunks deleted")
 
 
-def _visible(access: DocumentAccess, *clauses: dict[str, Any]) -> dict[str, Any]:
+def visible_query(access: DocumentAccess, *clauses: dict[str, Any]) -> dict[str, Any]:
+    """The chunks matching `clauses` that `access` may read."""
     filters: Clauses = [*clauses, *access.to_es()]
     return {"bool": {"filter": filters}}
 
@@ -61,7 +62,7 @@ def list_documents(es: Elasticsearch, kb: str, access: DocumentAccess, size: int
     response = es.search(
         index=kb,
         size=0,
-        query=_visible(access),
+        query=visible_query(access),
         aggs={
             "documents": {"composite": composite, "aggs": per_document},
             "total": {"cardinality": {"field": "doc_id"}},
@@ -101,7 +102,7 @@ def delete_document(es: Elasticsearch, kb: str, access: DocumentAccess, doc_id: 
     """Delete the document's chunks, by id in bulk (the way the indexing job deletes stale chunks:
     Elasticsearch's minimal distribution has no `_delete_by_query`); None when it is absent or the
     caller may not read it."""
-    query = _visible(access, {"term": {"doc_id": doc_id}})
+    query = visible_query(access, {"term": {"doc_id": doc_id}})
     ids = [found.id for found in scan_ids(es, kb, query)]
     if not ids:
         return None

@@ -38,6 +38,7 @@ from indexing.loaders import SUPPORTED_SUFFIXES, LoadLimits, LoadResult, SourceF
 from indexing.options import Chunking, IndexOptions, Layout, Scope, Throughput, grant_access
 from indexing.pipeline import index_documents
 from retrieval.lists import DocumentAccess
+from service.documents import visible_query
 from service.jobs import Job, JobFailed, JobKind, Progress
 
 logger = logging.getLogger(__name__)
@@ -174,7 +175,7 @@ def hidden_sources(es: Elasticsearch, kb: str, documents: list[Document], access
     query = {
         "bool": {
             "filter": [{"bool": {"should": same, "minimum_should_match": 1}}],
-            "must_not": [{"bool": {"filter": access.to_es()}}],
+            "must_not": [visible_query(access)],
         }
     }
     aggs = {
