@@ -222,6 +222,7 @@ def reasoning_url(es_url: str, alias: str, embedder: Embedder) -> Iterator[str]:
 
 def test_the_reasoning_is_shown_folded_and_never_in_the_answer(browser: Browser, reasoning_url: str) -> None:
     with asked(browser, reasoning_url, "一年有几个季节？") as tab:
+        expect(tab.locator("#timeline li.total")).to_be_visible(timeout=60_000)  # the run has ended, as above
         expect(tab.locator("#answer")).to_have_text("一年有四个季节。")
         box = tab.locator("#reasoning-box")
         expect(box.locator("summary")).to_have_text("思考过程")
