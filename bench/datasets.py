@@ -23,8 +23,8 @@ from typing import Any
 from core.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE
 from core.config import Settings
 from core.documents import Document, document_chunks
+from evaluation.questions import Corpus, split_of
 from indexing.loaders import load_text
-from retrieval.questions import Corpus, split_of
 
 BENCH_DATA = Path(__file__).resolve().parent / "data"
 CMRC_CHUNK_SIZE = 1000  # longer than any CMRC paragraph: one paragraph, one chunk

@@ -31,14 +31,16 @@ from itertools import product
 from pathlib import Path
 from typing import Any
 
-from elasticsearch import Elasticsearch, helpers
+from elasticsearch import Elasticsearch
 
 from bench.datasets import BENCH_DATA, load_sanguo, read_jsonl
 from bench.embedding_cache import CachedEmbedder, cache_path
 from bench.latency import percentile
 from bench.retrieval_eval import REPO, RESULTS, machine, update_docs
+from core.access import ALL_DOCUMENTS, Scope
 from core.config import Settings
 from core.embeddings import load_embedder
+from core.reader import Reader
 from core.schema import Mode
 from core.store import concrete_indices, create_client
 from core.text import get_tokenizer
@@ -61,7 +63,7 @@ def load_questions() -> list[dict[str, Any]]:
 def indexed_chunks(es: Elasticsearch, index: str) -> list[str]:
     """Every chunk of the index: a question whose evidence is in none of them cannot be asked."""
     es.indices.refresh(index=index)
-    return [hit["_source"]["text"] for hit in helpers.scan(es, index=index, _source=["text"])]
+    return [hit["_source"]["text"] for hit in Reader(es, Scope.whole(index)).scan({"_source": ["text"]})]
 
 
 def contains(answer: str, evidence: str) -> bool:
@@ -76,7 +78,7 @@ def run_all(retriever: Retriever, settings: Settings, questions: list[dict[str, 
         started = time.perf_counter()
         result = answer_locally(
             retriever,
-            settings.es_index,
+            Scope.whole(settings.es_index),
             item["question"],
             mode=Mode.HYBRID,
             k=K,
@@ -197,7 +199,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         book = load_sanguo(path=args.book)
         options = IndexOptions.from_settings(settings)
         index_documents(
-            es, book.documents, alias=args.index, embedder=embedder, tokenizer=tokenizer, options=options, progress=True
+            es,
+            book.documents,
+            alias=args.index,
+            visible=ALL_DOCUMENTS,
+            embedder=embedder,
+            tokenizer=tokenizer,
+            options=options,
+            progress=True,
         )
     chunks = indexed_chunks(es, args.index)
     text = "\x1e".join(chunks)

@@ -24,8 +24,10 @@ from typing import Any
 from bench.datasets import load_named
 from bench.embedding_cache import CachedEmbedder, cache_path
 from bench.retrieval_eval import RESULTS, SERVICE, machine, update_docs
+from core.access import Scope
 from core.config import Settings
 from core.embeddings import load_embedder
+from core.reader import Reader
 from core.schema import Mode
 from core.store import IndexNotFoundError, create_client
 from core.text import get_tokenizer
@@ -111,7 +113,7 @@ def _warm_up(
         for _label, run_params, mode in runs:
             retriever.params = run_params
             for text in queries[: args.warmup]:
-                retriever.search(alias, text, mode, args.k)
+                retriever.search(Scope.whole(alias), text, mode, args.k)
 
 
 def _time(
@@ -133,7 +135,7 @@ def _time(
                 retriever = retrievers[variant]
                 retriever.params = run_params
                 started = time.perf_counter()
-                retriever.search(alias, text, mode, args.k)
+                retriever.search(Scope.whole(alias), text, mode, args.k)
                 samples[variant][label].append((time.perf_counter() - started) * 1000)
     return samples
 
@@ -188,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             hint = f"run `python -m bench.retrieval_eval --datasets {dataset.name.split('-')[0]}` first"
             raise SystemExit(f"{err} ({hint})") from err
         samples = _time(retrievers, runs, alias, queries, args, rng)
-        report["indices"][alias] = _result(es.count(index=alias)["count"], samples)
+        report["indices"][alias] = _result(Reader(es, Scope.whole(alias)).count(), samples)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     table = markdown(report)
     args.out.with_suffix(".md").write_text(table, encoding="utf-8")

@@ -37,11 +37,12 @@ from bench.embedding_cache import CachedEmbedder, cache_path
 from bench.latency import percentile
 from bench.retrieval_eval import REPO, RESULTS, machine, update_docs
 from bench.service_process import ServiceProcess
+from core.access import ALL_DOCUMENTS, Scope
 from core.config import Settings
 from core.embeddings import load_embedder
 from core.store import create_client
 from core.text import get_tokenizer
-from indexing.options import IndexOptions, Scope
+from indexing.options import IndexOptions, RunScope
 from indexing.pipeline import index_documents
 from retrieval.retriever import build_retriever
 
@@ -59,10 +60,11 @@ def build_index(alias: str, chapters: int | None) -> tuple[int, list[str]]:
             es,
             dataset.documents[:chapters],
             alias=alias,
+            visible=ALL_DOCUMENTS,
             embedder=CachedEmbedder(load_embedder(settings.embedder, settings), cache_path(settings)),
             tokenizer=get_tokenizer(settings.jieba_user_dict),
             options=IndexOptions.from_settings(settings),
-            scope=Scope(prune=True),
+            scope=RunScope(prune=True),
             progress=True,
         )
     finally:
@@ -151,11 +153,11 @@ def time_retriever(alias: str, questions: list[str], mode: str, requests: int, w
     try:
         retriever = build_retriever(settings, es, load_embedder(settings.embedder, settings))
         for text in questions[:warmup]:
-            retriever.search(alias, text, mode, k)
+            retriever.search(Scope.whole(alias), text, mode, k)
         samples = []
         for i in range(requests):
             started = time.perf_counter()
-            retriever.search(alias, questions[i % len(questions)], mode, k)
+            retriever.search(Scope.whole(alias), questions[i % len(questions)], mode, k)
             samples.append((time.perf_counter() - started) * 1000)
     finally:
         es.close()

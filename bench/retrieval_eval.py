@@ -41,14 +41,14 @@ from tqdm import tqdm
 
 from bench.datasets import Dataset, load_named
 from bench.embedding_cache import CachedEmbedder, cache_path
+from core.access import ALL_DOCUMENTS, Scope
 from core.config import Settings
 from core.embeddings import Embedder, load_embedder
+from core.reader import Reader
 from core.schema import LIST_MODES
 from core.store import concrete_indices, create_client, read_index_meta
 from core.text import ChineseTokenizer
-from indexing.options import Chunking, IndexOptions, Scope
-from indexing.pipeline import index_documents
-from retrieval.evaluation import (
+from evaluation.metrics import (
     COST_TOLERANCE,
     LIST_DEPTH,
     LISTS,
@@ -62,6 +62,8 @@ from retrieval.evaluation import (
     paired_bootstrap,
     per_query,
 )
+from indexing.options import Chunking, IndexOptions, RunScope
+from indexing.pipeline import index_documents
 from retrieval.retriever import RetrievalParams, Retriever
 
 REPO = Path(__file__).resolve().parent.parent
@@ -109,18 +111,19 @@ def ensure_indexed(
     if not reindex and concrete_indices(es, alias):
         es.indices.refresh(index=alias)
         same_dict = (read_index_meta(es, alias).corpus_terms is not None) == variant.corpus_dict
-        if same_dict and es.count(index=alias)["count"] == len(dataset.chunks):
+        if same_dict and Reader(es, Scope.whole(alias)).count() == len(dataset.chunks):
             return alias
     summary = index_documents(
         es,
         dataset.documents,
         alias=alias,
+        visible=ALL_DOCUMENTS,
         embedder=embedder,
         tokenizer=variant.tokenizer(settings.jieba_user_dict),
         options=replace(
             IndexOptions.from_settings(settings), chunking=Chunking(dataset.chunk_size, dataset.chunk_overlap)
         ),
-        scope=Scope(recreate=True),
+        scope=RunScope(recreate=True),
         progress=True,
     )
     if summary.failed or summary.chunks != len(dataset.chunks):
@@ -133,7 +136,7 @@ def ranked_lists(retriever: Retriever, alias: str, dataset: Dataset, split: str)
     queries = [q for q in dataset.queries if q.split == split]
     depth = retriever.params.depth
     return {
-        q.id: retriever.ranked_lists(alias, q.text, LIST_MODES, depth)
+        q.id: retriever.ranked_lists(Scope.whole(alias), q.text, LIST_MODES, depth)
         for q in tqdm(queries, desc=f"lists {alias} {split}", unit="q", file=sys.stderr)
     }
 

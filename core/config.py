@@ -127,6 +127,10 @@ class Settings(BaseSettings):
     keys_file: str | None = None  # principals, their keys and roles per knowledge base: JSON or YAML
     mcp_api_key: SecretStr | None = None  # whose access `python -m service.mcp` (stdio) has; None: all
     cors_origins: Annotated[list[str], NoDecode] = []
+    # Names the service answers to, beside localhost, 127.0.0.1, [::1] and HOST (DNS rebinding):
+    # the public name behind a proxy, or `*` for any. Origins a browser may call from, beside these hosts'.
+    allowed_hosts: Annotated[list[str], NoDecode] = []
+    allowed_origins: Annotated[list[str], NoDecode] = []
     max_question_chars: int = 2000
     max_request_bytes: int = 64 * 1024
     log_level: str = "INFO"
@@ -147,7 +151,15 @@ class Settings(BaseSettings):
     max_upload_texts: int = Field(1000, ge=1, description="most texts in one JSON upload request")
     max_job_chunks: int = Field(20_000, ge=1, description="most chunks one upload job may make")
 
-    @field_validator("api_keys", "cors_origins", "web_allow_sites", "web_deny_sites", mode="before")
+    @field_validator(
+        "api_keys",
+        "cors_origins",
+        "allowed_hosts",
+        "allowed_origins",
+        "web_allow_sites",
+        "web_deny_sites",
+        mode="before",
+    )
     @classmethod
     def _split_commas(cls, value: object) -> object:
         if isinstance(value, str):

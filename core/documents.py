@@ -33,8 +33,12 @@ class Document:
     section_starts: list[tuple[int, str]] = field(default_factory=list)
     # Hash of the whole file the document came from: `--sync` skips files the index holds.
     file_hash: str | None = None
-    # The groups that may read it (retrieval.lists.DocumentAccess); empty: whoever may read the base.
+    # The groups that may read it (core.access.DocumentAccess); empty: whoever may read the base.
     access: list[str] = field(default_factory=list)
+    # Whose reach wrote it ("": the whole base's, as the indexing job and admins write). An upload by
+    # a caller with document groups hashes its chunks within its own space, so they never take the
+    # id of a chunk that caller may not read (docs/api.md, "Uploads and hidden documents").
+    id_space: str = ""
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,7 @@ class Chunk:
     index: int
     text: str
     id: str
+    text_hash: str
     page_start: int | None = None
     page_end: int | None = None
     section: str | None = None
@@ -73,8 +78,9 @@ def document_chunks(document: Document, chunk_size: int, chunk_overlap: int) -> 
             index = len(chunks)
             first = _page_at(document.page_starts, start + span.start)
             last = _page_at(document.page_starts, start + span.end - 1)
-            id_ = chunk_id(document.doc_id, index, content_hash(span.text))
-            chunks.append(Chunk(document, index, span.text, id_, first, last, section))
+            text_hash = content_hash(f"{document.id_space}\x1e{span.text}" if document.id_space else span.text)
+            id_ = chunk_id(document.doc_id, index, text_hash)
+            chunks.append(Chunk(document, index, span.text, id_, text_hash, first, last, section))
     return chunks
 
 

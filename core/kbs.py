@@ -148,27 +148,6 @@ def list_kb_names(es: Elasticsearch) -> list[str]:
     return sorted(names)
 
 
-def kb_stats(es: Elasticsearch, names: list[str]) -> dict[str, KnowledgeBaseStats]:
-    """Documents, chunks and the last write of each base, in one `_msearch`."""
-    if not names:
-        return {}
-    searches: list[dict[str, Any]] = []
-    aggs = {"documents": {"cardinality": {"field": "doc_id"}}, "last": {"max": {"field": "indexed_at"}}}
-    for name in names:
-        searches += [{"index": name}, {"size": 0, "track_total_hits": True, "aggs": aggs}]
-    stats = {}
-    for name, response in zip(names, es.msearch(searches=searches)["responses"], strict=True):
-        if "error" in response:
-            continue
-        last = response["aggregations"]["last"]
-        stats[name] = KnowledgeBaseStats(
-            documents=int(response["aggregations"]["documents"]["value"]),
-            chunks=int(response["hits"]["total"]["value"]),
-            last_update=last.get("value_as_string"),
-        )
-    return stats
-
-
 def create_kb(
     es: Elasticsearch,
     name: str,

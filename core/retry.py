@@ -5,7 +5,7 @@ are the exception: the transport retries them on another node, `core.store.creat
 A `Policy` is how often and how long to try, and which errors are worth another attempt:
 
 - `OPENAI`: chat models (`service/llm.py`) and the remote embedder (`core/embeddings.py`);
-- `ES_SEARCH`: one failed search of an `_msearch` (`core.store.msearch`);
+- `ES_SEARCH`: one failed search of an `_msearch` (`core.reader`);
 - `ES_BULK`: bulk writes of the indexing job (`indexing/write.py`);
 - `WEB_SEARCH`: the Bocha web search (`service/websearch.py`).
 

@@ -100,7 +100,7 @@ class ChunkRecord(ChunkFields):
             chunk_index=chunk.index,
             chapter=document.chapter,
             chapter_title=document.chapter_title,
-            content_hash=content_hash(chunk.text),
+            content_hash=chunk.text_hash,
             indexed_at=datetime.now(UTC).isoformat(),
             metadata=document.metadata,
             metadata_terms=document.metadata,

@@ -14,7 +14,7 @@ from elasticsearch.serializer import OrjsonSerializer
 
 from core.config import Settings
 from core.embeddings import Embedder
-from core.retry import ES_SEARCH, is_transient, retrying
+from core.retry import is_transient
 from core.schema import ADDED_PROPERTIES, index_body
 
 
@@ -55,34 +55,6 @@ class SearchError(Exception):
     @property
     def transient(self) -> bool:
         return is_transient(self.status, self.type)
-
-
-def msearch(es: Elasticsearch, index: str, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The responses of `bodies` searched in `index` in one `_msearch` round trip.
-
-    A search that misses shards fails instead of silently returning part of the index. Retry
-    policy: connection errors, time-outs and 429/5xx answers are retried by the client's
-    transport on another node; a search item that fails transiently (a shard copy lost with
-    its node between the query and fetch phases) is re-sent once, after 0.5 s, when the
-    cluster has moved on to the surviving copies. Raises `IndexNotFoundError` or `SearchError`.
-    """
-    searches: list[dict[str, Any]] = []
-    for body in bodies:
-        searches += [{"index": index, "allow_partial_search_results": False}, body]
-
-    def once() -> list[dict[str, Any]]:
-        try:
-            responses: list[dict[str, Any]] = es.msearch(searches=searches)["responses"]
-        except NotFoundError as err:
-            raise IndexNotFoundError(index) from err
-        for response in responses:
-            if "error" in response:
-                if response["error"].get("type") == "index_not_found_exception":
-                    raise IndexNotFoundError(index)
-                raise SearchError(index, response["error"], response.get("status"))
-        return responses
-
-    return retrying(ES_SEARCH, f"search of {index!r}")(once)
 
 
 @dataclass(frozen=True)

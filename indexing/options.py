@@ -1,7 +1,7 @@
 """The indexing job's options: small objects, each validated once, when it is built.
 
 `IndexOptions.from_settings` gives the configured ones (chunking, embedding throughput, the
-layout of a new index); `Scope` says what a run may delete besides its documents' own stale
+layout of a new index); `RunScope` says what a run may delete besides its documents' own stale
 chunks. The CLI only parses flags into these; a bad value is their `ValueError`, which the
 CLI reports as a usage error (exit status 2).
 """
@@ -98,7 +98,7 @@ class Partition:
 
 
 @dataclass(frozen=True)
-class Scope:
+class RunScope:
     """What a run replaces and deletes; the empty scope adds and updates its documents only.
 
     `recreate` builds a new versioned index and swaps the alias to it when nothing failed.

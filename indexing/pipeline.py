@@ -4,7 +4,7 @@
    chunks, unchanged ones (skipped, never re-embedded), stale ones.
 2. **Embed and write, overlapped** (indexing/embed.py, indexing/write.py): embedding batches in
    flight while finished ones are analysed and bulk-written.
-3. **Clean up**: delete stale chunks (changed documents; and what the run's `Scope` removes:
+3. **Clean up**: delete stale chunks (changed documents; and what the run's `RunScope` removes:
    documents gone from a source, files deleted from a synced folder, everything not given),
    refresh, and with `recreate` swap the alias to the new index only when nothing failed. A
    document's (a source's) old chunks are deleted only when all of its new chunks were written,
@@ -28,19 +28,21 @@ from elasticsearch import Elasticsearch
 from pydantic import BaseModel
 from tqdm import tqdm
 
+from core.access import DocumentAccess, Scope
 from core.documents import Document
 from core.embeddings import Embedder
+from core.reader import Reader
 from core.store import create_index, ensure_index, read_index_meta, swap_alias, update_kb_meta, versioned_name
 from core.text import ChineseTokenizer
 from indexing.dictionary import corpus_tokenizer
 from indexing.embed import Embedding, embed_and_write
-from indexing.options import Chunking, IndexOptions, Layout, Scope
+from indexing.options import Chunking, IndexOptions, Layout, RunScope
 from indexing.plan import Plan, checked_documents, orphans, plan_chunks
 from indexing.write import ErrorLog, Progress, Writer, clean_up
 
 logger = logging.getLogger(__name__)
 
-NOTHING_ELSE = Scope()  # a run that only adds and updates its documents' chunks
+NOTHING_ELSE = RunScope()  # a run that only adds and updates its documents' chunks
 
 
 class Observer(Protocol):
@@ -107,7 +109,7 @@ class _Written:
     write_seconds: float
 
 
-def _open_index(es: Elasticsearch, alias: str, embedder: Embedder, scope: Scope, layout: Layout) -> str:
+def _open_index(es: Elasticsearch, alias: str, embedder: Embedder, scope: RunScope, layout: Layout) -> str:
     """The index to write: a new versioned one (`recreate`) or the one behind `alias`.
 
     Partition workers that find no index all create the same name, so they share one.
@@ -147,7 +149,8 @@ class _Run:
     alias: str
     embedder: Embedder
     options: IndexOptions
-    scope: Scope
+    scope: RunScope
+    visible: DocumentAccess  # what the run sees of the base: it keeps, replaces and deletes only that
     errors: ErrorLog
     progress: bool
     observer: Observer | None
@@ -156,9 +159,11 @@ class _Run:
 def _write(run: _Run, documents: list[Document], tokenizer: ChineseTokenizer) -> _Written:
     """Plan, embed and write, clean up, refresh: steps 1 to 3 of the module docstring."""
     es, index = run.es, run.index
-    empty = run.scope.recreate or es.count(index=index)["count"] == 0
+    reader = Reader(es, Scope(index, run.visible))
+    # Whether the base is empty is the base's own fact (its corpus dictionary is made anew then).
+    empty = run.scope.recreate or Reader(es, Scope.whole(index)).count() == 0
     tokenizer = corpus_tokenizer(es, index, documents, tokenizer, fresh=empty)
-    plan = plan_chunks(es, index, documents, run.options.chunking, empty)
+    plan = plan_chunks(reader, documents, run.options.chunking, empty)
     logger.info(
         "%d chunks: %d new, %d unchanged, %d stale", plan.chunks, len(plan.new), plan.unchanged, len(plan.stale)
     )
@@ -173,7 +178,7 @@ def _write(run: _Run, documents: list[Document], tokenizer: ChineseTokenizer) ->
         embedding = Embedding(run.embedder, run.errors, progress)
         writer = Writer(es, index, tokenizer, run.errors, progress)
         embed_and_write(plan.new, run.options.throughput, embedding, writer)
-    deleted = clean_up(es, index, plan, orphans(es, index, documents, run.scope), run.errors)
+    deleted = clean_up(es, index, plan, orphans(reader, documents, run.scope), run.errors)
     if run.scope.recreate:
         es.indices.put_settings(index=index, settings={"index": {"refresh_interval": None}})
     es.indices.refresh(index=index)
@@ -188,14 +193,17 @@ def index_documents(
     embedder: Embedder,
     tokenizer: ChineseTokenizer,
     options: IndexOptions,
-    scope: Scope = NOTHING_ELSE,
+    visible: DocumentAccess,
+    scope: RunScope = NOTHING_ELSE,
     error_file: Path | None = None,
     progress: bool = False,
     observer: Observer | None = None,
 ) -> IndexSummary:
     """Index `documents` into the knowledge base `alias`; see the module docstring.
 
-    `scope` says what else the run may replace or delete (indexing/options.py). With
+    `visible` is what the run sees of the base (`ALL_DOCUMENTS` for the job; an uploader's own
+    groups): it keeps, replaces and deletes only chunks it sees. `scope` says what else the run
+    may replace or delete (indexing/options.py). With
     `recreate`, a failed run deletes its new index and the old one keeps serving. Failed chunks
     go to `error_file` (JSON lines, appended); `observer` is told of the plan and of each finished
     batch. A base without a stored chunking records this run's. Raises
@@ -205,7 +213,7 @@ def index_documents(
     documents = checked_documents(documents, scope.partition)
     index = _open_index(es, alias, embedder, scope, options.layout)
     _record_chunking(es, index, options.chunking)
-    run = _Run(es, index, alias, embedder, options, scope, ErrorLog(error_file), progress, observer)
+    run = _Run(es, index, alias, embedder, options, scope, visible, ErrorLog(error_file), progress, observer)
     try:
         written = _write(run, documents, tokenizer)
     except BaseException:

@@ -4,7 +4,7 @@ Chunk ids are deterministic (`core.schema.chunk_id`: document id, position, cont
 one `doc_id` lookup per group of documents tells which chunks are already indexed (skipped,
 never re-embedded, but brought to their document's file hash and access groups) and which
 indexed chunks are stale; `orphans` finds the chunks of documents
-the run does not give that its `Scope` removes. Everything is read from doc values.
+the run does not give that its `RunScope` removes. Everything is read from doc values.
 """
 
 from collections import Counter
@@ -12,10 +12,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from elasticsearch import Elasticsearch, helpers
-
 from core.documents import Chunk, Document, document_chunks
-from indexing.options import Chunking, Partition, Scope
+from core.reader import Reader
+from indexing.options import Chunking, Partition, RunScope
 
 _LOOKUP_GROUP = 256  # documents per existing-chunk lookup
 
@@ -51,10 +50,10 @@ def batched(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
         yield items[start : start + size]
 
 
-def scan_ids(es: Elasticsearch, index: str, query: dict[str, Any]) -> Iterator[Indexed]:
-    """Every chunk matching `query`, from doc values only."""
+def scan_ids(reader: Reader, query: dict[str, Any]) -> Iterator[Indexed]:
+    """Every chunk matching `query` that the reader sees, from doc values only."""
     body = {"query": query, "_source": False, "docvalue_fields": ["doc_id", "source", "file_hash", "access"]}
-    for hit in helpers.scan(es, index=index, query=body, size=1000):
+    for hit in reader.scan(body):
         fields = hit.get("fields", {})
         yield Indexed(
             hit["_id"],
@@ -65,12 +64,12 @@ def scan_ids(es: Elasticsearch, index: str, query: dict[str, Any]) -> Iterator[I
         )
 
 
-def indexed_files(es: Elasticsearch, alias: str) -> dict[str, set[str | None]]:
+def indexed_files(reader: Reader) -> dict[str, set[str | None]]:
     """source → the file hashes its chunks carry (None: indexed before hashes were kept); {} when no index.
 
     One hash means the file is indexed whole as that version; more mean a run was interrupted.
     """
-    if not es.indices.exists(index=alias):
+    if not reader.es.indices.exists(index=reader.scope.kb):
         return {}
     files: dict[str, set[str | None]] = {}
     sources = [
@@ -80,7 +79,7 @@ def indexed_files(es: Elasticsearch, alias: str) -> dict[str, set[str | None]]:
     after: dict[str, Any] | None = None
     while True:
         composite: dict[str, Any] = {"size": 1000, "sources": sources, **({"after": after} if after else {})}
-        result = es.search(index=alias, size=0, aggs={"files": {"composite": composite}})["aggregations"]["files"]
+        result = reader.search({"size": 0, "aggs": {"files": {"composite": composite}}})["aggregations"]["files"]
         for bucket in result["buckets"]:
             files.setdefault(bucket["key"]["source"], set()).add(bucket["key"]["hash"])
         after = result.get("after_key")
@@ -98,14 +97,15 @@ def outdated_fields(found: Indexed, document: Document) -> dict[str, Any]:
     return update
 
 
-def plan_chunks(es: Elasticsearch, index: str, documents: list[Document], chunking: Chunking, empty: bool) -> Plan:
-    """What indexing `documents` into `index` adds, keeps, deletes and re-hashes (`empty`: no lookups)."""
+def plan_chunks(reader: Reader, documents: list[Document], chunking: Chunking, empty: bool) -> Plan:
+    """What indexing `documents` into the reader's base adds, keeps, deletes and re-hashes (`empty`: no
+    lookups). Only chunks the reader sees count: a chunk it may not read is neither kept nor deleted."""
     plan = Plan()
     for group in batched(documents, _LOOKUP_GROUP):
         existing: dict[str, dict[str, Indexed]] = {}
         if not empty:
             query = {"terms": {"doc_id": [document.doc_id for document in group]}}
-            for found in scan_ids(es, index, query):
+            for found in scan_ids(reader, query):
                 existing.setdefault(found.doc_id, {})[found.id] = found
         for document in group:
             chunks = document_chunks(document, chunking.size, chunking.overlap)
@@ -121,7 +121,7 @@ def plan_chunks(es: Elasticsearch, index: str, documents: list[Document], chunki
     return plan
 
 
-def orphans(es: Elasticsearch, index: str, documents: list[Document], scope: Scope) -> list[Indexed]:
+def orphans(reader: Reader, documents: list[Document], scope: RunScope) -> list[Indexed]:
     """Chunks of documents not given that `scope` removes: from the given sources
     (`replace_sources`: all, or those named), of removed sources, or anywhere (`prune`).
 
@@ -137,7 +137,7 @@ def orphans(es: Elasticsearch, index: str, documents: list[Document], scope: Sco
     partition = scope.partition
     return [
         found
-        for found in scan_ids(es, index, query)
+        for found in scan_ids(reader, query)
         if found.doc_id not in given and (partition is None or partition.contains(found.doc_id))
     ]
 

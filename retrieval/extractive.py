@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
+from core.access import Scope
 from core.chunking import split_sentences
 from core.config import Settings
 from core.embeddings import Embedder, cosine_similarities
@@ -340,7 +341,7 @@ class LocalAnswer:
 
 def answer_locally(
     retriever: Retriever,
-    index: str,
+    scope: Scope,
     question: str,
     *,
     mode: Mode,
@@ -352,13 +353,13 @@ def answer_locally(
     """The extractive answer from the knowledge base alone: the steps of the service's extractive
     graph with web search off, in one call (each part searched `k` deep, its top `passages` quoted)."""
     parts = split_question(question, max_parts)
-    tokenizer = retriever.index_tokenizer(index)
+    tokenizer = retriever.index_tokenizer(scope.kb)
     answers = []
     for part, text in zip(parts, search_texts(parts), strict=True):
         if wants_links(part):
             answers.append(link_answer(part, []))
             continue
-        hits = retriever.search(index, text, mode, k).hits[:passages]
+        hits = retriever.search(scope, text, mode, k).hits[:passages]
         answers.append(select(part, local_sources(hits), retriever.embedder, tokenizer, limits))
     numbers = {source_id: Quoted(number) for number, source_id in enumerate(quoted_ids(answers), start=1)}
     return LocalAnswer(compose(answers, numbers, []), answers)

@@ -6,16 +6,14 @@ Keyword queries are cut by the index's own tokenizer, so they match what indexin
 """
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Annotated, Any, Protocol
 
 from pydantic import Field
 
+from core.access import Clauses
 from core.contract import StrictModel
 from core.schema import HIT_SOURCE_FIELDS, ID_FIELDS, Mode
 from core.text import ChineseTokenizer, bigram_terms, join_terms
-
-Clauses = list[dict[str, Any]]
 
 
 class SearchFilter(Protocol):
@@ -44,40 +42,6 @@ class Filters(StrictModel):
             bounds = {"gte": self.chapter_from, "lte": self.chapter_to}
             clauses.append({"range": {"chapter": {key: v for key, v in bounds.items() if v is not None}}})
         return clauses
-
-
-@dataclass(frozen=True)
-class DocumentAccess:
-    """The document groups a caller may read, applied inside every list and to every fetch.
-
-    A chunk without `access` groups is readable by everyone who may read its base; one with
-    groups only by a caller holding one of them. `everything` (an admin, an `API_KEYS` key, the
-    command line) reads every chunk.
-    """
-
-    groups: frozenset[str] = frozenset()
-    everything: bool = False
-
-    def to_es(self) -> Clauses:
-        if self.everything:
-            return []
-        public: dict[str, Any] = {"bool": {"must_not": {"exists": {"field": "access"}}}}
-        if not self.groups:
-            return [public]
-        allowed = {"terms": {"access": sorted(self.groups)}}
-        return [{"bool": {"should": [public, allowed], "minimum_should_match": 1}}]
-
-    def allows(self, groups: list[str] | None) -> bool:
-        """Whether a chunk with these `access` groups may be read (the same rule as `to_es`)."""
-        return self.everything or not groups or not self.groups.isdisjoint(groups)
-
-    @property
-    def scope(self) -> str:
-        """A key naming what this caller reads (`*` everything, else its sorted groups): caches are per scope."""
-        return "*" if self.everything else ",".join(sorted(self.groups))
-
-
-EVERYTHING = DocumentAccess(everything=True)
 
 
 def envelope(size: int, *, source: bool) -> dict[str, Any]:

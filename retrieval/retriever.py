@@ -18,18 +18,20 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
-from elasticsearch import Elasticsearch, NotFoundError
+from elasticsearch import Elasticsearch
 
+from core.access import Clauses, Scope
 from core.config import FusionMethod, Settings
 from core.embeddings import Embedder, cosine_similarities
 from core.kbs import FusionSetting
+from core.reader import Reader
 from core.schema import HIT_SOURCE_FIELDS, LIST_MODES, Mode, chunk_id_from_fields
-from core.store import IndexMeta, IndexNotFoundError, check_embedder_meta, msearch, read_index_meta
+from core.store import IndexMeta, check_embedder_meta, read_index_meta
 from core.text import ChineseTokenizer, get_tokenizer
 from retrieval import lists
 from retrieval.compare import Comparison, relate
 from retrieval.fusion import FusionParams, fuse
-from retrieval.lists import EVERYTHING, Clauses, DocumentAccess, SearchFilter
+from retrieval.lists import SearchFilter
 from retrieval.results import FusionUsed, Hit, SearchResult
 
 _META_TTL_S = 30.0  # how long an index's embedder and dictionary are trusted before re-reading
@@ -122,26 +124,25 @@ class Retriever:
 
     def search(
         self,
-        index: str,
+        scope: Scope,
         query: str,
         mode: Mode | str = Mode.HYBRID,
         k: int = 10,
         filters: SearchFilter | None = None,
         *,
         similarity: bool = False,
-        access: DocumentAccess = EVERYTHING,
     ) -> SearchResult:
-        """The top `k` of `mode` among the chunks `access` may read; with `similarity`, each hit's
+        """The top `k` of `mode` among the chunks `scope` may read; with `similarity`, each hit's
         cosine to the query too (one more `mget`)."""
         vector = _QueryVector(self.embedder, query)
-        result = self._search(index, query, Mode.from_str(mode), k, _Scope(filters, access), vector)
+        result = self._search(Reader(self.es, scope), query, Mode.from_str(mode), k, filters, vector)
         if similarity:
-            self._similarities(index, result.hits, vector)
+            self._similarities(Reader(self.es, scope), result.hits, vector)
         return result
 
-    def _similarities(self, index: str, hits: list[Hit], vector: _QueryVector) -> None:
+    def _similarities(self, reader: Reader, hits: list[Hit], vector: _QueryVector) -> None:
         """Set each hit's `similarity` from its stored embedding (the vector list's cosine, any mode)."""
-        stored = self._fetch(index, [hit.id for hit in hits], EVERYTHING, ["embedding"])
+        stored = reader.fetch([hit.id for hit in hits], ["embedding"])
         found = [hit for hit in hits if hit.id in stored]
         if not found:
             return
@@ -151,24 +152,23 @@ class Retriever:
 
     def ranked_lists(
         self,
-        index: str,
+        scope: Scope,
         query: str,
         lists: Sequence[Mode],
         size: int,
         filters: SearchFilter | None = None,
-        access: DocumentAccess = EVERYTHING,
     ) -> dict[str, list[tuple[str, float]]]:
         """(chunk id, score) of each list, `size` deep, in one `_msearch` without `_source`."""
         _validate(query, size)
-        return self._lists(index, query, lists, size, _Scope(filters, access), _QueryVector(self.embedder, query))
+        return self._lists(Reader(self.es, scope), query, lists, size, filters, _QueryVector(self.embedder, query))
 
     def _lists(
         self,
-        index: str,
+        reader: Reader,
         query: str,
         lists: Sequence[Mode],
         size: int,
-        scope: "_Scope",
+        filters: SearchFilter | None,
         vector: _QueryVector,
     ) -> dict[str, list[tuple[str, float]]]:
         """Every list of `lists` in one `_msearch`, which Elasticsearch runs concurrently.
@@ -176,29 +176,31 @@ class Retriever:
         The query is embedded first: searching the keyword lists on a thread while embedding
         was slower on two cores, where the embedder's threads and Elasticsearch compete.
         """
-        bodies = [self._body(index, name, query, size, scope.clauses, vector, source=False) for name in lists]
-        responses = self._msearch(index, bodies)
+        index, clauses = reader.scope.kb, _clauses(filters)
+        responses = reader.msearch(
+            [self._body(index, name, query, size, clauses, vector, source=False) for name in lists]
+        )
         return {
             name: [(chunk_id_from_fields(raw["fields"]), raw["_score"]) for raw in response["hits"]["hits"]]
             for name, response in zip(lists, responses, strict=True)
         }
 
     def _search(
-        self, index: str, query: str, mode: Mode, k: int, scope: "_Scope", vector: _QueryVector
+        self, reader: Reader, query: str, mode: Mode, k: int, filters: SearchFilter | None, vector: _QueryVector
     ) -> SearchResult:
         _validate(query, k)
         started = time.perf_counter()
         fusion = None
         if mode == Mode.HYBRID:
-            setting = self.fusion_of(index)
+            setting = self.fusion_of(reader.scope.kb)
             params = self.params.with_fusion(setting)
-            hits = self._hybrid(index, query, k, scope, vector, params)
+            hits = self._hybrid(reader, query, k, filters, vector, params)
             fusion = fusion_used(params, setting)
         else:
-            body = self._body(index, mode, query, k, scope.clauses, vector, source=True)
+            body = self._body(reader.scope.kb, mode, query, k, _clauses(filters), vector, source=True)
             hits = [
                 Hit.from_source(raw["_source"], id=raw["_id"], score=raw["_score"])
-                for raw in self._msearch(index, [body])[0]["hits"]["hits"]
+                for raw in reader.msearch([body])[0]["hits"]["hits"]
             ]
         return SearchResult(mode=mode, took_ms=(time.perf_counter() - started) * 1000, hits=hits, fusion=fusion)
 
@@ -212,13 +214,19 @@ class Retriever:
         self._indices.pop(index, None)
 
     def _hybrid(
-        self, index: str, query: str, k: int, scope: "_Scope", vector: _QueryVector, params: RetrievalParams
+        self,
+        reader: Reader,
+        query: str,
+        k: int,
+        filters: SearchFilter | None,
+        vector: _QueryVector,
+        params: RetrievalParams,
     ) -> list[Hit]:
-        ranked = self._lists(index, query, params.hybrid_lists, max(k, params.depth), scope, vector)
+        ranked = self._lists(reader, query, params.hybrid_lists, max(k, params.depth), filters, vector)
         fused = fuse(ranked, params.fusion_params, top=k)
         # The winners came from filtered lists; the fetch checks their groups again (a chunk's
         # access may change between the search and the fetch).
-        sources = self._fetch(index, [hit.id for hit in fused], scope.access)
+        sources = reader.fetch([hit.id for hit in fused], HIT_SOURCE_FIELDS)
         return [  # a chunk deleted between the search and the fetch is left out
             Hit.from_source(sources[found.id], id=found.id, score=found.score, explain=found.explain)
             for found in fused
@@ -227,24 +235,23 @@ class Retriever:
 
     def compare(
         self,
-        index: str,
+        scope: Scope,
         query: str,
         k: int = 10,
         modes: Sequence[Mode | str] = (Mode.VECTOR, Mode.HYBRID),
         filters: SearchFilter | None = None,
-        access: DocumentAccess = EVERYTHING,
     ) -> Comparison:
         """Run `query` in each of `modes` (each timed on its own; the query embedded once) and relate their top-k ids."""
         chosen = list(dict.fromkeys(Mode.from_str(mode) for mode in modes))
         if len(chosen) < 2:
             raise ValueError(f"compare needs at least two distinct modes, got {chosen}")
         vector = _QueryVector(self.embedder, query)
-        scope = _Scope(filters, access)
-        return relate(query, k, {mode: self._search(index, query, mode, k, scope, vector) for mode in chosen})
+        reader = Reader(self.es, scope)
+        return relate(query, k, {mode: self._search(reader, query, mode, k, filters, vector) for mode in chosen})
 
-    def chunk(self, index: str, chunk_id: str, access: DocumentAccess = EVERYTHING) -> Hit | None:
-        """One chunk by id, whole (None when the base has no such chunk, or `access` may not read it)."""
-        source = self._fetch(index, [chunk_id], access).get(chunk_id)
+    def chunk(self, scope: Scope, chunk_id: str) -> Hit | None:
+        """One chunk by id, whole (None when the base has no such chunk, or `scope` may not read it)."""
+        source = Reader(self.es, scope).fetch([chunk_id], HIT_SOURCE_FIELDS).get(chunk_id)
         return Hit.from_source(source, id=chunk_id, score=0.0) if source is not None else None
 
     def index_tokenizer(self, index: str) -> ChineseTokenizer:
@@ -258,26 +265,6 @@ class Retriever:
             cached = (time.monotonic(), meta, self.tokenizer.with_corpus_terms(meta.corpus_terms or ()))
             self._indices[index] = cached
         return cached[1], cached[2]
-
-    def _fetch(
-        self, index: str, ids: list[str], access: DocumentAccess, fields: list[str] = HIT_SOURCE_FIELDS
-    ) -> dict[str, dict[str, Any]]:
-        """The `_source` `fields` of those of `ids` that `access` may read, in one request."""
-        if not ids:
-            return {}
-        try:
-            # realtime=False reads the refreshed view the search just saw, without a refresh check.
-            docs = self.es.mget(index=index, ids=ids, source=[*fields, "access"], realtime=False)["docs"]
-        except NotFoundError as err:
-            raise IndexNotFoundError(index) from err
-        return {
-            doc["_id"]: doc["_source"]
-            for doc in docs
-            if doc.get("found") and access.allows(doc["_source"].pop("access", None))
-        }
-
-    def _msearch(self, index: str, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return msearch(self.es, index, bodies)
 
     def _body(
         self,
@@ -298,16 +285,9 @@ class Retriever:
         return body | lists.keyword(name, query, self._index(index)[1], self.params.title_boost, clauses)
 
 
-@dataclass(frozen=True)
-class _Scope:
-    """What a request may see: its filters and the caller's document access, as one set of clauses."""
-
-    filters: SearchFilter | None
-    access: DocumentAccess
-
-    @property
-    def clauses(self) -> Clauses:
-        return (self.filters.to_es() if self.filters else []) + self.access.to_es()
+def _clauses(filters: SearchFilter | None) -> Clauses:
+    """A request's own filters, put inside every list (the reader adds the scope's)."""
+    return filters.to_es() if filters else []
 
 
 def _validate(query: str, k: int) -> None:

@@ -11,6 +11,7 @@ import sys
 import unicodedata
 from collections.abc import Sequence
 
+from core.access import Scope
 from core.config import Settings
 from core.embeddings import load_embedder
 from core.schema import Mode
@@ -113,9 +114,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         retriever = build_retriever(settings, es, load_embedder(settings.embedder, settings))
         retriever.tokenizer.query_terms("预热")  # load jieba's dictionary before anything is timed
         if args.compare:
-            result: SearchResult | Comparison = retriever.compare(index, args.query, args.k, args.compare)
+            result: SearchResult | Comparison = retriever.compare(Scope.whole(index), args.query, args.k, args.compare)
         else:
-            result = retriever.search(index, args.query, args.mode, args.k)
+            result = retriever.search(Scope.whole(index), args.query, args.mode, args.k)
     except (IndexNotFoundError, EmbedderMismatchError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -6,7 +6,7 @@ import logging
 import uvicorn
 
 from core.config import Settings
-from service.api import create_app
+from service.app import create_app
 
 
 def main() -> None:
@@ -18,8 +18,9 @@ def main() -> None:
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("elastic_transport").setLevel(logging.WARNING)  # one INFO line per ES request otherwise
     print(f"serving on http://{args.host}:{args.port}/  (index alias {settings.es_index!r})", flush=True)
+    bound = settings.model_copy(update={"host": args.host, "port": args.port})  # the Host check allows the bound name
     uvicorn.run(
-        create_app(settings),
+        create_app(bound),
         host=args.host,
         port=args.port,
         log_level=settings.log_level.lower(),

@@ -2,19 +2,18 @@
 
 A document is its chunks (same `doc_id`); what a list shows of it is read from doc values and
 one chunk's `_source`, in one composite aggregation per page. Both the list and the deletion
-apply the caller's document access (`retrieval.lists.DocumentAccess`) inside the query, so a
+apply the caller's scope (`core.access.Scope`) inside the query, so a
 document restricted to groups the caller lacks is absent from the list and is a 404 to delete,
-exactly like a document that does not exist.
+exactly like a document that does not exist. Both read through `core.reader.Reader`.
 """
 
 from typing import Any
 
-from elasticsearch import Elasticsearch
 from pydantic import BaseModel, Field
 
+from core.reader import Reader
 from indexing.plan import scan_ids
 from indexing.write import ErrorLog, bulk_ops
-from retrieval.lists import Clauses, DocumentAccess
 
 MAX_PAGE = 100
 
@@ -42,13 +41,7 @@ class DocumentDeleted(BaseModel):
     deleted: int = Field(description="chunks deleted")
 
 
-def visible_query(access: DocumentAccess, *clauses: dict[str, Any]) -> dict[str, Any]:
-    """The chunks matching `clauses` that `access` may read."""
-    filters: Clauses = [*clauses, *access.to_es()]
-    return {"bool": {"filter": filters}}
-
-
-def list_documents(es: Elasticsearch, kb: str, access: DocumentAccess, size: int, after: str | None) -> DocumentList:
+def list_documents(reader: Reader, size: int, after: str | None) -> DocumentList:
     """One page of `size` documents in doc_id order, those after `after`."""
     composite: dict[str, Any] = {"size": size, "sources": [{"doc_id": {"terms": {"field": "doc_id"}}}]}
     if after is not None:
@@ -59,14 +52,14 @@ def list_documents(es: Elasticsearch, kb: str, access: DocumentAccess, size: int
         "indexed_at": {"max": {"field": "indexed_at"}},
         "pages": {"max": {"field": "page_end"}},
     }
-    response = es.search(
-        index=kb,
-        size=0,
-        query=visible_query(access),
-        aggs={
-            "documents": {"composite": composite, "aggs": per_document},
-            "total": {"cardinality": {"field": "doc_id"}},
-        },
+    response = reader.search(
+        {
+            "size": 0,
+            "aggs": {
+                "documents": {"composite": composite, "aggs": per_document},
+                "total": {"cardinality": {"field": "doc_id"}},
+            },
+        }
     )
     aggregations = response["aggregations"]
     buckets = aggregations["documents"]["buckets"]
@@ -87,7 +80,7 @@ def list_documents(es: Elasticsearch, kb: str, access: DocumentAccess, size: int
         )
     more = len(buckets) == size and "after_key" in aggregations["documents"]
     return DocumentList(
-        kb=kb,
+        kb=reader.scope.kb,
         total=int(aggregations["total"]["value"]),
         documents=documents,
         next=aggregations["documents"]["after_key"]["doc_id"] if more else None,
@@ -98,12 +91,12 @@ class DeleteIncomplete(Exception):
     """Some chunks of a document could not be deleted (the deletion can be repeated)."""
 
 
-def delete_document(es: Elasticsearch, kb: str, access: DocumentAccess, doc_id: str) -> int | None:
+def delete_document(reader: Reader, doc_id: str) -> int | None:
     """Delete the document's chunks, by id in bulk (the way the indexing job deletes stale chunks:
     Elasticsearch's minimal distribution has no `_delete_by_query`); None when it is absent or the
     caller may not read it."""
-    query = visible_query(access, {"term": {"doc_id": doc_id}})
-    ids = [found.id for found in scan_ids(es, kb, query)]
+    es, kb = reader.es, reader.scope.kb
+    ids = [found.id for found in scan_ids(reader, {"term": {"doc_id": doc_id}})]
     if not ids:
         return None
     errors = ErrorLog(None)

@@ -27,6 +27,7 @@ import pytest
 from elasticsearch import ApiError, Elasticsearch
 
 from bench.datasets import sanguo_book, shared_data
+from core.access import ALL_DOCUMENTS
 from core.config import Settings
 from core.documents import Document
 from core.embeddings import Embedder, load_embedder
@@ -135,7 +136,13 @@ def knowledge_base(es: Elasticsearch, embedder: Embedder, documents: Sequence[Do
     alias = f"{prefix}-{uuid.uuid4().hex[:10]}"
     try:
         summary = index_documents(
-            es, documents, alias=alias, embedder=embedder, tokenizer=get_tokenizer(), options=INDEX_OPTIONS
+            es,
+            documents,
+            alias=alias,
+            visible=ALL_DOCUMENTS,
+            embedder=embedder,
+            tokenizer=get_tokenizer(),
+            options=INDEX_OPTIONS,
         )
         assert summary.failed == 0 and summary.indexed == summary.chunks, summary
         yield alias

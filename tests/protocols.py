@@ -14,7 +14,7 @@ from elasticsearch import Elasticsearch
 from core.config import Settings
 from core.documents import Document
 from core.embeddings import Embedder
-from service.api import create_app
+from service.app import create_app
 from tests.conftest import delete_indices, knowledge_base
 from tests.fakes.openai_server import ANSWER, FakeChatServer
 from tests.serving import serve

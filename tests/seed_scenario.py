@@ -18,6 +18,7 @@ from typing import Any
 from elasticsearch import Elasticsearch
 from pydantic import SecretStr
 
+from core.access import Scope
 from core.config import Settings
 from core.documents import Document
 from core.embeddings import Embedder, load_embedder
@@ -94,7 +95,7 @@ def deps_for(
         bocha_api_url=bocha.api_url,
         **extra,
     )
-    return build_deps(settings, es, build_retriever(settings, es, embedder))
+    return build_deps(settings, es, build_retriever(settings, es, embedder)).for_scope(Scope.whole(settings.es_index))
 
 
 @dataclass

@@ -18,7 +18,7 @@ from elasticsearch import Elasticsearch
 from core.documents import Document
 from core.embeddings import Embedder
 from core.schema import Mode
-from service.api import create_app
+from service.app import create_app
 from tests.conftest import knowledge_base
 from tests.protocols import write_keys_file
 from tests.serving import serve

@@ -17,7 +17,7 @@ from core.documents import Document
 from core.embeddings import DelegatingEmbedder, Embedder
 from core.redact import redact_url
 from core.schema import Mode
-from service.api import create_app
+from service.app import create_app
 from tests.conftest import knowledge_base
 from tests.serving import serve
 

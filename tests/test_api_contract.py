@@ -14,7 +14,7 @@ import pytest
 
 from core.config import Settings
 from core.embeddings import Embedder
-from service.api import create_app
+from service.app import create_app
 from tests.protocols import write_keys_file
 from tests.serving import serve
 

@@ -13,7 +13,7 @@ from fastapi import FastAPI
 from core.config import Settings
 from core.embeddings import Embedder
 from core.kbs import create_kb, delete_kb
-from service.api import create_app
+from service.app import create_app
 from tests.serving import serve
 
 

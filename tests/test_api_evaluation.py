@@ -14,14 +14,15 @@ from typing import Any
 import httpx
 import pytest
 from elasticsearch import Elasticsearch
+from pydantic import ValidationError
 
 from core.config import Settings
 from core.documents import Document
 from core.embeddings import Embedder
 from core.schema import LIST_MODES
-from service.api import create_app
-from service.evaluation_jobs import QUESTIONS_INDEX
-from service.routes_evaluation import LIST_NAMES
+from evaluation.store import QUESTIONS_INDEX
+from service.app import create_app
+from service.http.routes.evaluation import FusionPin
 from tests.conftest import knowledge_base
 from tests.fakes.openai_server import FakeChatServer
 from tests.protocols import write_keys_file
@@ -61,7 +62,10 @@ def finished(client: httpx.Client, status_url: str) -> dict[str, Any]:
 
 
 def test_the_pinnable_lists_are_the_fused_lists() -> None:
-    assert tuple(str(mode) for mode in LIST_MODES) == LIST_NAMES
+    schema = FusionPin.model_json_schema()["properties"]["lists"]
+    assert schema["items"]["enum"] == [str(mode) for mode in LIST_MODES]
+    with pytest.raises(ValidationError, match="not a list hybrid fuses"):
+        FusionPin.model_validate({"method": "rrf", "lists": ["hybrid"]})
 
 
 def test_names_and_unknown_bases(base_url: str, bases: tuple[str, str]) -> None:

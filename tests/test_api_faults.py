@@ -14,8 +14,8 @@ from core.config import Settings
 from core.documents import Document
 from core.embeddings import Embedder
 from core.store import SearchError
-from service.api import create_app
-from service.errors import OncePerKind
+from service.app import create_app
+from service.http.errors import OncePerKind
 from tests.conftest import knowledge_base
 from tests.serving import TcpProxy, serve
 

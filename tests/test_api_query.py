@@ -12,7 +12,7 @@ from elasticsearch import Elasticsearch
 
 from core.config import Settings
 from core.embeddings import Embedder
-from service.api import create_app
+from service.app import create_app
 from tests.conftest import knowledge_base
 from tests.fakes.bocha_server import API_KEY, FakeBochaServer, page
 from tests.fakes.openai_server import ANSWER, FakeChatServer

@@ -11,7 +11,7 @@ import pytest
 from bench.service_process import free_port
 from core.config import Settings
 from core.embeddings import Embedder
-from service.api import create_app
+from service.app import create_app
 from tests.fakes.openai_server import FakeChatServer
 from tests.serving import serve
 

@@ -16,7 +16,7 @@ from playwright.sync_api import Browser, Page, Route, expect, sync_playwright
 from core.config import Settings
 from core.embeddings import Embedder
 from indexing.loaders import split_chapters
-from service.api import create_app
+from service.app import create_app
 from tests.conftest import REPO_ROOT, SANGUO_PATH, knowledge_base
 from tests.fakes.bocha_server import API_KEY, FakeBochaServer, page
 from tests.fakes.habits import HABITS

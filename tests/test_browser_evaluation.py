@@ -15,8 +15,8 @@ from playwright.sync_api import Browser, Response, expect, sync_playwright
 from core.config import Settings
 from core.documents import Document
 from core.embeddings import Embedder
-from service.api import create_app
-from service.evaluation_jobs import QUESTIONS_INDEX
+from evaluation.store import QUESTIONS_INDEX
+from service.app import create_app
 from tests.conftest import knowledge_base
 from tests.serving import serve
 from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, screenshot

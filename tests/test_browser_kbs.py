@@ -12,8 +12,8 @@ from playwright.sync_api import Browser, expect, sync_playwright
 from core.config import Settings
 from core.embeddings import Embedder
 from core.kbs import create_kb, delete_kb
-from service.api import create_app
-from service.jobs import Job, JobStore, new_job_id
+from service.app import create_app
+from service.jobs.store import Job, JobStore, new_job_id
 from tests.conftest import knowledge_base
 from tests.protocols import write_keys_file
 from tests.serving import serve

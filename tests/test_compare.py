@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 from elasticsearch import Elasticsearch
 
+from core.access import Scope
 from core.documents import Document
 from core.embeddings import Embedder
 from core.schema import Mode
@@ -39,9 +40,9 @@ def retriever(es: Elasticsearch, embedder: Embedder) -> Retriever:
 
 def test_comparison_matches_the_modes_run_separately(retriever: Retriever, kb: str) -> None:
     query, k = "低血糖出汗心慌怎么办", 3
-    comparison = retriever.compare(kb, query, k, ["vector", "bm25", "hybrid"])
+    comparison = retriever.compare(Scope.whole(kb), query, k, ["vector", "bm25", "hybrid"])
     ids = {
-        mode: [h.id for h in retriever.search(kb, query, mode, k).hits]
+        mode: [h.id for h in retriever.search(Scope.whole(kb), query, mode, k).hits]
         for mode in (Mode.VECTOR, Mode.BM25, Mode.HYBRID)
     }
     assert {mode: [h.id for h in r.hits] for mode, r in comparison.results.items()} == ids
@@ -68,7 +69,7 @@ def test_comparison_matches_the_modes_run_separately(retriever: Retriever, kb: s
 
 def test_overlap_figures_on_a_known_case(retriever: Retriever, kb: str) -> None:
     # bm25 matches only the one passage containing 降压药; vector returns k passages.
-    comparison = retriever.compare(kb, "降压药", 2, ["bm25", "vector"])
+    comparison = retriever.compare(Scope.whole(kb), "降压药", 2, ["bm25", "vector"])
     bm25_ids = [h.id for h in comparison.results[Mode.BM25].hits]
     vector_ids = [h.id for h in comparison.results[Mode.VECTOR].hits]
     assert [h.doc_id for h in comparison.results[Mode.BM25].hits] == ["bp"]
@@ -78,7 +79,7 @@ def test_overlap_figures_on_a_known_case(retriever: Retriever, kb: str) -> None:
 
 
 def test_comparison_is_json_friendly(retriever: Retriever, kb: str) -> None:
-    comparison = retriever.compare(kb, "甲亢饮食", 2, ["vector", "hybrid"])
+    comparison = retriever.compare(Scope.whole(kb), "甲亢饮食", 2, ["vector", "hybrid"])
     body = json.loads(comparison.model_dump_json())
     assert body["modes"] == ["vector", "hybrid"] and body["overlaps"][0]["modes"] == ["vector", "hybrid"]
     assert Comparison.model_validate(body) == comparison
@@ -86,7 +87,7 @@ def test_comparison_is_json_friendly(retriever: Retriever, kb: str) -> None:
 
 def test_comparison_rejects_a_single_mode(retriever: Retriever, kb: str) -> None:
     with pytest.raises(ValueError, match="two distinct modes"):
-        retriever.compare(kb, "血糖", 3, ["vector", "vector"])
+        retriever.compare(Scope.whole(kb), "血糖", 3, ["vector", "vector"])
 
 
 def test_cli_prints_modes_side_by_side(

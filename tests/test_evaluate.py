@@ -13,14 +13,16 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from bench.datasets import load_medical
+from core.access import Scope
 from core.config import Settings
 from core.documents import Document
 from core.embeddings import Embedder
 from core.kbs import FusionSetting, read_kb, write_fusion
+from core.reader import Reader
 from core.schema import LIST_MODES
-from retrieval.evaluate import report_of, run_evaluation, store_chosen
-from retrieval.evaluation import choose, config_of, fused_ids, seeded_split
-from retrieval.questions import Corpus, base_corpus, parse_questions, resolve
+from evaluation.metrics import choose, config_of, fused_ids, seeded_split
+from evaluation.questions import Corpus, base_corpus, parse_questions, resolve
+from evaluation.run import chosen_setting, report_of, run_evaluation
 from retrieval.retriever import Retriever, build_retriever
 from tests.conftest import PARAMS, REPO_ROOT, knowledge_base, subprocess_env
 
@@ -200,17 +202,17 @@ def test_evaluation_of_a_bundled_base(es: Elasticsearch, retriever: Retriever, m
     lines = question_lines()
     steps: list[tuple[int, int]] = []
     report = run_evaluation(
-        retriever, medical_kb, parse_questions(lines), lambda done, total: steps.append((done, total))
+        retriever, Scope.whole(medical_kb), parse_questions(lines), lambda done, total: steps.append((done, total))
     )
     good = len(FIXTURE_QUESTIONS) + 2
     assert [b["line"] for b in report["questions"]["bad_lines"]] == list(range(good + 1, good + 6))
     assert report["questions"]["usable"] == good and steps[-1] == (good, good) and len(steps) == good
 
     # Hand-computed: every test question's lists fetched again, R@1 and MRR@10 by hand.
-    ready, _bad = resolve(parse_questions(lines), base_corpus(es, medical_kb))
+    ready, _bad = resolve(parse_questions(lines), base_corpus(Reader(es, Scope.whole(medical_kb))))
     test = [q for q in ready if q.split == "test"]
     assert report["questions"]["test"] == len(test) == sum(i % 2 for i in range(len(FIXTURE_QUESTIONS))) + 1
-    fetched = {q.id: retriever.ranked_lists(medical_kb, q.text, LIST_MODES, 50) for q in test}
+    fetched = {q.id: retriever.ranked_lists(Scope.whole(medical_kb), q.text, LIST_MODES, 50) for q in test}
     for mode in LIST_MODES:
         firsts = [_first([id_ for id_, _ in fetched[q.id][mode]], q.relevant) for q in test]
         assert report["test"][mode]["R@1"] == round(sum(f == 1 for f in firsts) / len(test), 4), mode
@@ -226,7 +228,7 @@ def test_evaluation_of_a_bundled_base(es: Elasticsearch, retriever: Retriever, m
 
     # The rule's pick over the dev lists.
     dev = [q for q in ready if q.split == "dev"]
-    dev_lists = {q.id: retriever.ranked_lists(medical_kb, q.text, LIST_MODES, 50) for q in dev}
+    dev_lists = {q.id: retriever.ranked_lists(Scope.whole(medical_kb), q.text, LIST_MODES, 50) for q in dev}
     assert chosen == {k: v for k, v in choose({medical_kb: (dev, dev_lists)}, 0.0, 0.002)[0].items()}
 
 
@@ -240,7 +242,7 @@ def test_the_command_reports_and_a_stored_fusion_is_used_by_search_of_that_base_
         [
             sys.executable,
             "-m",
-            "retrieval.evaluate",
+            "evaluation.run",
             "--kb",
             medical_kb,
             "--questions",
@@ -270,20 +272,20 @@ def test_the_command_reports_and_a_stored_fusion_is_used_by_search_of_that_base_
 
     other_docs = [Document(doc_id="note", text="高血压患者每天食盐不超过5克。", source="note")]
     with knowledge_base(es, embedder, other_docs, "test-eval-other") as other:
-        store_chosen(es, medical_kb, report, note="test")
+        write_fusion(es, medical_kb, chosen_setting(report, note="test"))
         stored = read_kb(es, medical_kb, settings).fusion
         assert stored is not None and stored.origin == "evaluation"
         assert (str(stored.method), stored.depth) == (report["chosen"]["method"], report["chosen"]["depth"])
         retriever = Retriever(es, embedder, build_retriever(settings, es, embedder).tokenizer, PARAMS)
-        used = retriever.search(medical_kb, "高血糖吃什么", "hybrid", 3).fusion
+        used = retriever.search(Scope.whole(medical_kb), "高血糖吃什么", "hybrid", 3).fusion
         assert used is not None and used.origin == "evaluation" and used.method == stored.method
         assert used.depth == stored.depth and used.weights == stored.weights
-        untouched = retriever.search(other, "高血压", "hybrid", 3).fusion
+        untouched = retriever.search(Scope.whole(other), "高血压", "hybrid", 3).fusion
         assert untouched is not None and untouched.origin == "default" and untouched.method == PARAMS.fusion
         write_fusion(es, medical_kb, FusionSetting(method=PARAMS.fusion, depth=30))  # pinned by a person
         retriever.forget(medical_kb)
-        pinned = retriever.search(medical_kb, "高血糖吃什么", "hybrid", 3).fusion
+        pinned = retriever.search(Scope.whole(medical_kb), "高血糖吃什么", "hybrid", 3).fusion
         assert pinned is not None and (pinned.origin, pinned.depth) == ("pinned", 30)
         write_fusion(es, medical_kb, None)
         retriever.forget(medical_kb)
-        assert retriever.search(medical_kb, "高血糖吃什么", "hybrid", 3).fusion.origin == "default"  # type: ignore[union-attr]
+        assert retriever.search(Scope.whole(medical_kb), "高血糖吃什么", "hybrid", 3).fusion.origin == "default"  # type: ignore[union-attr]

@@ -11,6 +11,7 @@ from collections.abc import Callable
 import pytest
 from elasticsearch import Elasticsearch
 
+from core.access import Scope
 from core.config import Settings
 from core.embeddings import Embedder
 from core.text import get_tokenizer
@@ -85,7 +86,9 @@ def make_deps(
 
     def make() -> WorkflowDeps:
         settings = Settings(_env_file=None, es_index=sanguo_kb, judgements_index=judgements)
-        return build_deps(settings, es, build_retriever(settings, es, embedder))
+        return build_deps(settings, es, build_retriever(settings, es, embedder)).for_scope(
+            Scope.whole(settings.es_index)
+        )
 
     return make
 

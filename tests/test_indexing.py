@@ -13,12 +13,13 @@ import numpy as np
 import pytest
 from elasticsearch import Elasticsearch
 
+from core.access import ALL_DOCUMENTS
 from core.documents import Document
 from core.embeddings import Embedder
 from core.schema import chunk_id, content_hash
 from core.store import EmbedderMismatchError, concrete_indices, create_index
 from core.text import get_tokenizer
-from indexing.options import Chunking, Partition, Scope, Throughput
+from indexing.options import Chunking, Partition, RunScope, Throughput
 from indexing.pipeline import IndexSummary, index_documents
 from tests.conftest import INDEX_OPTIONS
 
@@ -95,16 +96,17 @@ def run(
     error_file: Path | None = None,
     **scope: Any,
 ) -> IndexSummary:
-    """The pipeline with small chunks; `scope` as `indexing.options.Scope`'s fields."""
+    """The pipeline with small chunks; `scope` as `indexing.options.RunScope`'s fields."""
     options = replace(INDEX_OPTIONS, chunking=Chunking(SIZE, OVERLAP), throughput=Throughput(batch_size, concurrency))
     return index_documents(
         es,
         documents,
         alias=alias,
+        visible=ALL_DOCUMENTS,
         embedder=embedder,
         tokenizer=get_tokenizer(None),
         options=options,
-        scope=Scope(**scope),
+        scope=RunScope(**scope),
         error_file=error_file,
     )
 

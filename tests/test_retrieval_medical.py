@@ -11,6 +11,7 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from bench.datasets import load_medical
+from core.access import Scope
 from core.embeddings import Embedder
 from core.text import ChineseTokenizer
 from retrieval.retriever import Retriever
@@ -39,8 +40,8 @@ def test_hybrid_top1_is_right_for_every_query(es: Elasticsearch, embedder: Embed
     retriever = Retriever(es, embedder, ChineseTokenizer(), PARAMS)
     report, wrong = [], []
     for query in DATASET.queries:
-        hybrid = retriever.search(medical_kb, query.text, "hybrid", 3).hits
-        vector = retriever.search(medical_kb, query.text, "vector", 1).hits
+        hybrid = retriever.search(Scope.whole(medical_kb), query.text, "hybrid", 3).hits
+        vector = retriever.search(Scope.whole(medical_kb), query.text, "vector", 1).hits
         vector_ok = vector[0].id in query.relevant
         flag = "" if vector_ok else "  (vector wrong)"
         report.append(f"{query.text}  hybrid→{hybrid[0].title}  vector→{vector[0].title}{flag}")

@@ -19,7 +19,7 @@ from core.embeddings import OpenAIEmbedder
 from core.retry import OPENAI_ATTEMPTS
 from service.graph.prompts import OUTPUT_FORMAT
 from service.graph.schemas import RouteDecision
-from service.llm import ask_structured, build_llms, stream_text
+from service.llm.client import ask_structured, build_llms, stream_text
 from tests.fakes.openai_server import ANSWER, EMBEDDINGS, FakeChatServer
 
 

@@ -13,9 +13,9 @@ from core.config import Settings
 from service.graph.nodes import stream_answer
 from service.graph.prompts import OUTPUT_FORMAT
 from service.graph.schemas import Evaluation, RouteDecision
-from service.llm import ChatModel, ask_structured, build_llms
-from service.reasoning import ReasoningStream, split_reasoning
-from service.structured import OutputError, parse_output
+from service.llm.client import ChatModel, ask_structured, build_llms
+from service.llm.reasoning import ReasoningStream, split_reasoning
+from service.llm.structured import OutputError, parse_output
 from tests.fakes.habits import HABITS
 from tests.fakes.openai_server import ANSWER, FakeChatServer, Habit
 
@@ -120,7 +120,7 @@ def test_each_strategy_sends_its_own_request() -> None:
 
 
 def test_auto_moves_past_refused_strategies_once_and_remembers(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="service.llm")
+    caplog.set_level(logging.INFO, logger="service.llm.client")
     refuses_all = Habit("refuses_all", refuses=frozenset({"tools", "json_schema", "json_object"}))
     with FakeChatServer(refuses_all) as server:
         server.on("RouteDecision", ROUTE)

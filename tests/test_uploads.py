@@ -16,8 +16,8 @@ from bench import doc_fixtures as fx
 from core.config import Settings
 from core.embeddings import Embedder
 from core.kbs import create_kb
-from service.api import create_app
-from service.jobs import Job, JobStore, new_job_id
+from service.app import create_app
+from service.jobs.store import Job, JobStore, new_job_id
 from tests.conftest import delete_indices
 from tests.protocols import write_keys_file
 from tests.serving import serve

@@ -15,6 +15,7 @@ import pytest
 from elasticsearch import Elasticsearch
 from pydantic import SecretStr
 
+from core.access import Scope
 from core.config import Settings
 from core.embeddings import Embedder
 from retrieval.retriever import build_retriever
@@ -87,7 +88,9 @@ def make_deps(
             values.update(bocha_api_key=SecretStr(API_KEY), bocha_api_url=web.api_url)
         values.update(overrides)
         settings = Settings(_env_file=None, **values)
-        return build_deps(settings, es, build_retriever(settings, es, embedder))
+        return build_deps(settings, es, build_retriever(settings, es, embedder)).for_scope(
+            Scope.whole(settings.es_index)
+        )
 
     return make
 
@@ -525,7 +528,7 @@ def test_nothing_retrieved_is_judged_without_the_model(make_deps, chat, bocha) -
 
 def test_answer_mode_llm_without_configuration_names_the_settings(es, embedder, sanguo_kb) -> None:
     settings = Settings(_env_file=None, es_index=sanguo_kb, answer_mode="llm")
-    deps = build_deps(settings, es, build_retriever(settings, es, embedder))
+    deps = build_deps(settings, es, build_retriever(settings, es, embedder)).for_scope(Scope.whole(settings.es_index))
     assert deps.judge_llm is None and deps.web_search is None
     with pytest.raises(LLMNotConfiguredError, match=r"OPENAI_BASE_URL.*MODEL_NAME"):
         ask(deps, "刘备在哪里结义？")

@@ -14,8 +14,8 @@ from service.graph.schemas import (
     TraceStep,
     WorkflowEvent,
 )
-from service.graph.workflow import WorkflowDeps, build_deps, ensure_answerable, run_query, stream_query
-from service.llm import LLMNotConfiguredError
+from service.graph.workflow import WorkflowDeps, WorkflowTools, build_deps, ensure_answerable, run_query, stream_query
+from service.llm.client import LLMNotConfiguredError
 
 __all__ = [
     "ChatTurn",
@@ -33,6 +33,7 @@ __all__ = [
     "VerdictScope",
     "WorkflowDeps",
     "WorkflowEvent",
+    "WorkflowTools",
     "build_deps",
     "ensure_answerable",
     "knowledge_gap_report",

@@ -50,7 +50,7 @@ async def select_evidence(state: WorkflowState, runtime: Runtime[RunContext]) ->
     settings, retriever = ctx.deps.settings, ctx.deps.retriever
     limits = Thresholds.from_settings(settings)
     web = state.get("web_results", [])
-    tokenizer = await asyncio.to_thread(retriever.index_tokenizer, ctx.deps.index)
+    tokenizer = await asyncio.to_thread(retriever.index_tokenizer, ctx.deps.scope.kb)
     before = {answer.part: answer for answer in state.get("part_answers", [])}
     answers = []
     for part in state["sub_questions"]:

@@ -35,8 +35,8 @@ from service.graph.schemas import (
     TraceStep,
 )
 from service.graph.state import Passage, RunContext, WorkflowState
-from service.llm import ChatModel, Structured, ask_structured, stream_text
-from service.structured import SchemaT
+from service.llm.client import ChatModel, Structured, ask_structured, stream_text
+from service.llm.structured import SchemaT
 from service.websearch import WebSearchError, dedupe_by_url, url_key
 
 logger = logging.getLogger(__name__)
@@ -154,9 +154,7 @@ async def retrieve(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeRe
     cursor = state.get("cursor", 0)
     sub_question = state["sub_questions"][cursor]
     query = state.get("search_texts", state["sub_questions"])[cursor]
-    result = await asyncio.to_thread(
-        ctx.deps.retriever.search, ctx.deps.index, query, ctx.retrieval_mode, ctx.k, access=ctx.deps.access
-    )
+    result = await asyncio.to_thread(ctx.deps.retriever.search, ctx.deps.scope, query, ctx.retrieval_mode, ctx.k)
     passages = dict(state.get("passages", {}))
     found = {**state.get("found", {}), sub_question: [hit.id for hit in result.hits]}
     new = 0

@@ -9,7 +9,7 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
 from service.graph.context import NumberedContext
 from service.graph.schemas import ChatTurn, Evaluation
-from service.structured import OutputPrompts
+from service.llm.structured import OutputPrompts
 
 WEB_OPEN = "<<<网络资料开始>>>"
 WEB_CLOSE = "<<<网络资料结束>>>"

@@ -1,19 +1,21 @@
-"""The workflow's state (what the nodes read and update) and its per-query run context."""
+"""The workflow's state (what the nodes read and update), its shared tools and its per-query run context."""
 
 import operator
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Literal, TypedDict
+from typing import Annotated, Literal, TypedDict
 
+from core.access import Scope
+from core.config import Settings
 from core.schema import Mode
 from retrieval.extractive import PartAnswer
 from retrieval.results import Hit
+from retrieval.retriever import Retriever
+from service.graph.memory import JudgementMemory, VerdictScope
 from service.graph.schemas import AnswerMode, ChatTurn, Citation, EvaluationStep, TraceStep
-from service.websearch import WebResult
-
-if TYPE_CHECKING:
-    from service.graph import WorkflowDeps
+from service.llm.client import ChatModel, LLMProbe
+from service.websearch import WebResult, WebSearch
 
 
 class Passage(Hit):
@@ -57,11 +59,39 @@ class WorkflowState(TypedDict, total=False):
     warnings: Annotated[list[str], operator.add]
 
 
+@dataclass(frozen=True)
+class WorkflowTools:
+    """What every run of the workflow shares: the retriever, the models, web search, the judgement log."""
+
+    retriever: Retriever
+    settings: Settings
+    judge_llm: ChatModel | None
+    answer_llm: ChatModel | None
+    web_search: WebSearch | None
+    judgements: JudgementMemory | None
+    probe: LLMProbe | None = None
+
+    def for_scope(self, scope: Scope) -> "WorkflowDeps":
+        """A run answering from `scope`: the base and what the asking caller may read of it."""
+        return WorkflowDeps(**{name: getattr(self, name) for name in self.__dataclass_fields__}, scope=scope)
+
+
+@dataclass(frozen=True)
+class WorkflowDeps(WorkflowTools):
+    """One run's dependencies: the shared tools and the scope every retrieval of the run reads."""
+
+    scope: Scope = field(kw_only=True)
+
+    @property
+    def verdict_scope(self) -> VerdictScope:
+        return VerdictScope(self.scope.kb, self.scope.documents.key)
+
+
 @dataclass
 class RunContext:
     """Per-query dependencies and limits, handed to every node by LangGraph's runtime."""
 
-    deps: "WorkflowDeps"
+    deps: WorkflowDeps
     retrieval_mode: Mode
     k: int
     web: bool

@@ -23,7 +23,6 @@ which LangGraph reads the edges' destinations).
 import logging
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, replace
 from typing import Literal, cast
 
 import openai
@@ -36,45 +35,22 @@ from langgraph.graph.state import CompiledStateGraph
 
 from core.config import Settings
 from core.store import EmbedderMismatchError, IndexNotFoundError, SearchError
-from retrieval.lists import EVERYTHING, DocumentAccess
 from retrieval.retriever import Retriever
 from service.graph import extractive_nodes, nodes
-from service.graph.memory import JudgementMemory, VerdictScope
+from service.graph.memory import JudgementMemory
 from service.graph.schemas import AnswerMode, QueryOptions, QueryResult, TokenUsage, WorkflowEvent
-from service.graph.state import RunContext, WorkflowState
-from service.llm import ChatModel, LLMNotConfiguredError, LLMProbe, build_llms
-from service.websearch import WebSearch, build_web_search
+from service.graph.state import RunContext, WorkflowDeps, WorkflowState, WorkflowTools
+from service.llm.client import LLMNotConfiguredError, LLMProbe, build_llms
+from service.websearch import build_web_search
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass
-class WorkflowDeps:
-    retriever: Retriever
-    index: str
-    settings: Settings
-    judge_llm: ChatModel | None
-    answer_llm: ChatModel | None
-    web_search: WebSearch | None
-    judgements: JudgementMemory | None
-    probe: LLMProbe | None = None
-    access: DocumentAccess = EVERYTHING  # what the asking caller may read of `index`
-
-    @property
-    def verdict_scope(self) -> VerdictScope:
-        return VerdictScope(self.index, self.access.scope)
-
-    def for_caller(self, index: str, access: DocumentAccess) -> "WorkflowDeps":
-        """These dependencies answering from `index` with what `access` may read there."""
-        return replace(self, index=index, access=access)
-
-
-def build_deps(settings: Settings, es: Elasticsearch, retriever: Retriever) -> WorkflowDeps:
+def build_deps(settings: Settings, es: Elasticsearch, retriever: Retriever) -> WorkflowTools:
     """Models (and their probe), web search (None without BOCHA_API_KEY) and judgement memory from settings."""
     judge, answer = build_llms(settings)
-    return WorkflowDeps(
+    return WorkflowTools(
         retriever=retriever,
-        index=settings.es_index,
         settings=settings,
         judge_llm=judge,
         answer_llm=answer,

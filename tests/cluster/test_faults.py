@@ -24,7 +24,7 @@ from elasticsearch import Elasticsearch, helpers
 
 from bench.embedding_stub import EmbeddingStub
 from core.config import Settings
-from service.api import create_app
+from service.app import create_app
 from tests.cluster.conftest import NODES, LocalCluster
 from tests.conftest import SANGUO_PATH, indexing_result, start_indexing, wait_for_chunks
 from tests.serving import serve

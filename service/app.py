@@ -1,0 +1,137 @@
+"""The app: `create_app` wires the routers, middleware and the MCP endpoint; `open_services` builds
+the one typed `Services` object (service/deps.py) that the lifespan puts on `app.state.services`.
+
+Routers import `service.deps`, never this module. Blocking endpoints are plain `def`, so FastAPI
+runs them in its threadpool and the event loop never waits on embedding or Elasticsearch.
+"""
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import FileResponse
+from fastapi.staticfiles import StaticFiles
+from fastapi_offline import FastAPIOffline
+from starlette.concurrency import run_in_threadpool
+from starlette.routing import Route
+
+from core.config import Settings
+from core.embeddings import BatchingEmbedder, Embedder, load_embedder
+from core.redact import redact_url
+from core.store import create_client
+from retrieval.retriever import build_retriever
+from service.deps import Services
+from service.graph import build_deps
+from service.http.errors import add_error_handlers
+from service.http.metrics import Metrics, MetricsMiddleware
+from service.http.middleware import BodySizeLimit, OriginPolicy, TrustedOrigin
+from service.http.openapi import document_statuses
+from service.http.protocols import dify, mcp_server, openai_chat
+from service.http.routes import documents, evaluation, health, jobs, kbs, query
+from service.jobs.evaluation import Evaluations
+from service.jobs.runner import JobRunner
+from service.jobs.store import JobStore
+from service.jobs.upload import Uploads
+from service.kbs import KnowledgeBases
+from service.principals import Keys, load_principals
+
+logger = logging.getLogger(__name__)
+
+WEB_DIR = Path(__file__).resolve().parent / "http" / "web"
+ROUTERS = (health, query, kbs, documents, jobs, evaluation, openai_chat, dify)
+
+
+@asynccontextmanager
+async def open_services(
+    settings: Settings, keys: Keys, metrics: Metrics, *, embedder: Embedder | None = None, run_jobs: bool = True
+) -> AsyncIterator[Services]:
+    """Everything the service holds, loaded and warmed; the job runner runs only where `run_jobs`
+    (the HTTP service: the stdio MCP server never takes a job another process may be running)."""
+    es = create_client(settings)
+    loaded = embedder if embedder is not None else await run_in_threadpool(load_embedder, settings.embedder, settings)
+    batching = BatchingEmbedder(loaded, settings.query_batch_window_ms / 1000, settings.query_batch_max)
+    retriever = build_retriever(settings, es, batching)
+    # Load jieba's dictionary and run the embedder once now, not on the first user's query.
+    await run_in_threadpool(retriever.tokenizer.query_terms, "预热")
+    await run_in_threadpool(batching.embed_query, "预热")
+    bases = KnowledgeBases(es, settings, retriever)
+    runner = JobRunner(
+        JobStore(es, settings.jobs_index),
+        [Uploads(es, batching, settings).kind(), Evaluations(es, retriever, bases).kind()],
+        concurrency=settings.job_concurrency,
+        progress_interval_s=settings.job_progress_interval_s,
+    )
+    services = Services(
+        settings=settings,
+        es=es,
+        keys=keys,
+        metrics=metrics,
+        embedder=batching,
+        retriever=retriever,
+        kbs=bases,
+        workflow=build_deps(settings, es, retriever),
+        jobs=runner,
+    )
+    if run_jobs:
+        runner.start()  # resuming what a previous process left unfinished
+    logger.info("ready: index %r on %s, embedder %s", settings.es_index, redact_url(settings.es_url), batching.name)
+    try:
+        yield services
+    finally:
+        if run_jobs:
+            runner.stop()  # before the client closes under a running job
+        batching.close()
+        es.close()
+
+
+def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastAPI:
+    """The app for `settings`; pass `embedder` to share one already loaded (tests)."""
+    keys, metrics, policy = Keys(load_principals(settings)), Metrics(), origin_policy(settings)
+    mcp = mcp_server.build_mcp_server(lambda: app.state.services)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with open_services(settings, keys, metrics, embedder=embedder) as services, mcp.session_manager.run():
+            app.state.services = services
+            yield
+
+    # /docs loads Swagger UI from the app (fastapi-offline's packaged files), not a CDN: it works offline.
+    # No /redoc: ReDoc's bundle still fetches its logo from the network.
+    app = FastAPIOffline(
+        redoc_url=None,
+        title="Agentic RAG on Elasticsearch",
+        summary="Chinese knowledge-base questions answered with hybrid retrieval, sufficiency checks and web fallback",
+        lifespan=lifespan,
+    )
+    add_error_handlers(app)
+    for module in ROUTERS:
+        app.include_router(module.router)
+    endpoint = mcp_server.http_endpoint(mcp, keys, policy)
+    app.router.routes.append(Route("/mcp", endpoint, methods=["GET", "POST", "DELETE"], include_in_schema=False))
+    app.mount("/static", StaticFiles(directory=WEB_DIR), name="static")
+    app.add_api_route("/", lambda: FileResponse(WEB_DIR / "index.html"), include_in_schema=False)
+    _add_middleware(app, settings, metrics, policy)
+    limit = settings.max_question_chars
+    document_statuses(app, max_lengths={"query": limit, "question": limit}, secured=not keys.open)
+    return app
+
+
+def origin_policy(settings: Settings) -> OriginPolicy:
+    """The names and pages the service answers (CORS origins are pages it answers too)."""
+    return OriginPolicy.of(settings.host, settings.allowed_hosts, [*settings.allowed_origins, *settings.cors_origins])
+
+
+def _add_middleware(app: FastAPI, settings: Settings, metrics: Metrics, policy: OriginPolicy) -> None:
+    """Outermost last: the Host/Origin check runs before anything else reads the request."""
+    app.add_middleware(BodySizeLimit, limit=settings.max_request_bytes, larger=[documents.upload_body_limit(settings)])
+    app.add_middleware(
+        CORSMiddleware,
+        allow_origins=settings.cors_origins,
+        allow_methods=["GET", "POST", "PUT", "DELETE"],
+        allow_headers=["Authorization", "X-API-Key", "Content-Type", "Mcp-Session-Id", "Mcp-Protocol-Version"],
+    )
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
+    app.add_middleware(TrustedOrigin, policy=policy)

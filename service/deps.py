@@ -1,0 +1,188 @@
+"""What routes depend on, in one place at the bottom of the HTTP shell: the app's typed `Services`,
+the caller, and the knowledge base a route works on, checked for the route's role.
+
+A route declares its access once, in its signature, and reads only through the scope it gets:
+
+    base: Annotated[BaseAccess, Depends(base_in_path("write"))]             # a `{kb}` path parameter
+    base: Annotated[BaseAccess, Depends(base_in_body(valid_search))]       # a `kb` in the body
+    base: Annotated[BaseAccess, Depends(base_in_query("read"))]            # a `?kb=` query parameter
+
+The protocols (OpenAI, Dify, MCP) open their base through the same `KnowledgeBases.open`. This
+module imports no router and no app: routers import it, and `service.app` builds `Services`.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from typing import Annotated, Protocol, TypeVar
+
+from elasticsearch import Elasticsearch
+from fastapi import Depends, Query, Request
+from fastapi import Path as PathParam
+from fastapi.exceptions import RequestValidationError
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel
+
+from core.config import Settings
+from core.embeddings import Embedder
+from core.kbs import KB_NAME_PATTERN
+from retrieval.retriever import Retriever
+from service.graph import WorkflowDeps, WorkflowTools, ensure_answerable
+from service.http.auth import unauthorized
+from service.http.metrics import Metrics
+from service.http.schemas import CompareRequest, QueryRequest, SearchRequest
+from service.jobs.runner import JobRunner
+from service.kbs import BaseAccess, KnowledgeBases
+from service.principals import Caller, Keys, Role
+
+
+@dataclass(frozen=True)
+class Services:
+    """Everything the app holds, built once by `service.app`'s lifespan (`app.state.services`)."""
+
+    settings: Settings
+    es: Elasticsearch
+    keys: Keys
+    metrics: Metrics
+    embedder: Embedder
+    retriever: Retriever
+    kbs: KnowledgeBases
+    workflow: WorkflowTools
+    jobs: JobRunner
+
+
+async def get_services(request: Request) -> Services:
+    services: Services = request.app.state.services
+    return services
+
+
+ServicesDep = Annotated[Services, Depends(get_services)]
+
+
+async def get_settings(services: ServicesDep) -> Settings:
+    return services.settings
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+
+_api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False, description="a key of KEYS_FILE or API_KEYS")
+_bearer = HTTPBearer(auto_error=False, description="a key of KEYS_FILE or API_KEYS")
+
+
+async def get_caller(
+    services: ServicesDep,
+    api_key: Annotated[str | None, Depends(_api_key_header)],
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Caller:
+    """The caller of a request; a missing or wrong key is a 401 (when the service has keys)."""
+    caller = services.keys.caller(api_key or (bearer.credentials if bearer else ""))
+    if caller is None:
+        raise unauthorized()
+    return caller
+
+
+CallerDep = Annotated[Caller, Depends(get_caller)]
+
+KbName = Annotated[str, PathParam(pattern=KB_NAME_PATTERN, max_length=100, description="knowledge-base name")]
+
+
+@cache
+def base_in_path(role: Role) -> Callable[..., BaseAccess]:
+    """The `{kb}` of the path, when the caller holds `role` on it (404 as if absent when it may not read it)."""
+
+    def dependency(kb: KbName, caller: CallerDep, services: ServicesDep) -> BaseAccess:  # ES: on the threadpool
+        return services.kbs.open(caller, kb, role)
+
+    return dependency
+
+
+ReadBase = Annotated[BaseAccess, Depends(base_in_path("read"))]
+WriteBase = Annotated[BaseAccess, Depends(base_in_path("write"))]
+AdminBase = Annotated[BaseAccess, Depends(base_in_path("admin"))]
+
+
+@cache
+def base_in_query(role: Role) -> Callable[..., BaseAccess]:
+    """The `?kb=` of the query (none: the default base), when the caller holds `role` on it."""
+
+    def dependency(
+        caller: CallerDep,
+        services: ServicesDep,
+        kb: Annotated[str | None, Query(pattern=KB_NAME_PATTERN, max_length=100)] = None,
+    ) -> BaseAccess:
+        return services.kbs.open(caller, kb, role)
+
+    return dependency
+
+
+class NamesBase(Protocol):
+    """A request body that may name its knowledge base."""
+
+    @property
+    def kb(self) -> str | None: ...
+
+
+Body = TypeVar("Body", bound=BaseModel)
+
+
+def check_length(settings: Settings, field: str, value: str) -> str:
+    """`value` stripped, once its length as sent is checked: MAX_QUESTION_CHARS is a setting, so it is
+    enforced here (and written into the schema by service.http.openapi as the text's `maxLength`)."""
+    if len(value) > settings.max_question_chars:
+        raise RequestValidationError(
+            [
+                {
+                    "type": "string_too_long",
+                    "loc": ("body", field),
+                    "msg": f"{len(value)} characters, more than MAX_QUESTION_CHARS={settings.max_question_chars}",
+                }
+            ]
+        )
+    return value.strip()
+
+
+async def valid_search(body: SearchRequest, settings: SettingsDep) -> SearchRequest:
+    return body.model_copy(update={"query": check_length(settings, "query", body.query)})
+
+
+async def valid_compare(body: CompareRequest, settings: SettingsDep) -> CompareRequest:
+    return body.model_copy(update={"query": check_length(settings, "query", body.query)})
+
+
+async def valid_question(body: QueryRequest, settings: SettingsDep) -> QueryRequest:
+    """The request body with the length limit checked (a dependency, so streams start valid)."""
+    return body.model_copy(update={"question": check_length(settings, "question", body.question)})
+
+
+SearchBody = Annotated[SearchRequest, Depends(valid_search)]
+CompareBody = Annotated[CompareRequest, Depends(valid_compare)]
+QuestionBody = Annotated[QueryRequest, Depends(valid_question)]
+
+
+@cache
+def base_in_body(valid: Callable[..., object], role: Role = "read") -> Callable[..., BaseAccess]:
+    """The `kb` of the body that `valid` checks (none: the default base), when the caller holds `role`.
+    The body is validated first: bad input is a 422 whatever the base."""
+
+    def dependency(body: Annotated[NamesBase, Depends(valid)], caller: CallerDep, services: ServicesDep) -> BaseAccess:
+        return services.kbs.open(caller, body.kb, role)
+
+    return dependency
+
+
+def answering(services: Services, base: BaseAccess) -> WorkflowDeps:
+    """The workflow answering from `base` with what its caller may read there; `ANSWER_MODE=llm`
+    without a model is a 503 before any answer starts (every protocol asks this way)."""
+    workflow = services.workflow.for_scope(base.scope)
+    ensure_answerable(workflow)
+    return workflow
+
+
+def workflow_for_question(
+    base: Annotated[BaseAccess, Depends(base_in_body(valid_question))], services: ServicesDep
+) -> WorkflowDeps:
+    """The question's workflow: bad input is a 422 and an unknown base a 404, before any stream starts."""
+    return answering(services, base)
+
+
+WorkflowDep = Annotated[WorkflowDeps, Depends(workflow_for_question)]

@@ -1,0 +1,244 @@
+"""An MCP server (the official `mcp` SDK) over the retriever and the workflow.
+
+Tools: `list_knowledge_bases`, `search(query, kb?, mode?, k?, filters?)` (hits with their
+citation labels and pages) and `ask(question, kb?, web?)` (the workflow's answer with its
+citations, under the same honesty rules as `/query`: what the context does not confirm is said
+to be unconfirmed). Resource: a chunk by id, `chunk://{kb}/{chunk_id}`.
+
+Transports: streamable HTTP at `/mcp` on the service (`mount`; the same keys as the rest of the
+API, checked before the SDK sees the request) and stdio (`python -m service.mcp`).
+A failure the caller can act on (an unknown base, a missing index, Elasticsearch away, no model
+configured) is a tool error with a message; anything else stays in the service log.
+"""
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from typing import Annotated, TypeVar
+
+from elastic_transport import TransportError as ESTransportError
+from elasticsearch import ApiError
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
+from mcp.server.transport_security import TransportSecuritySettings
+from pydantic import BaseModel, Field
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from core.schema import Mode
+from core.store import EmbedderMismatchError, IndexNotFoundError, SearchError
+from retrieval.lists import Filters
+from retrieval.results import Hit
+from service.deps import Services, answering
+from service.graph import Citation, QueryOptions, run_query
+from service.http.auth import presented_key
+from service.http.middleware import OriginPolicy
+from service.http.protocols.access import open_base
+from service.http.protocols.openai_chat import source_list
+from service.http.schemas import MAX_K
+from service.kbs import UnknownKnowledgeBase
+from service.llm.client import LLMNotConfiguredError
+from service.principals import EVERYONE, Caller, Keys
+
+T = TypeVar("T")
+
+INSTRUCTIONS = (
+    "中文知识库检索与问答：search 返回带出处（章节、页码、小节）的片段，ask 用检索增强的工作流回答并引用出处；"
+    "知识库里没有的内容，回答会明确说明无法确认。"
+)
+
+
+ServicesOf = Callable[[], Services]  # the app's services, once its lifespan has built them
+
+
+class KnowledgeBaseSize(BaseModel):
+    name: str
+    default: bool = Field(description="the base `kb` means when left out")
+    chunks: int | None = Field(None, description="chunks indexed (None: the index is not built yet)")
+
+
+class KnowledgeBaseList(BaseModel):
+    knowledge_bases: list[KnowledgeBaseSize]
+
+
+class SearchHit(BaseModel):
+    id: str = Field(description="chunk id: read it whole as the resource chunk://{kb}/{id}")
+    label: str = Field(description="how to cite it: 《书名》第 3 页 · 小节, or 第N章 …")
+    page: int | str | None
+    section: str | None
+    chapter: int | None
+    title: str
+    source: str
+    score: float
+    text: str
+
+
+class SearchHits(BaseModel):
+    kb: str
+    mode: Mode
+    hits: list[SearchHit]
+
+
+class Answer(BaseModel):
+    answer: str = Field(description="the answer with [n] citations and the numbered source list")
+    citations: list[Citation]
+    mode: str = Field(description="llm: written by the model; extractive: quoted sentences only")
+    web_used: bool
+    warnings: list[str]
+
+
+def _caller(services: Services, ctx: Context) -> Caller:
+    """Who calls a tool: the key of the HTTP request (checked by `KeyRequired`), or over stdio the
+    process's own `MCP_API_KEY` (all access without one: whoever starts it reads Elasticsearch itself)."""
+    request = ctx.request_context.request if ctx.request_context else None
+    keys = services.keys
+    if request is None:
+        key = services.settings.mcp_api_key
+        caller = keys.caller(key.get_secret_value()) if key is not None else EVERYONE
+    else:
+        caller = keys.caller(presented_key(dict(request.headers)))
+    if caller is None:
+        raise ToolError("invalid API key")
+    return caller
+
+
+def _hit(hit: Hit) -> SearchHit:
+    return SearchHit.model_validate(hit.model_dump(include=set(SearchHit.model_fields)))
+
+
+async def _explained(call: Awaitable[T]) -> T:
+    """`call`'s result; a failure the caller can act on becomes a tool error saying what to do."""
+    try:
+        return await call
+    except (UnknownKnowledgeBase, IndexNotFoundError, EmbedderMismatchError, LLMNotConfiguredError, ValueError) as err:
+        raise ToolError(str(err)) from err
+    except (ESTransportError, ApiError, SearchError) as err:
+        raise ToolError("Elasticsearch 暂时不可用，请稍后重试") from err
+
+
+def build_mcp_server(services: ServicesOf) -> MCPServer:
+    """The server's tools over the app's `services`, for either transport."""
+    server: MCPServer = MCPServer(name="es-agentic-rag", instructions=INSTRUCTIONS)
+    _add_search_tools(server, services)
+    _add_answer_tools(server, services)
+    return server
+
+
+def _sizes(services: Services, caller: Caller) -> KnowledgeBaseList:
+    """The caller's bases, each with the chunks the caller may read of it."""
+    names = services.kbs.readable(caller)
+    stats = services.kbs.stats([caller.scope(name) for name in names])
+    return KnowledgeBaseList(
+        knowledge_bases=[
+            KnowledgeBaseSize(
+                name=name, default=name == services.kbs.default, chunks=stats[name].chunks if name in stats else None
+            )
+            for name in names
+        ]
+    )
+
+
+def _add_search_tools(server: MCPServer, services: ServicesOf) -> None:
+    """`list_knowledge_bases` and `search`."""
+
+    @server.tool()
+    async def list_knowledge_bases(ctx: Context) -> KnowledgeBaseList:
+        """The knowledge bases you may search and ask, with their size."""
+        return await asyncio.to_thread(_sizes, services(), _caller(services(), ctx))
+
+    @server.tool()
+    async def search(
+        ctx: Context,
+        query: Annotated[str, Field(min_length=1, description="what to look for, in Chinese or any language")],
+        kb: Annotated[str | None, Field(description="knowledge base (default: the service's default)")] = None,
+        mode: Annotated[Mode, Field(description="hybrid (default), vector, bm25, bigram or standard")] = Mode.HYBRID,
+        k: Annotated[int, Field(ge=1, le=MAX_K, description="number of hits")] = 5,
+        filters: Annotated[Filters | None, Field(description="sources, chapter_from, chapter_to")] = None,
+    ) -> SearchHits:
+        """Search a knowledge base; each hit has its citation label, page and section."""
+
+        async def run() -> SearchHits:
+            app = services()
+            base = await asyncio.to_thread(open_base, app.kbs, _caller(app, ctx), kb)
+            result = await asyncio.to_thread(app.retriever.search, base.scope, query, mode, k, filters)
+            return SearchHits(kb=base.kb, mode=result.mode, hits=[_hit(hit) for hit in result.hits])
+
+        return await _explained(run())
+
+
+def _add_answer_tools(server: MCPServer, services: ServicesOf) -> None:
+    """`ask` and the `chunk://` resource."""
+
+    @server.tool()
+    async def ask(
+        ctx: Context,
+        question: Annotated[str, Field(min_length=1, description="the question")],
+        kb: Annotated[str | None, Field(description="knowledge base (default: the service's default)")] = None,
+        web: Annotated[bool, Field(description="allow a web search when the knowledge base is not enough")] = True,
+    ) -> Answer:
+        """Answer from a knowledge base with the agentic workflow, citing sources; says what it cannot confirm."""
+
+        async def run() -> Answer:
+            app = services()
+            base = await asyncio.to_thread(open_base, app.kbs, _caller(app, ctx), kb)
+            result = await run_query(answering(app, base), question, QueryOptions(web=web))
+            app.metrics.record_workflow(result.route, result.web_used, result.llm_calls, result.web_calls)
+            return Answer(
+                answer=result.answer + source_list(result.citations),
+                citations=result.citations,
+                mode=result.answer_mode,
+                web_used=result.web_used,
+                warnings=result.warnings,
+            )
+
+        return await _explained(run())
+
+    @server.resource("chunk://{kb}/{chunk_id}", mime_type="application/json")
+    async def chunk(kb: str, chunk_id: str, ctx: Context) -> str:
+        """One chunk, whole, with where it comes from."""
+        try:
+            app = services()
+            base = await asyncio.to_thread(open_base, app.kbs, _caller(app, ctx), kb)
+            hit = await asyncio.to_thread(app.retriever.chunk, base.scope, chunk_id)
+        except (UnknownKnowledgeBase, IndexNotFoundError) as err:
+            raise ResourceNotFoundError(str(err)) from err
+        if hit is None:
+            raise ResourceNotFoundError(f"no chunk {chunk_id!r} in {kb!r}")
+        return json.dumps(hit.model_dump(mode="json", exclude={"explain", "similarity"}), ensure_ascii=False)
+
+
+class KeyRequired:
+    """The API's keys in front of an ASGI app: `Authorization: Bearer <key>` or `X-API-Key`, else a 401."""
+
+    def __init__(self, app: ASGIApp, keys: Keys) -> None:
+        self.app, self.keys = app, keys
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope.get("headers", [])}
+        if scope["type"] == "http" and self.keys.caller(presented_key(headers)) is None:
+            answer = JSONResponse(
+                {"detail": "missing or invalid API key: send `Authorization: Bearer <key>` or `X-API-Key: <key>`"},
+                status_code=401,
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+            await answer(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def transport_security(policy: OriginPolicy) -> TransportSecuritySettings:
+    """The SDK's own Host/Origin check, from the service's policy (service.http.middleware checks
+    first; this holds if `/mcp` is ever served on its own)."""
+    if "*" in policy.hosts or "*" in policy.origins:
+        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    hosts = [pattern for host in sorted(policy.hosts) for pattern in (host, f"{host}:*")]
+    origins = [f"{scheme}://{host}" for host in hosts for scheme in ("http", "https")]
+    return TransportSecuritySettings(allowed_hosts=hosts, allowed_origins=origins + sorted(policy.origins))
+
+
+def http_endpoint(server: MCPServer, keys: Keys, policy: OriginPolicy) -> ASGIApp:
+    """The streamable HTTP transport as one ASGI endpoint (routed at `/mcp`), keys checked first.
+    Stateless: every request stands alone, so any worker answers it."""
+    server.streamable_http_app(stateless_http=True, transport_security=transport_security(policy))
+    return KeyRequired(StreamableHTTPASGIApp(server.session_manager), keys)

@@ -1,0 +1,302 @@
+"""Routes of a knowledge base's evaluation and fusion: upload a question set, run an evaluation in
+the background, read its status, report and plot, and see, pin or reset the base's fusion.
+
+    PUT    /kbs/{kb}/questions                       the JSONL question set (every bad line reported)
+    GET    /kbs/{kb}/questions                       what is stored
+    POST   /kbs/{kb}/questions/draft                 questions drafted by the model from sampled chunks
+    POST   /kbs/{kb}/evaluate                        202 {"job"}: runs evaluation.run in the background
+    GET    /kbs/{kb}/evaluations/{job}               status, progress and, once done, the report
+    GET    /kbs/{kb}/evaluations/{job}/report.png    the plot
+    GET    /kbs/{kb}/fusion                          the fusion every hybrid search of the base uses
+    PUT    /kbs/{kb}/fusion                          pin one; DELETE: back to the service default
+"""
+
+import json
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, HTTPException, Path, Response
+from pydantic import AfterValidator, BaseModel, Field, Strict, WithJsonSchema, field_validator
+from starlette.concurrency import run_in_threadpool
+
+from core.config import FusionMethod
+from core.contract import Choice, StrictModel
+from core.kbs import FusionSetting
+from core.reader import Reader
+from core.schema import LIST_MODES, Mode
+from evaluation.drafts import sample_chunks
+from evaluation.metrics import LIST_DEPTH
+from evaluation.questions import BadLine, base_corpus, parse_questions, resolve
+from evaluation.store import StoredQuestions, load_questions, save_questions
+from retrieval.results import FusionUsed
+from retrieval.retriever import fusion_used
+from service.deps import ReadBase, Services, ServicesDep, WriteBase, get_caller
+from service.http.openapi import error_responses
+from service.http.schemas import JobAccepted
+from service.jobs.evaluation import EVALUATION, EvaluationParams, find_evaluation, plot, unfinished_evaluation
+from service.jobs.store import Job, Reach
+from service.kbs import BaseAccess
+from service.llm.client import LLMNotConfiguredError
+from service.llm.drafts import draft_questions
+
+MAX_QUESTIONS_CHARS = 4_000_000  # also bounded by MAX_REQUEST_BYTES
+
+
+def _fusable(mode: Mode) -> Mode:
+    if mode not in LIST_MODES:
+        raise ValueError(f"{mode} is not a list hybrid fuses: choose among {', '.join(LIST_MODES)}")
+    return mode
+
+
+# A list hybrid can fuse: one of core.schema.LIST_MODES.
+ListName = Annotated[
+    Mode, Strict(False), AfterValidator(_fusable), WithJsonSchema({"type": "string", "enum": list(LIST_MODES)})
+]
+
+router = APIRouter(tags=["evaluation"], dependencies=[Depends(get_caller)], responses=error_responses(404, 502, 503))
+
+
+class QuestionsUpload(StrictModel):
+    text: str = Field(max_length=MAX_QUESTIONS_CHARS, description="the question set: JSON lines (docs/retrieval.md)")
+
+
+class BadLineOut(BaseModel):
+    line: int
+    error: str
+    text: str
+
+
+class QuestionsSummary(BaseModel):
+    kb: str
+    lines: int = Field(description="non-blank lines")
+    usable: int = Field(description="questions whose evidence is in the base")
+    dev: int
+    test: int
+    generated: int
+    bad_lines: list[BadLineOut]
+    uploaded_at: str
+
+
+class DraftRequest(StrictModel):
+    count: int = Field(10, ge=1, le=50, description="chunks to sample (a chunk without a usable sentence gives none)")
+    seed: int = Field(0, ge=0, le=2**31 - 1, description="the sample's seed")
+    append: bool = Field(True, description="add the drafted lines to the stored question set")
+
+
+class DraftResponse(BaseModel):
+    drafted: list[dict[str, Any]] = Field(description='question-set lines, each `"generated": true`')
+    questions: QuestionsSummary | None = Field(description="the stored set after appending (null: not appended)")
+
+
+class EvaluateRequest(StrictModel):
+    dry_run: bool = Field(False, description="report only: keep the base's fusion as it is")
+
+
+class EvaluationStatus(BaseModel):
+    job: str
+    kb: str
+    status: Literal["queued", "running", "done", "failed"]
+    done: int = Field(description="questions searched so far")
+    total: int
+    dry_run: bool
+    stored: bool = Field(description="the chosen fusion is now the base's")
+    error: str | None
+    created_at: str
+    finished_at: str | None
+    plot_url: str | None
+    report: dict[str, Any] | None = Field(description="report.json (docs/retrieval.md) once done")
+
+
+class FusionPin(StrictModel):
+    method: Choice[FusionMethod]
+    rrf_k: int = Field(60, ge=1, le=1000)
+    depth: int = Field(10, ge=1, le=LIST_DEPTH)
+    lists: list[ListName] = Field(
+        default=list(LIST_MODES), min_length=1, max_length=4, json_schema_extra={"uniqueItems": True}
+    )
+    weights: dict[ListName, Annotated[float, Field(ge=0, le=100)]] = Field(
+        default_factory=dict, description="per list; 1 when absent"
+    )
+    note: str = Field("", max_length=200)
+
+    @field_validator("lists")
+    @classmethod
+    def _distinct(cls, lists: list[Mode]) -> list[Mode]:
+        if len(set(lists)) != len(lists):
+            raise ValueError("lists must be distinct")
+        return lists
+
+
+class FusionState(BaseModel):
+    kb: str
+    effective: FusionUsed = Field(description="what every hybrid search of the base uses now")
+    stored: dict[str, Any] | None = Field(description="the base's own setting (null: the service default)")
+
+
+def _questions_summary(services: Services, base: BaseAccess, stored: StoredQuestions) -> QuestionsSummary:
+    """The set checked against what the caller may read of the base: evidence in a document hidden
+    from the caller is "not found", exactly as evidence that is nowhere."""
+    parsed = parse_questions(stored.text.splitlines())
+    ready, bad = resolve(parsed, base_corpus(Reader(services.es, base.scope)))
+    return QuestionsSummary(
+        kb=base.kb,
+        lines=parsed.lines,
+        usable=len(ready),
+        dev=sum(q.split == "dev" for q in ready),
+        test=sum(q.split == "test" for q in ready),
+        generated=sum(q.generated for q in ready),
+        bad_lines=[_bad(b) for b in bad],
+        uploaded_at=stored.uploaded_at,
+    )
+
+
+def _bad(line: BadLine) -> BadLineOut:
+    return BadLineOut(line=line.line, error=line.error, text=line.text)
+
+
+def _stored(services: Services, base: BaseAccess) -> StoredQuestions | None:
+    """The base's question set as the caller may see it: its lines may quote documents only its
+    uploader may read, so it is seen by the uploader and the base's admins, and is absent to others."""
+    stored = load_questions(services.es, base.kb)
+    return stored if stored is not None and base.caller.sees_work_of(base.kb, stored.owner) else None
+
+
+def _no_set(kb: str) -> HTTPException:
+    return HTTPException(404, f"no question set for {kb!r}: PUT /kbs/{kb}/questions first")
+
+
+@router.put("/kbs/{kb}/questions", response_model=QuestionsSummary)
+def put_questions(base: WriteBase, body: QuestionsUpload, services: ServicesDep) -> QuestionsSummary:
+    """Store the base's question set (replacing the last); every line that cannot be used is listed."""
+    stored = save_questions(services.es, base.kb, body.text, base.caller.name)
+    return _questions_summary(services, base, stored)
+
+
+@router.get("/kbs/{kb}/questions", response_model=QuestionsSummary)
+def get_questions(base: ReadBase, services: ServicesDep) -> QuestionsSummary:
+    """The stored question set, checked against the base as the caller may read it now."""
+    stored = _stored(services, base)
+    if stored is None:
+        raise _no_set(base.kb)
+    return _questions_summary(services, base, stored)
+
+
+@router.post("/kbs/{kb}/questions/draft", response_model=DraftResponse)
+async def draft(base: WriteBase, body: DraftRequest, services: ServicesDep) -> DraftResponse:
+    """Questions drafted by the judgement model from sampled chunks the caller may read, each with its
+    sentence as evidence (503 without a model); appended to the caller's stored set unless `append` is false."""
+    model = services.workflow.judge_llm
+    if model is None:
+        raise LLMNotConfiguredError()
+    chunks = await run_in_threadpool(sample_chunks, Reader(services.es, base.scope), body.count, body.seed)
+    drafted = await draft_questions(model, chunks)
+    if not body.append:
+        return DraftResponse(drafted=drafted, questions=None)
+    stored = await run_in_threadpool(_stored, services, base)
+    lines = [stored.text.rstrip("\n")] if stored and stored.text.strip() else []
+    text = "\n".join([*lines, *(json.dumps(line, ensure_ascii=False) for line in drafted)]) + "\n"
+    saved = await run_in_threadpool(save_questions, services.es, base.kb, text, base.caller.name)
+    summary = await run_in_threadpool(_questions_summary, services, base, saved)
+    return DraftResponse(drafted=drafted, questions=summary)
+
+
+@router.post("/kbs/{kb}/evaluate", status_code=202, response_model=JobAccepted, responses=error_responses(409))
+def evaluate(base: WriteBase, services: ServicesDep, body: EvaluateRequest) -> Response:
+    """Evaluate the stored question set in the background, reading what the caller may read, and,
+    unless `dry_run`, store the fusion chosen on dev."""
+    stored = _stored(services, base)
+    if stored is None:
+        raise _no_set(base.kb)
+    running = unfinished_evaluation(services.jobs.store, base.kb)
+    if running is not None:
+        mine = base.caller.sees_work_of(base.kb, running.owner)
+        raise HTTPException(
+            409, f"an evaluation of {base.kb!r} is already {running.state}" + (f": job {running.id}" if mine else "")
+        )
+    params = EvaluationParams.of(stored, Reach.of(base.scope.documents), dry_run=body.dry_run)
+    job = services.jobs.submit(EVALUATION, base.kb, base.caller.name, params.model_dump())
+    return JobAccepted(job=job.id, status_url=f"/kbs/{base.kb}/evaluations/{job.id}").response()
+
+
+def _job(services: Services, base: BaseAccess, job_id: str) -> Job:
+    """The evaluation, when the caller may see it (its owner, the base's admins): else absent."""
+    job = find_evaluation(services.jobs.store, base.kb, job_id)
+    if job is None or not base.caller.sees_work_of(base.kb, job.owner):
+        raise HTTPException(404, f"no evaluation {job_id!r} of {base.kb!r}")
+    return job
+
+
+# A job id of service/jobs/store.py (32 hex digits); 16 (the ids of earlier versions) are a 404, not a 422.
+JobId = Annotated[
+    str, Path(pattern=r"^[0-9a-f]{16}(?:[0-9a-f]{16})?$", description="the job id POST /kbs/{kb}/evaluate returned")
+]
+
+
+@router.get("/kbs/{kb}/evaluations/{job_id}", response_model=EvaluationStatus)
+def evaluation_status(base: ReadBase, job_id: JobId, services: ServicesDep) -> EvaluationStatus:
+    """Status and progress of an evaluation; its report once done."""
+    job = _job(services, base, job_id)
+    result = job.result or {}
+    return EvaluationStatus(
+        job=job.id,
+        kb=job.kb,
+        status=job.state,
+        done=job.counts.get("done", 0),
+        total=job.counts.get("total", 0),
+        dry_run=bool(job.params.get("dry_run")),
+        stored=bool(result.get("stored")),
+        error=job.error,
+        created_at=job.created_at,
+        finished_at=job.finished_at,
+        plot_url=f"/kbs/{job.kb}/evaluations/{job.id}/report.png" if job.state == "done" else None,
+        report=result.get("report"),
+    )
+
+
+@router.get(
+    "/kbs/{kb}/evaluations/{job_id}/report.png",
+    response_class=Response,
+    responses={200: {"content": {"image/png": {"schema": {"type": "string", "format": "binary"}}}}},
+)
+def evaluation_plot(base: ReadBase, job_id: JobId, services: ServicesDep) -> Response:
+    """The report's plot: per-mode bars with 95 % interval whiskers, and the rank distribution."""
+    report = (_job(services, base, job_id).result or {}).get("report")
+    if report is None:
+        raise HTTPException(404, f"evaluation {job_id!r} has no plot yet: it is not done")
+    return Response(plot(report), media_type="image/png")
+
+
+def _fusion_state(services: Services, kb: str) -> FusionState:
+    stored = services.kbs.read(kb).fusion
+    effective = fusion_used(services.retriever.params.with_fusion(stored), stored)
+    return FusionState(kb=kb, effective=effective, stored=stored.to_meta() if stored else None)
+
+
+@router.get("/kbs/{kb}/fusion", response_model=FusionState)
+def get_fusion(base: ReadBase, services: ServicesDep) -> FusionState:
+    """The fusion the base's hybrid searches use: its own (chosen by an evaluation, or pinned) or the default."""
+    return _fusion_state(services, base.kb)
+
+
+@router.put("/kbs/{kb}/fusion", response_model=FusionState)
+def pin_fusion(base: WriteBase, body: FusionPin, services: ServicesDep) -> FusionState:
+    """Pin the base's fusion (until the next evaluation that is not a dry run, or a DELETE)."""
+    setting = FusionSetting(
+        method=body.method,
+        rrf_k=body.rrf_k,
+        depth=body.depth,
+        lists=tuple(body.lists),
+        weights={str(name): weight for name, weight in body.weights.items()},
+        origin="pinned",
+        chosen_at=datetime.now(UTC).isoformat(),
+        note=body.note,
+    )
+    services.kbs.write_fusion(base.kb, setting)
+    return _fusion_state(services, base.kb)
+
+
+@router.delete("/kbs/{kb}/fusion", response_model=FusionState)
+def reset_fusion(base: WriteBase, services: ServicesDep) -> FusionState:
+    """Back to the service default (`FUSION`, `RRF_K`, `RRF_DEPTH`)."""
+    services.kbs.write_fusion(base.kb, None)
+    return _fusion_state(services, base.kb)

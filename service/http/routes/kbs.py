@@ -1,0 +1,139 @@
+"""`/kbs`: list, create, inspect and delete knowledge bases (core/kbs.py keeps them in Elasticsearch)."""
+
+from contextlib import suppress
+
+from fastapi import APIRouter, Depends, HTTPException, Response
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, Field
+
+from core.config import Settings
+from core.contract import StrictModel
+from core.kbs import KB_NAME_PATTERN, KnowledgeBase, KnowledgeBaseStats
+from core.store import IndexNotFoundError
+from retrieval.results import FusionUsed
+from retrieval.retriever import RetrievalParams, fusion_used
+from service.deps import AdminBase, CallerDep, ReadBase, ServicesDep, get_caller
+from service.http.openapi import error_responses
+from service.principals import Caller, Role
+
+router = APIRouter(tags=["knowledge bases"], dependencies=[Depends(get_caller)], responses=error_responses(404, 503))
+
+
+class FusionView(FusionUsed):
+    """The fusion a base's hybrid search uses (as a hybrid result names it), with when and why it was set."""
+
+    chosen_at: str = ""
+    note: str = ""
+
+
+class KnowledgeBaseView(BaseModel):
+    name: str
+    default: bool = Field(description="the base requests without `kb` use (ES_INDEX)")
+    role: Role | None = Field(description="the caller's role on it")
+    documents: int = Field(description="documents the caller may read")
+    chunks: int = Field(description="chunks the caller may read")
+    last_update: str | None = Field(description="the last write of a chunk the caller may read")
+    embedder: str
+    dim: int
+    chunk_size: int
+    chunk_overlap: int
+    shards: int
+    replicas: int
+    created_at: str | None
+    fusion: FusionView
+
+
+class KnowledgeBaseList(BaseModel):
+    kbs: list[KnowledgeBaseView]
+
+
+class CreateKnowledgeBase(StrictModel):
+    name: str = Field(pattern=KB_NAME_PATTERN, max_length=100, description="a-z, 0-9, '-', '_', '.'")
+    chunk_size: int | None = Field(None, ge=50, le=8000, description="characters per chunk (default CHUNK_SIZE)")
+    chunk_overlap: int | None = Field(None, ge=0, le=2000, description="default CHUNK_OVERLAP")
+    shards: int | None = Field(None, ge=1, le=64, description="default ES_SHARDS")
+    replicas: int | None = Field(None, ge=0, le=8, description="default ES_REPLICAS")
+    embedder: str | None = Field(None, max_length=200, description="must be the service's EMBEDDER (the default)")
+
+
+def invalid(field: str, message: str) -> RequestValidationError:
+    """A 422 in the shape of FastAPI's own, for a check that needs the service's settings."""
+    return RequestValidationError([{"type": "value_error", "loc": ("body", field), "msg": message}])
+
+
+def fusion_view(settings: Settings, kb: KnowledgeBase) -> FusionView:
+    used = fusion_used(RetrievalParams.from_settings(settings).with_fusion(kb.fusion), kb.fusion)
+    stored = kb.fusion
+    return FusionView(
+        **used.model_dump(), chosen_at=stored.chosen_at if stored else "", note=stored.note if stored else ""
+    )
+
+
+def _view(settings: Settings, kb: KnowledgeBase, stats: KnowledgeBaseStats | None, caller: Caller) -> KnowledgeBaseView:
+    return KnowledgeBaseView(
+        name=kb.name,
+        default=kb.name == settings.es_index,
+        role=caller.role_for(kb.name),
+        documents=stats.documents if stats else 0,
+        chunks=stats.chunks if stats else 0,
+        last_update=stats.last_update if stats else None,
+        embedder=kb.embedder,
+        dim=kb.dim,
+        chunk_size=kb.chunk_size,
+        chunk_overlap=kb.chunk_overlap,
+        shards=kb.shards,
+        replicas=kb.replicas,
+        created_at=kb.created_at,
+        fusion=fusion_view(settings, kb),
+    )
+
+
+@router.get("/kbs", response_model=KnowledgeBaseList)
+def list_kbs(services: ServicesDep, caller: CallerDep) -> KnowledgeBaseList:
+    """The bases the caller may read, the default first, with their size and settings (what the caller
+    may read of them)."""
+    kbs = services.kbs
+    names = kbs.readable(caller)
+    stats = kbs.stats([caller.scope(name) for name in names])
+    views = []
+    for name in names:
+        with suppress(IndexNotFoundError):  # deleted since it was listed
+            views.append(_view(services.settings, kbs.read(name), stats.get(name), caller))
+    return KnowledgeBaseList(kbs=views)
+
+
+@router.post("/kbs", response_model=KnowledgeBaseView, status_code=201, responses=error_responses(409, 422))
+def create(body: CreateKnowledgeBase, services: ServicesDep, caller: CallerDep) -> KnowledgeBaseView:
+    """A new, empty base (needs the write or admin role on every base); 409 when the name is taken."""
+    if caller.role not in ("write", "admin"):
+        raise HTTPException(403, "creating a knowledge base needs the write or admin role on every base")
+    settings, embedder = services.settings, services.embedder
+    if body.embedder is not None and body.embedder != embedder.name:
+        raise invalid("embedder", f"{body.embedder!r}: this service embeds with {embedder.name!r} only")
+    size = body.chunk_size or settings.chunk_size
+    overlap = body.chunk_overlap if body.chunk_overlap is not None else settings.chunk_overlap
+    if overlap >= size:
+        raise invalid("chunk_overlap", f"{overlap} must be smaller than chunk_size ({size})")
+    created = services.kbs.create(
+        body.name,
+        embedder,
+        chunk_size=size,
+        chunk_overlap=overlap,
+        shards=body.shards or settings.es_shards,
+        replicas=body.replicas if body.replicas is not None else settings.es_replicas,
+    )
+    return _view(settings, created, None, caller)
+
+
+@router.get("/kbs/{kb}", response_model=KnowledgeBaseView, responses=error_responses(422))
+def inspect(base: ReadBase, services: ServicesDep) -> KnowledgeBaseView:
+    """One base: its size (what the caller may read of it), settings and the fusion its hybrid search uses."""
+    stats = services.kbs.stats([base.scope]).get(base.kb)
+    return _view(services.settings, services.kbs.read(base.kb), stats, base.caller)
+
+
+@router.delete("/kbs/{kb}", status_code=204, response_class=Response, responses=error_responses(422))
+def delete(base: AdminBase, services: ServicesDep) -> Response:
+    """Delete a base and all its chunks (needs the admin role on it)."""
+    services.kbs.delete(base.kb)
+    return Response(status_code=204)

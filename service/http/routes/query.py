@@ -1,0 +1,84 @@
+"""Search, comparison and answers over one knowledge base: `/search`, `/compare`, `/query`,
+`/query/stream` and `/gaps`. Each route's base and scope come from its declaration (service/deps.py)."""
+
+from collections.abc import AsyncIterable
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query
+from fastapi.sse import EventSourceResponse, ServerSentEvent
+
+from retrieval.compare import Comparison
+from retrieval.results import SearchResult
+from service.deps import (
+    CompareBody,
+    QuestionBody,
+    SearchBody,
+    ServicesDep,
+    WorkflowDep,
+    base_in_body,
+    base_in_query,
+    get_caller,
+    valid_compare,
+    valid_search,
+)
+from service.graph import GapReport, QueryResult, VerdictScope, knowledge_gap_report, run_query, stream_query
+from service.http.openapi import error_responses
+from service.kbs import BaseAccess
+
+# Every route here reads Elasticsearch (or the model).
+router = APIRouter(dependencies=[Depends(get_caller)], responses=error_responses(404, 409, 502, 503))
+
+
+@router.post("/search", response_model=SearchResult, tags=["retrieval"])
+def search(
+    body: SearchBody, base: Annotated[BaseAccess, Depends(base_in_body(valid_search))], services: ServicesDep
+) -> SearchResult:
+    """One retrieval mode over a knowledge base (hybrid: kNN + jieba BM25 + bigram + standard, fused),
+    among the documents the caller may read."""
+    return services.retriever.search(base.scope, body.query, body.mode, body.k, body.filters)
+
+
+@router.post("/compare", response_model=Comparison, tags=["retrieval"])
+def compare(
+    body: CompareBody, base: Annotated[BaseAccess, Depends(base_in_body(valid_compare))], services: ServicesDep
+) -> Comparison:
+    """The same query in several modes side by side, with overlap and rank differences."""
+    return services.retriever.compare(base.scope, body.query, body.k, body.modes, body.filters)
+
+
+@router.post("/query", response_model=QueryResult, tags=["answers"])
+async def query(body: QuestionBody, workflow: WorkflowDep, services: ServicesDep) -> QueryResult:
+    """Answer with the agentic workflow (route, decompose, retrieve, evaluate, web fallback, cite), or,
+    without a reachable model (`ANSWER_MODE`), with quoted sentences only: `mode` says which and why."""
+    result = await run_query(workflow, body.question, body.options())
+    services.metrics.record_workflow(result.route, result.web_used, result.llm_calls, result.web_calls)
+    return result
+
+
+@router.post("/query/stream", response_class=EventSourceResponse, tags=["answers"])
+async def query_stream(
+    body: QuestionBody, workflow: WorkflowDep, services: ServicesDep
+) -> AsyncIterable[ServerSentEvent]:
+    """The same as server-sent events: `mode` ({mode: llm|extractive, reason}), `node` per workflow
+    step (outcome, ms), `token`s of the answer, then `final` (the whole `/query` result) or `error`."""
+    metrics = services.metrics
+    async for event in stream_query(workflow, body.question, body.options()):
+        if event.event == "final":
+            metrics.record_workflow(
+                event.data["route"], event.data["web_used"], event.data["llm_calls"], event.data["web_calls"]
+            )
+        elif event.event == "error":
+            metrics.record_error("/query/stream", "workflow")
+        yield ServerSentEvent(event=event.event, data=event.data)
+
+
+@router.get("/gaps", response_model=GapReport, tags=["answers"])
+def gaps(
+    base: Annotated[BaseAccess, Depends(base_in_query("read"))],
+    services: ServicesDep,
+    top: Annotated[int, Query(ge=1, le=100)] = 20,
+) -> GapReport:
+    """A base's knowledge-gap report: what the evaluator most often found missing, and how often the
+    web was needed (counting only verdicts on what the caller may read)."""
+    scope = VerdictScope(base.kb, base.scope.documents.key)
+    return knowledge_gap_report(services.es, services.settings, scope, top)

@@ -1,0 +1,201 @@
+"""Jobs kept in Elasticsearch: the record of each (`Job`), the store and its conditional claims.
+
+A job is a record in `JOBS_INDEX` (`Job`: its kind, its knowledge base, its owner, its state
+`queued` → `running` → `done` | `failed`, counts, per-item errors and a result). The runner
+(service/jobs/runner.py) runs them; the record is what outlives the process.
+"""
+
+import logging
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from elasticsearch import ConflictError, Elasticsearch, NotFoundError
+from pydantic import BaseModel, Field
+
+from core.access import DocumentAccess
+
+logger = logging.getLogger(__name__)
+
+JobState = Literal["queued", "running", "done", "failed"]
+UNFINISHED: tuple[JobState, ...] = ("queued", "running")
+
+_MAPPING: dict[str, Any] = {
+    # Only what is searched is indexed; counts, errors and parameters are kept in `_source`.
+    "dynamic": False,
+    "properties": {
+        "kind": {"type": "keyword"},
+        "kb": {"type": "keyword"},
+        "state": {"type": "keyword"},
+        "owner": {"type": "keyword"},
+        "created_at": {"type": "date"},
+        "updated_at": {"type": "date"},
+    },
+}
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+class JobError(BaseModel):
+    """One item of a job that failed (an uploaded file), the others going on."""
+
+    file: str | None = Field(None, description="the item (an uploaded file's name); none for the job as a whole")
+    reason: str = Field(description="what is wrong and what to do")
+    code: str | None = Field(None, description="a short reason code, e.g. corrupt, unsupported, too_large")
+
+
+class Job(BaseModel):
+    """A job as stored; `params` is its kind's input (never shown to clients: it holds paths)."""
+
+    id: str
+    kind: str
+    kb: str
+    owner: str
+    state: JobState = "queued"
+    created_at: str = Field(default_factory=_now)
+    updated_at: str = Field(default_factory=_now)
+    started_at: str | None = None
+    finished_at: str | None = None
+    runs: int = 0  # times a worker started it: more than 1 after a resume
+    counts: dict[str, int] = Field(default_factory=dict)
+    errors: list[JobError] = Field(default_factory=list)
+    error: str | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+    result: dict[str, Any] | None = None  # what the kind's `run` left (an evaluation's report), once ended
+
+
+class JobView(BaseModel):
+    """`GET /jobs/{id}`: the job without its internal parameters."""
+
+    id: str
+    kind: str = Field(description="what the job does, e.g. `upload`")
+    kb: str = Field(description="the knowledge base it works on")
+    state: JobState
+    created_at: str
+    updated_at: str = Field(description="its last progress write")
+    started_at: str | None = None
+    finished_at: str | None = None
+    runs: int = Field(description="times it was started: more than 1 when it was resumed after a restart")
+    counts: dict[str, int] = Field(description="progress figures; an upload's are listed in docs/api.md")
+    errors: list[JobError] = Field(description="items that failed while the others went on")
+    error: str | None = Field(None, description="why the job failed, when it did")
+
+    @classmethod
+    def of(cls, job: Job) -> "JobView":
+        return cls.model_validate(job.model_dump(exclude={"params", "owner", "result"}))
+
+
+class Reach(BaseModel):
+    """What a job's owner may read of its base, kept with the job: a job resumed after a restart
+    reads, replaces and reports only that."""
+
+    groups: list[str] = Field(default_factory=list)
+    everything: bool = False
+
+    @classmethod
+    def of(cls, access: DocumentAccess) -> "Reach":
+        return cls(groups=sorted(access.groups), everything=access.everything)
+
+    @property
+    def access(self) -> DocumentAccess:
+        return DocumentAccess(groups=frozenset(self.groups), everything=self.everything)
+
+
+class JobFailed(Exception):
+    """Raised by a kind's `run` when the job cannot be done; the message is the job's `error`."""
+
+
+class JobStore:
+    """Jobs in one Elasticsearch index (created on first use)."""
+
+    def __init__(self, es: Elasticsearch, index: str) -> None:
+        self.es, self.index = es, index
+        self._ready = False
+
+    def _ensure(self) -> None:
+        if not self._ready:
+            if not self.es.indices.exists(index=self.index):
+                self.es.options(ignore_status=400).indices.create(index=self.index, mappings=_MAPPING)
+            self._ready = True
+
+    def create(self, job: Job) -> None:
+        self._ensure()
+        self.es.create(index=self.index, id=job.id, document=job.model_dump())
+
+    def get(self, job_id: str) -> Job | None:
+        self._ensure()
+        try:
+            return Job.model_validate(self.es.get(index=self.index, id=job_id)["_source"])
+        except NotFoundError:
+            return None
+
+    def update(self, job_id: str, **fields: Any) -> None:
+        self.es.update(index=self.index, id=job_id, doc={**fields, "updated_at": _now()})
+
+    def _transition(
+        self, job_id: str, states: tuple[JobState, ...], change: Callable[[Job], dict[str, Any]]
+    ) -> Job | None:
+        """The job with the fields `change` gives, if it was in one of `states` and nobody wrote it in
+        between (a conditional write); None otherwise, or when there is no such job."""
+        try:
+            found = self.es.get(index=self.index, id=job_id)
+        except NotFoundError:
+            return None
+        job = Job.model_validate(found["_source"])
+        if job.state not in states:
+            return None
+        job = job.model_copy(update=change(job))
+        try:
+            self.es.index(
+                index=self.index,
+                id=job_id,
+                document=job.model_dump(),
+                if_seq_no=found["_seq_no"],
+                if_primary_term=found["_primary_term"],
+            )
+        except ConflictError:
+            return None
+        return job
+
+    def claim(self, job_id: str) -> Job | None:
+        """The job, now `running`, if it was unfinished and nobody claimed it in between."""
+        return self._transition(
+            job_id, UNFINISHED, lambda job: {"state": "running", "started_at": _now(), "runs": job.runs + 1}
+        )
+
+    def recent(self, filters: list[dict[str, Any]], size: int, *, fresh: bool = False) -> list[Job]:
+        """The newest `size` jobs matching every one of `filters` (Elasticsearch query clauses);
+        `fresh`: jobs stored a moment ago included (a refresh first)."""
+        self._ensure()
+        if fresh:
+            self.es.indices.refresh(index=self.index)
+        response = self.es.search(
+            index=self.index, query={"bool": {"filter": filters}}, sort=[{"created_at": "desc"}], size=size
+        )
+        return [Job.model_validate(hit["_source"]) for hit in response["hits"]["hits"]]
+
+    def cancel(self, job_id: str, reason: str) -> Job | None:
+        """The job, now `failed` with `reason`, if it was still `queued` (None: it had started or ended)."""
+        now = _now()
+        ended = {"state": "failed", "error": reason, "finished_at": now, "updated_at": now}
+        return self._transition(job_id, ("queued",), lambda job: ended)
+
+    def unfinished(self) -> list[str]:
+        """Ids of queued and running jobs, oldest first."""
+        self._ensure()
+        self.es.indices.refresh(index=self.index)
+        response = self.es.search(
+            index=self.index,
+            query={"terms": {"state": list(UNFINISHED)}},
+            sort=[{"created_at": "asc"}],
+            size=10_000,
+            source=False,
+        )
+        return [hit["_id"] for hit in response["hits"]["hits"]]
+
+
+def new_job_id() -> str:
+    return uuid.uuid4().hex

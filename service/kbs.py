@@ -1,0 +1,143 @@
+"""The service's knowledge bases: which exist, which a caller may use and what it sees of them, and
+the one way to create, delete or re-fuse a base.
+
+`open` is where every route, protocol and tool turns a base name and a caller into a
+`BaseAccess` (the checked base and the caller's `Scope`): a base the caller may not read is
+answered exactly like one that does not exist, and an error names only bases the caller may
+read. The caches (the list of names here, each base's settings and fusion in the retriever)
+are invalidated here when a base changes, never by a route.
+"""
+
+import time
+from dataclasses import dataclass
+
+from elasticsearch import Elasticsearch
+
+from core.access import Scope
+from core.config import Settings
+from core.embeddings import Embedder
+from core.kbs import (
+    FusionSetting,
+    KnowledgeBase,
+    KnowledgeBaseStats,
+    check_kb_name,
+    create_kb,
+    delete_kb,
+    list_kb_names,
+    read_kb,
+    write_fusion,
+)
+from core.reader import base_stats
+from core.store import IndexNotFoundError
+from retrieval.retriever import Retriever
+from service.principals import Caller, Role
+
+
+class UnknownKnowledgeBase(LookupError):
+    """A name that is not among the caller's readable bases (absent, or not the caller's: the same answer)."""
+
+    def __init__(self, name: str | None, readable: list[str], *, no_access: bool = False) -> None:
+        available = ", ".join(readable) or "none"
+        what = f"knowledge base {name!r} does not exist" if name is not None else "no knowledge base was named"
+        super().__init__(f"{what}; available: {available}")
+        self.name = name
+        self.readable = readable
+        self.no_access = no_access  # the caller holds no role on any base
+
+
+class NotPermitted(PermissionError):
+    """The caller may read the base but not do this to it."""
+
+    def __init__(self, kb: str, role: Role) -> None:
+        super().__init__(f"this needs the {role} role on knowledge base {kb!r}")
+
+
+@dataclass(frozen=True)
+class BaseAccess:
+    """A request's knowledge base, checked: it exists, the caller holds the route's role on it, and
+    `scope` is what the caller's reads of it see."""
+
+    caller: Caller
+    scope: Scope
+
+    @property
+    def kb(self) -> str:
+        return self.scope.kb
+
+
+class KnowledgeBases:
+    """The bases (their names cached briefly: every request resolves its base) and their changes."""
+
+    def __init__(self, es: Elasticsearch, settings: Settings, retriever: Retriever, ttl_s: float = 5.0) -> None:
+        self.es = es
+        self.settings = settings
+        self.default = settings.es_index
+        self._retriever = retriever
+        self._ttl_s = ttl_s
+        self._names: tuple[float, list[str]] | None = None
+
+    def names(self) -> list[str]:
+        now = time.monotonic()
+        if self._names is None or now - self._names[0] > self._ttl_s:
+            self._names = (now, list_kb_names(self.es))
+        return self._names[1]
+
+    def readable(self, caller: Caller) -> list[str]:
+        """The bases `caller` may read, the default base first."""
+        self._names = None
+        return sorted(caller.readable(self.names()), key=lambda name: (name != self.default, name))
+
+    def open(self, caller: Caller, name: str | None, role: Role = "read") -> BaseAccess:
+        """`name` (None: the default base) when it exists and `caller` holds `role` on it.
+
+        Unreadable is the same `UnknownKnowledgeBase` as absent (naming the default only to a caller
+        who may read it); readable without `role` is `NotPermitted`.
+        """
+        chosen = check_kb_name(name) if name is not None else self.default
+        if not caller.may(chosen, "read"):
+            raise UnknownKnowledgeBase(name, self.readable(caller), no_access=not caller.has_any_role)
+        if chosen not in self.names():
+            self._names = None  # a base created by the indexing job a moment ago is seen at once
+            if chosen == self.default and chosen not in self.names():
+                raise IndexNotFoundError(chosen)  # the service's own base, not built yet: say how to build it
+            if chosen not in self.names():
+                raise UnknownKnowledgeBase(name, self.readable(caller))
+        if not caller.may(chosen, role):
+            raise NotPermitted(chosen, role)
+        return BaseAccess(caller, caller.scope(chosen))
+
+    def read(self, name: str) -> KnowledgeBase:
+        """The base's stored settings (`IndexNotFoundError` when it is gone)."""
+        return read_kb(self.es, name, self.settings)
+
+    def stats(self, scopes: list[Scope]) -> dict[str, KnowledgeBaseStats]:
+        """Documents, chunks and last write of each base, as far as each scope sees it."""
+        return base_stats(self.es, scopes)
+
+    def create(
+        self, name: str, embedder: Embedder, *, chunk_size: int, chunk_overlap: int, shards: int, replicas: int
+    ) -> KnowledgeBase:
+        create_kb(
+            self.es,
+            name,
+            embedder,
+            chunk_size=chunk_size,
+            chunk_overlap=chunk_overlap,
+            shards=shards,
+            replicas=replicas,
+        )
+        self._changed(name)
+        return self.read(name)
+
+    def delete(self, name: str) -> None:
+        delete_kb(self.es, name)
+        self._changed(name)
+
+    def write_fusion(self, name: str, setting: FusionSetting | None) -> None:
+        """Store the base's fusion (None: the service default); its next search uses it."""
+        write_fusion(self.es, name, setting)
+        self._changed(name)
+
+    def _changed(self, name: str) -> None:
+        self._names = None
+        self._retriever.forget(name)
