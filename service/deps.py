@@ -86,11 +86,18 @@ CallerDep = Annotated[Caller, Depends(get_caller)]
 KbName = Annotated[str, PathParam(pattern=KB_NAME_PATTERN, max_length=100, description="knowledge-base name")]
 
 
-@cache
-def base_in_path(role: Role) -> Callable[..., BaseAccess]:
-    """The `{kb}` of the path, when the caller holds `role` on it (404 as if absent when it may not read it)."""
+async def _nothing_else() -> None:
+    """No other input to check before the base."""
 
-    def dependency(kb: KbName, caller: CallerDep, services: ServicesDep) -> BaseAccess:  # ES: on the threadpool
+
+@cache
+def base_in_path(role: Role, checked: Callable[..., object] = _nothing_else) -> Callable[..., BaseAccess]:
+    """The `{kb}` of the path, when the caller holds `role` on it (404 as if absent when it may not
+    read it). `checked` validates the route's other parameters first: bad input is a 422 whatever the base."""
+
+    def dependency(
+        kb: KbName, caller: CallerDep, services: ServicesDep, _: Annotated[object, Depends(checked)]
+    ) -> BaseAccess:  # ES: on the threadpool
         return services.kbs.open(caller, kb, role)
 
     return dependency
@@ -102,12 +109,14 @@ AdminBase = Annotated[BaseAccess, Depends(base_in_path("admin"))]
 
 
 @cache
-def base_in_query(role: Role) -> Callable[..., BaseAccess]:
-    """The `?kb=` of the query (none: the default base), when the caller holds `role` on it."""
+def base_in_query(role: Role, checked: Callable[..., object] = _nothing_else) -> Callable[..., BaseAccess]:
+    """The `?kb=` of the query (none: the default base), when the caller holds `role` on it; `checked`
+    as for `base_in_path`."""
 
     def dependency(
         caller: CallerDep,
         services: ServicesDep,
+        _: Annotated[object, Depends(checked)],
         kb: Annotated[str | None, Query(pattern=KB_NAME_PATTERN, max_length=100)] = None,
     ) -> BaseAccess:
         return services.kbs.open(caller, kb, role)

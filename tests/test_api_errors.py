@@ -1,5 +1,6 @@
 """An unexpected error: a 500 naming an error id, and exactly one traceback in the log."""
 
+import dataclasses
 import logging
 import re
 from collections.abc import Iterator
@@ -46,7 +47,7 @@ def test_an_unexpected_error_is_a_500_with_an_id_and_one_traceback(
     app: FastAPI, caplog: pytest.LogCaptureFixture
 ) -> None:
     with serve(app) as url, uvicorn_records(caplog):
-        app.state.retriever = ExplodingRetriever()
+        app.state.services = dataclasses.replace(app.state.services, retriever=ExplodingRetriever())
         response = httpx.post(f"{url}/search", json={"query": "孟获"})
         metrics = httpx.get(f"{url}/metrics").text
     assert response.status_code == 500

@@ -332,26 +332,32 @@ def test_documents_and_jobs_follow_roles_and_document_groups(
             assert listed("reader") == listed("writer") == ["p1"]  # r1 is invisible without its group
             assert clients["outsider"].get(f"/kbs/{kb}/documents").status_code in (403, 404)
 
-            # The same text again with other groups: nothing is embedded, but the groups change.
+            # The same text again with groups the writer holds nothing of: the groups change, and the
+            # text is embedded again (in the id space of what the writer cannot read: docs/api.md).
             public = {"texts": [{"text": "公开的说明。", "id": "p1"}]}
             regrouped = upload(clients["writer"], kb, json={**public, "access": ["medical"]})
-            assert (regrouped["counts"]["new"], regrouped["counts"]["unchanged"]) == (0, 1)
+            assert (regrouped["counts"]["new"], regrouped["counts"]["unchanged"]) == (1, 0)
             assert listed("reader") == [] and listed("nurse") == ["p1", "r1"]
 
-            # Now neither is the writer's to replace: it does not hold their group.
+            # Neither is the writer's to replace, and nothing says they exist: the same names go in as
+            # documents of the writer's own, exactly as if the base had none, and the hidden ones stay.
             forged = {"texts": [{"text": "伪造的病历。", "id": "r1"}]}
             for attempt in (public, forged):
-                refused = upload(clients["writer"], kb, json=attempt)
-                assert refused["state"] == "failed" and [e["code"] for e in refused["errors"]] == ["not_permitted"]
-            texts = es.search(index=kb, query={"term": {"doc_id": "r1"}}, source_includes=["text"])["hits"]["hits"]
-            assert [hit["_source"]["text"] for hit in texts] == ["病历：患者空腹血糖 7.8。"]
-            assert listed("reader") == [] and listed("nurse") == ["p1", "r1"]
-            assert upload(clients["admin"], kb, json=public)["counts"]["new"] == 0  # the admin may open it again
-            assert listed("reader") == ["p1"]
+                accepted = upload(clients["writer"], kb, json=attempt)
+                assert accepted["state"] == "done" and accepted["errors"] == [] and accepted["counts"]["new"] == 1
+            es.indices.refresh(index=kb)
+            texts = es.search(index=kb, query={"term": {"doc_id": "r1"}}, source_includes=["text", "access"])["hits"][
+                "hits"
+            ]
+            kept = {hit["_source"]["text"]: hit["_source"].get("access") or [] for hit in texts}
+            assert kept == {"病历：患者空腹血糖 7.8。": ["medical"], "伪造的病历。": []}
+            assert listed("reader") == listed("writer") == ["p1", "r1"]  # the writer's own two
+            assert upload(clients["admin"], kb, json=public)["counts"]["new"] == 1  # the admin replaces p1 whole
+            assert listed("reader") == ["p1", "r1"] and listed("nurse") == ["p1", "r1"]
 
-            assert clients["writer"].delete(f"/kbs/{kb}/documents/r1").status_code == 404  # cannot see it
+            assert clients["writer"].delete(f"/kbs/{kb}/documents/r1").json()["deleted"] == 1  # its own only
             assert clients["nurse"].delete(f"/kbs/{kb}/documents/r1").status_code == 403  # read role only
-            assert clients["admin"].delete(f"/kbs/{kb}/documents/r1").json()["deleted"] == 1
+            assert clients["admin"].delete(f"/kbs/{kb}/documents/r1").json()["deleted"] == 1  # the hidden one
             assert listed("nurse") == ["p1"]
             for client in clients.values():
                 client.close()

@@ -156,13 +156,19 @@ class UploadParams(BaseModel):
 
 
 def id_space(uploader: Reach, grant: list[str]) -> str:
-    """The space an upload's chunk ids are hashed in (core.documents.Document.id_space): none for an
-    uploader who reads the whole base, else its reach and the groups it grants. An upload therefore
-    never takes the id of a chunk its uploader may not read, whatever the base holds, and the answer
-    is the same whether such a chunk exists or not."""
+    """The space an upload's chunk ids are hashed in (core.documents.Document.id_space).
+
+    None for an uploader who reads the whole base. Else the uploader's reach, and the groups it
+    grants when it will not be able to read what it writes: a chunk id of a space is then always
+    readable by every uploader of that space, so an upload never takes the id of a chunk its
+    uploader may not read, and the answer is the same whether such a chunk exists or not.
+    """
     if uploader.everything:
         return ""
-    return f"reach={','.join(uploader.groups)};grant={','.join(sorted(set(grant)))}"
+    reach = f"reach={','.join(uploader.groups)}"
+    if not grant or not set(grant).isdisjoint(uploader.groups):
+        return reach
+    return f"{reach};grant={','.join(sorted(set(grant)))}"
 
 
 def spooled_path(folder: Path, number: int, name: str) -> Path:

@@ -8,6 +8,7 @@ The jobs' own routes are service/http/routes/jobs.py.
 import json
 import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -23,7 +24,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from core.config import Settings
 from core.reader import Reader
 from indexing.options import Chunking, parse_groups
-from service.deps import ReadBase, ServicesDep, WriteBase, get_caller
+from service.deps import ServicesDep, WriteBase, base_in_path, get_caller
 from service.documents import MAX_PAGE, DeleteIncomplete, DocumentDeleted, DocumentList, delete_document, list_documents
 from service.http.middleware import LargerBody
 from service.http.openapi import error_responses, request_body
@@ -44,7 +45,7 @@ from service.jobs.upload import (
     spooled_path,
     text_documents,
 )
-from service.kbs import KnowledgeBases
+from service.kbs import BaseAccess, KnowledgeBases
 
 _MB = 1024 * 1024
 
@@ -188,15 +189,27 @@ async def upload_documents(request: Request, base: WriteBase, services: Services
     return JobAccepted(job=job_id, status_url=f"/jobs/{job_id}").response()
 
 
-@router.get("/kbs/{kb}/documents", response_model=DocumentList)
-def documents(
-    base: ReadBase,
-    services: ServicesDep,
+@dataclass(frozen=True)
+class Page:
+    size: int
+    after: str | None
+
+
+def page(
     size: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
     after: Annotated[str | None, Query(min_length=1, max_length=512, description="`next` of the page before")] = None,
+) -> Page:
+    return Page(size, after)
+
+
+@router.get("/kbs/{kb}/documents", response_model=DocumentList)
+def documents(
+    asked: Annotated[Page, Depends(page)],
+    base: Annotated[BaseAccess, Depends(base_in_path("read", page))],
+    services: ServicesDep,
 ) -> DocumentList:
     """The documents of the base the caller may read, `size` at a time in doc_id order."""
-    return list_documents(Reader(services.es, base.scope), size, after)
+    return list_documents(Reader(services.es, base.scope), asked.size, asked.after)
 
 
 @router.delete("/kbs/{kb}/documents/{doc_id:path}", response_model=DocumentDeleted)

@@ -30,7 +30,7 @@ from evaluation.questions import BadLine, base_corpus, parse_questions, resolve
 from evaluation.store import StoredQuestions, load_questions, save_questions
 from retrieval.results import FusionUsed
 from retrieval.retriever import fusion_used
-from service.deps import ReadBase, Services, ServicesDep, WriteBase, get_caller
+from service.deps import ReadBase, Services, ServicesDep, WriteBase, base_in_path, get_caller
 from service.http.openapi import error_responses
 from service.http.schemas import JobAccepted
 from service.jobs.evaluation import EVALUATION, EvaluationParams, find_evaluation, plot, unfinished_evaluation
@@ -165,8 +165,35 @@ def _no_set(kb: str) -> HTTPException:
     return HTTPException(404, f"no question set for {kb!r}: PUT /kbs/{kb}/questions first")
 
 
+def questions_body(body: QuestionsUpload) -> QuestionsUpload:
+    return body
+
+
+def draft_body(body: DraftRequest) -> DraftRequest:
+    return body
+
+
+def evaluate_body(body: EvaluateRequest) -> EvaluateRequest:
+    return body
+
+
+def pin_body(body: FusionPin) -> FusionPin:
+    return body
+
+
+# A route with a body checks it before its base (bad input is a 422 whatever the base).
+QuestionsBody = Annotated[QuestionsUpload, Depends(questions_body)]
+DraftBody = Annotated[DraftRequest, Depends(draft_body)]
+EvaluateBody = Annotated[EvaluateRequest, Depends(evaluate_body)]
+PinBody = Annotated[FusionPin, Depends(pin_body)]
+
+
 @router.put("/kbs/{kb}/questions", response_model=QuestionsSummary)
-def put_questions(base: WriteBase, body: QuestionsUpload, services: ServicesDep) -> QuestionsSummary:
+def put_questions(
+    body: QuestionsBody,
+    base: Annotated[BaseAccess, Depends(base_in_path("write", questions_body))],
+    services: ServicesDep,
+) -> QuestionsSummary:
     """Store the base's question set (replacing the last); every line that cannot be used is listed."""
     stored = save_questions(services.es, base.kb, body.text, base.caller.name)
     return _questions_summary(services, base, stored)
@@ -182,7 +209,9 @@ def get_questions(base: ReadBase, services: ServicesDep) -> QuestionsSummary:
 
 
 @router.post("/kbs/{kb}/questions/draft", response_model=DraftResponse)
-async def draft(base: WriteBase, body: DraftRequest, services: ServicesDep) -> DraftResponse:
+async def draft(
+    body: DraftBody, base: Annotated[BaseAccess, Depends(base_in_path("write", draft_body))], services: ServicesDep
+) -> DraftResponse:
     """Questions drafted by the judgement model from sampled chunks the caller may read, each with its
     sentence as evidence (503 without a model); appended to the caller's stored set unless `append` is false."""
     model = services.workflow.judge_llm
@@ -201,7 +230,11 @@ async def draft(base: WriteBase, body: DraftRequest, services: ServicesDep) -> D
 
 
 @router.post("/kbs/{kb}/evaluate", status_code=202, response_model=JobAccepted, responses=error_responses(409))
-def evaluate(base: WriteBase, services: ServicesDep, body: EvaluateRequest) -> Response:
+def evaluate(
+    body: EvaluateBody,
+    base: Annotated[BaseAccess, Depends(base_in_path("write", evaluate_body))],
+    services: ServicesDep,
+) -> Response:
     """Evaluate the stored question set in the background, reading what the caller may read, and,
     unless `dry_run`, store the fusion chosen on dev."""
     stored = _stored(services, base)
@@ -279,7 +312,9 @@ def get_fusion(base: ReadBase, services: ServicesDep) -> FusionState:
 
 
 @router.put("/kbs/{kb}/fusion", response_model=FusionState)
-def pin_fusion(base: WriteBase, body: FusionPin, services: ServicesDep) -> FusionState:
+def pin_fusion(
+    body: PinBody, base: Annotated[BaseAccess, Depends(base_in_path("write", pin_body))], services: ServicesDep
+) -> FusionState:
     """Pin the base's fusion (until the next evaluation that is not a dry run, or a DELETE)."""
     setting = FusionSetting(
         method=body.method,

@@ -72,11 +72,15 @@ async def query_stream(
         yield ServerSentEvent(event=event.event, data=event.data)
 
 
+def gaps_top(top: Annotated[int, Query(ge=1, le=100, description="aspects to list")] = 20) -> int:
+    return top
+
+
 @router.get("/gaps", response_model=GapReport, tags=["answers"])
 def gaps(
-    base: Annotated[BaseAccess, Depends(base_in_query("read"))],
+    top: Annotated[int, Depends(gaps_top)],
+    base: Annotated[BaseAccess, Depends(base_in_query("read", gaps_top))],
     services: ServicesDep,
-    top: Annotated[int, Query(ge=1, le=100)] = 20,
 ) -> GapReport:
     """A base's knowledge-gap report: what the evaluator most often found missing, and how often the
     web was needed (counting only verdicts on what the caller may read)."""
