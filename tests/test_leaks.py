@@ -1,0 +1,367 @@
+"""No route leaks a hidden document: a test generated from the application itself.
+
+Every route of `app.routes` and every MCP tool and resource has a probe below; one without a probe
+fails `test_every_route_and_tool_has_a_probe`, so a new route cannot skip this test. Base A holds a
+public document and a restricted one (group `doctors`) with a unique phrase, uploaded later. Each
+probe is sent by a group-less reader of A, a group-less writer of A, a principal of base B only,
+and a caller without a key. A leak is the phrase, or the hidden document's id, title, chunk id or
+upload time, or the admin's job ids, in any body, header or error; counts are checked where a
+route gives them (`test_counts_and_dates_are_of_what_the_caller_may_read`).
+"""
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote
+
+import httpx
+import httpx2
+import pytest
+from elasticsearch import Elasticsearch
+from fastapi import FastAPI
+from fastapi.routing import iter_route_contexts
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from core.config import Settings
+from core.embeddings import Embedder
+from core.kbs import create_kb
+from service.app import create_app
+from tests.fakes.openai_server import ANSWER, FakeChatServer
+from tests.protocols import write_keys_file
+from tests.serving import serve
+from tests.test_uploads import upload, wait_for_job
+
+PHRASE = "紫罗兰密钥八九六号"
+HIDDEN_ID = "leak-hidden-dossier"
+HIDDEN_TITLE = "绝密档案甲乙丙"
+HIDDEN_TEXT = f"高血糖会诊记录：{PHRASE}，胰岛素剂量按体重计算，仅限医生查阅。"
+PUBLIC_TEXT = "高血糖患者应控制饮食，定期复查血糖，遵医嘱使用胰岛素。"
+QUESTION = "高血糖 胰岛素 剂量"
+# The admin's question set quotes the hidden document: only its owner and the base's admins see it.
+ADMIN_QUESTIONS = json.dumps({"id": "q1", "question": "会诊记录写了什么？", "evidence": PHRASE}, ensure_ascii=False)
+# A writer's guesses at the hidden phrase, as evidence: each must be "not found", as if absent.
+GUESSES = "\n".join(
+    json.dumps({"id": f"g{n}", "question": "猜？", "evidence": PHRASE[: n + 2]}, ensure_ascii=False) for n in range(4)
+)
+PRINCIPALS = ["reader", "writer", "other", "anonymous"]
+
+
+@dataclass
+class World:
+    url: str
+    kb: str  # base A
+    other_kb: str  # base B
+    secrets: list[str]  # markers that must appear in no response to the probing principals
+    llm: FakeChatServer
+    keys: dict[str, str] = field(default_factory=dict)
+
+
+Probe = Callable[[httpx.Client, World], list[str]]  # the responses, each as status, headers and body
+
+
+def as_text(response: httpx.Response, world: World) -> str:
+    """Status, headers and body; a secret the caller itself sent (a job id in the path) is no leak."""
+    headers = "\n".join(f"{name}: {value}" for name, value in response.headers.items())
+    text = f"{response.status_code}\n{headers}\n{response.text}"
+    sent = unquote(str(response.request.url)) + response.request.content.decode("utf-8", "replace")
+    for secret in world.secrets:
+        if secret in sent:
+            text = text.replace(secret, "<sent by the caller>")
+    return text
+
+
+def _one(method: str, path: str, **request: Any) -> Probe:
+    """A probe of one request; `{kb}` and `{other}` in `path` and JSON bodies are the two bases."""
+
+    def probe(client: httpx.Client, world: World) -> list[str]:
+        filled = json.loads(json.dumps(request, ensure_ascii=False).replace("{kb}", world.kb))
+        response = client.request(method, path.format(kb=world.kb, hidden=HIDDEN_ID), **filled)
+        return [as_text(response, world)]
+
+    return probe
+
+
+def _upload_colliding(client: httpx.Client, world: World) -> list[str]:
+    """An upload under the hidden document's id: it must neither replace it nor say it exists. The
+    caller named that id itself, so it is taken out of what it reads back; the upload is then
+    deleted by its uploader (its own document: the hidden one stays, as the last test checks)."""
+    texts = {"texts": [{"text": "我的同名文档。", "id": HIDDEN_ID, "title": "同名"}]}
+    accepted = client.post(f"/kbs/{world.kb}/documents", json=texts)
+    responses = [accepted]
+    if accepted.status_code == 202:
+        responses.append(_job_end(client, accepted.json()["job"]))
+        responses.append(client.delete(f"/kbs/{world.kb}/documents/{HIDDEN_ID}"))
+    return [as_text(response, world).replace(HIDDEN_ID, "<named by the caller>") for response in responses]
+
+
+def _job_end(client: httpx.Client, job: str) -> httpx.Response:
+    deadline = time.monotonic() + 120
+    while True:
+        status = client.get(f"/jobs/{job}")
+        if status.status_code != 200 or status.json()["state"] in ("done", "failed") or time.monotonic() > deadline:
+            return status
+        time.sleep(0.2)
+
+
+def _admin_jobs(world: World) -> list[str]:
+    return [secret for secret in world.secrets if len(secret) == 32 and secret.isalnum() and secret.isascii()]
+
+
+def _evaluations(client: httpx.Client, world: World) -> list[str]:
+    """The admin's jobs asked for as evaluations, and their plots."""
+    paths = [f"/kbs/{world.kb}/evaluations/{job}{end}" for job in _admin_jobs(world) for end in ("", "/report.png")]
+    return [as_text(client.get(path), world) for path in paths]
+
+
+def _jobs(client: httpx.Client, world: World) -> list[str]:
+    asked = [client.get("/jobs"), client.get("/jobs", params={"kb": world.kb})]
+    return [as_text(response, world) for response in asked + [client.get(f"/jobs/{job}") for job in _admin_jobs(world)]]
+
+
+def _cancel_jobs(client: httpx.Client, world: World) -> list[str]:
+    return [as_text(client.delete(f"/jobs/{job}"), world) for job in _admin_jobs(world)]
+
+
+CHAT = {"model": "kb:{kb}", "messages": [{"role": "user", "content": QUESTION}]}
+# One entry per route (method and path as FastAPI declares them), and per mount.
+PROBES: dict[str, Probe] = {
+    "GET /openapi.json": _one("GET", "/openapi.json"),
+    "GET /docs": _one("GET", "/docs"),
+    "GET /docs/oauth2-redirect": _one("GET", "/docs/oauth2-redirect"),
+    "MOUNT /static-offline-docs": _one("GET", "/static-offline-docs/swagger-ui.css"),
+    "MOUNT /static": _one("GET", "/static/app.js"),
+    "GET /": _one("GET", "/"),
+    "GET /healthz": _one("GET", "/healthz"),
+    "GET /modes": _one("GET", "/modes"),
+    "GET /readyz": _one("GET", "/readyz"),
+    "GET /metrics": _one("GET", "/metrics"),
+    "POST /search": lambda c, w: [
+        r
+        for kb in (w.kb, None)
+        for mode in ("hybrid", "vector", "bm25", "bigram", "standard")
+        for r in _one("POST", "/search", json={"query": QUESTION, "mode": mode, "k": 10, "kb": kb})(c, w)
+    ],
+    "POST /compare": _one("POST", "/compare", json={"query": QUESTION, "kb": "{kb}", "k": 10}),
+    "POST /query": _one("POST", "/query", json={"question": QUESTION, "kb": "{kb}", "web": False}),
+    "POST /query/stream": _one("POST", "/query/stream", json={"question": QUESTION, "kb": "{kb}", "web": False}),
+    "GET /gaps": lambda c, w: _one("GET", "/gaps", params={"kb": w.kb})(c, w) + _one("GET", "/gaps")(c, w),
+    "GET /kbs": _one("GET", "/kbs"),
+    "POST /kbs": _one("POST", "/kbs", json={"name": "{kb}-made"}),
+    "GET /kbs/{kb}": _one("GET", "/kbs/{kb}"),
+    "DELETE /kbs/{kb}": _one("DELETE", "/kbs/{kb}"),
+    "POST /kbs/{kb}/documents": _upload_colliding,
+    "GET /kbs/{kb}/documents": _one("GET", "/kbs/{kb}/documents"),
+    "DELETE /kbs/{kb}/documents/{doc_id:path}": _one("DELETE", "/kbs/{kb}/documents/{hidden}"),
+    "GET /jobs/{job_id}": _jobs,
+    "DELETE /jobs/{job_id}": _cancel_jobs,
+    "GET /jobs": _jobs,
+    "PUT /kbs/{kb}/questions": _one("PUT", "/kbs/{kb}/questions", json={"text": GUESSES}),
+    "GET /kbs/{kb}/questions": _one("GET", "/kbs/{kb}/questions"),
+    "POST /kbs/{kb}/questions/draft": _one("POST", "/kbs/{kb}/questions/draft", json={"count": 10, "append": False}),
+    "POST /kbs/{kb}/evaluate": _one("POST", "/kbs/{kb}/evaluate", json={"dry_run": True}),
+    "GET /kbs/{kb}/evaluations/{job_id}": _evaluations,
+    "GET /kbs/{kb}/evaluations/{job_id}/report.png": _evaluations,
+    "GET /kbs/{kb}/fusion": _one("GET", "/kbs/{kb}/fusion"),
+    "PUT /kbs/{kb}/fusion": _one("PUT", "/kbs/{kb}/fusion", json={"method": "rrf"}),
+    "DELETE /kbs/{kb}/fusion": _one("DELETE", "/kbs/{kb}/fusion"),
+    "GET /v1/models": _one("GET", "/v1/models"),
+    "GET /v1/models/{model:path}": lambda c, w: (
+        _one("GET", "/v1/models/kb:{kb}")(c, w) + _one("GET", "/v1/models/rag")(c, w)
+    ),
+    "POST /v1/chat/completions": lambda c, w: (
+        _one("POST", "/v1/chat/completions", json=CHAT)(c, w)
+        + _one("POST", "/v1/chat/completions", json=CHAT | {"stream": True})(c, w)
+        + _one("POST", "/v1/chat/completions", json=CHAT | {"model": "rag"})(c, w)
+    ),
+    "POST /retrieval": _one(
+        "POST",
+        "/retrieval",
+        json={"knowledge_id": "{kb}", "query": QUESTION, "retrieval_setting": {"top_k": 10, "score_threshold": 0}},
+    ),
+    "MCP /mcp": lambda c, w: [as_text(c.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}), w)],
+}
+
+
+async def _mcp_probes(session: Client, world: World) -> dict[str, str]:
+    """What each MCP tool and resource answers this principal, as text."""
+    answers: dict[str, object] = {
+        "list_knowledge_bases": await session.call_tool("list_knowledge_bases", {}),
+        "search": [
+            await session.call_tool("search", {"query": QUESTION, "k": 10, **({"kb": kb} if kb else {})})
+            for kb in (world.kb, None)
+        ],
+        "ask": await session.call_tool("ask", {"question": QUESTION, "kb": world.kb, "web": False}),
+    }
+    chunks: list[object] = []
+    for secret in world.secrets:
+        try:
+            read: object = await session.read_resource(f"chunk://{world.kb}/{secret}")
+        except Exception as err:  # the SDK raises the server's error: its message is what the caller sees
+            read = str(err)
+        chunks.append(repr(read).replace(secret, "<sent by the caller>"))
+    answers["chunk://{kb}/{chunk_id}"] = chunks
+    return {name: repr(answer) for name, answer in answers.items()}
+
+
+def route_keys(app: FastAPI) -> set[str]:
+    keys = set()
+    for route in iter_route_contexts(app.router.routes):
+        if not route.methods:
+            keys.add(f"MOUNT {route.path}")
+        elif route.path == "/mcp":
+            keys.add("MCP /mcp")
+        else:
+            keys |= {f"{method} {route.path}" for method in route.methods - {"HEAD"}}
+    return keys
+
+
+@pytest.fixture(scope="module")
+def world(es: Elasticsearch, es_url: str, embedder: Embedder) -> Iterator[World]:
+    suffix = str(int(time.time() * 1000))[-8:]
+    kb, other, jobs = f"test-leaks-a-{suffix}", f"test-leaks-b-{suffix}", f"test-leaks-jobs-{suffix}"
+    for name in (kb, other):
+        create_kb(es, name, embedder, chunk_size=200, chunk_overlap=20)
+    keys = {"admin": "k-admin", "reader": "k-reader", "writer": "k-writer", "other": "k-other", "anonymous": ""}
+    principals: list[dict[str, Any]] = [
+        {"name": "admin", "key": keys["admin"], "role": "admin"},
+        {"name": "reader", "key": keys["reader"], "kbs": {kb: "read"}},
+        {"name": "writer", "key": keys["writer"], "kbs": {kb: "write"}},
+        {"name": "other", "key": keys["other"], "kbs": {other: "write"}},
+    ]
+    llm = FakeChatServer().__enter__()
+    llm.on("DraftedQuestion", {"question": "会诊记录里写了什么？"})
+    llm.on("StandaloneQuestion", {"question": QUESTION})
+    llm.on("RouteDecision", {"strategy": "simple", "reason": "一问"})
+    llm.on("Decomposition", {"sub_questions": [QUESTION], "reason": "一问"})
+    llm.on("Evaluation", {"enough": True, "missing": [], "reason": "够了"})
+    llm.on(ANSWER, "根据资料回答[1]。")
+    settings = Settings(
+        _env_file=None,
+        es_url=es_url,
+        es_index=kb,
+        jobs_index=jobs,
+        judgements_index=f"{kb}-judgements",
+        keys_file=write_keys_file(principals),
+        openai_base_url=llm.base_url,
+        model_name="fake-model",
+    )
+    try:
+        with (
+            serve(create_app(settings, embedder=embedder)) as url,
+            httpx.Client(base_url=url, headers={"X-API-Key": keys["admin"]}, timeout=120) as admin,
+        ):
+            public = upload(
+                admin, kb, json={"texts": [{"text": PUBLIC_TEXT, "id": "leak-public", "title": "公开指南"}]}
+            )
+            time.sleep(1.5)  # the hidden upload is the base's last write
+            hidden = {"texts": [{"text": HIDDEN_TEXT, "id": HIDDEN_ID, "title": HIDDEN_TITLE}], "access": ["doctors"]}
+            secret_upload = upload(admin, kb, json=hidden)
+            assert public["state"] == secret_upload["state"] == "done"
+            assert admin.put(f"/kbs/{kb}/questions", json={"text": ADMIN_QUESTIONS}).status_code == 200
+            evaluation = admin.post(f"/kbs/{kb}/evaluate", json={"dry_run": True}).json()["job"]
+            wait_for_job(admin, evaluation)
+            es.indices.refresh(index=kb)
+            found = es.search(index=kb, query={"term": {"doc_id": HIDDEN_ID}}, source_includes=["indexed_at"])
+            chunk_ids = [hit["_id"] for hit in found["hits"]["hits"]]
+            upload_time = found["hits"]["hits"][0]["_source"]["indexed_at"]
+            secrets = [PHRASE, HIDDEN_ID, HIDDEN_TITLE, *chunk_ids, upload_time[:19], secret_upload["id"], evaluation]
+            yield World(url, kb, other, secrets, llm, keys)
+    finally:
+        llm.__exit__(None, None, None)
+        for name in (kb, other, jobs, f"{kb}-judgements"):
+            es.options(ignore_status=404).indices.delete(index=f"{name}*", expand_wildcards="all")
+
+
+def _leaks(world: World, texts: list[str]) -> list[str]:
+    return [secret for secret in world.secrets for text in texts if secret in text]
+
+
+def test_every_route_and_tool_has_a_probe(world: World) -> None:
+    app = create_app(Settings(_env_file=None))
+    assert route_keys(app) == set(PROBES), "a route without a probe (or a probe of no route): add it to PROBES"
+
+    async def listed() -> set[str]:
+        async with (
+            httpx2.AsyncClient(headers={"X-API-Key": world.keys["admin"]}, timeout=60) as http,
+            Client(streamable_http_client(f"{world.url}/mcp", http_client=http)) as session,
+        ):
+            tools = {tool.name for tool in (await session.list_tools()).tools}
+            templates = {t.uri_template for t in (await session.list_resource_templates()).resource_templates}
+            return tools | templates
+
+    assert asyncio.run(listed()) == {"list_knowledge_bases", "search", "ask", "chunk://{kb}/{chunk_id}"}
+
+
+@pytest.mark.parametrize("principal", PRINCIPALS)
+def test_no_route_leaks_a_hidden_document(world: World, principal: str) -> None:
+    headers = {"X-API-Key": world.keys[principal]} if world.keys[principal] else {}
+    requests, leaks = 0, []
+    with httpx.Client(base_url=world.url, headers=headers, timeout=120) as client:
+        for route, probe in PROBES.items():
+            for text in probe(client, world):
+                requests += 1
+                leaks += [f"{route}: {secret}" for secret in _leaks(world, [text])]
+    print(f"{principal}: {len(PROBES)} routes, {requests} requests, {len(leaks)} leaks")
+    assert leaks == []
+    prompts = [json.dumps(request.body, ensure_ascii=False) for request in world.llm.requests]
+    assert _leaks(world, prompts) == []  # nor was a hidden chunk sent to the model for this caller
+
+
+@pytest.mark.parametrize("principal", ["reader", "writer", "other"])
+def test_no_mcp_tool_or_resource_leaks_a_hidden_document(world: World, principal: str) -> None:
+    async def run() -> dict[str, str]:
+        async with (
+            httpx2.AsyncClient(headers={"X-API-Key": world.keys[principal]}, timeout=120) as http,
+            Client(streamable_http_client(f"{world.url}/mcp", http_client=http)) as session,
+        ):
+            return await _mcp_probes(session, world)
+
+    answers = asyncio.run(run())
+    assert [f"{name}: {secret}" for name, text in answers.items() for secret in _leaks(world, [text])] == []
+
+
+def test_counts_and_dates_are_of_what_the_caller_may_read(world: World, es: Elasticsearch) -> None:
+    with httpx.Client(base_url=world.url, headers={"X-API-Key": world.keys["reader"]}, timeout=60) as reader:
+        listed = {kb["name"]: kb for kb in reader.get("/kbs").json()["kbs"]}
+        shown = reader.get(f"/kbs/{world.kb}").json()
+        documents = reader.get(f"/kbs/{world.kb}/documents").json()
+    public = es.search(index=world.kb, query={"term": {"doc_id": "leak-public"}}, source_includes=["indexed_at"])
+    public_time = public["hits"]["hits"][0]["_source"]["indexed_at"][:19]
+    for view in (listed[world.kb], shown):
+        assert (view["documents"], view["chunks"]) == (1, 1), view
+        assert view["last_update"][:19] == public_time  # the public upload's time, not the hidden one's
+    assert documents["total"] == 1 and [d["doc_id"] for d in documents["documents"]] == ["leak-public"]
+    # The hidden document is still whole: no probe above replaced or deleted it.
+    hidden = es.search(index=world.kb, query={"term": {"doc_id": HIDDEN_ID}}, source_includes=["text", "access"])
+    assert [hit["_source"]["access"] for hit in hidden["hits"]["hits"] if PHRASE in hit["_source"]["text"]] == [
+        ["doctors"]
+    ]
+
+
+def test_an_evidence_guess_in_a_hidden_document_reads_as_absent(world: World) -> None:
+    """The question-set check is no oracle: a guess that is in the hidden document and one that is
+    nowhere get the same answer."""
+    lines = [
+        json.dumps({"id": "in-hidden", "question": "猜？", "evidence": PHRASE[:5]}, ensure_ascii=False),
+        json.dumps({"id": "nowhere", "question": "猜？", "evidence": "青龙偃月刀九九"}, ensure_ascii=False),
+    ]
+    with httpx.Client(base_url=world.url, headers={"X-API-Key": world.keys["writer"]}, timeout=60) as writer:
+        summary = writer.put(f"/kbs/{world.kb}/questions", json={"text": "\n".join(lines)}).json()
+    assert summary["usable"] == 0
+    errors = {bad["line"]: bad["error"] for bad in summary["bad_lines"]}
+    assert errors[1].replace(PHRASE[:5], "…") == errors[2].replace("青龙偃月刀九九", "…")
+
+
+def test_mcp_counts_what_the_caller_may_read(world: World) -> None:
+    async def run() -> Any:
+        async with (
+            httpx2.AsyncClient(headers={"X-API-Key": world.keys["reader"]}, timeout=60) as http,
+            Client(streamable_http_client(f"{world.url}/mcp", http_client=http)) as session,
+        ):
+            return (await session.call_tool("list_knowledge_bases", {})).structured_content
+
+    assert asyncio.run(run()) == {"knowledge_bases": [{"name": world.kb, "default": True, "chunks": 1}]}
