@@ -30,6 +30,8 @@ from core.config import Settings
 from core.embeddings import Embedder
 from core.kbs import create_kb
 from service.app import create_app
+from service.jobs.evaluation import EVALUATION
+from service.jobs.store import Job, JobStore, new_job_id
 from tests.fakes.openai_server import ANSWER, FakeChatServer
 from tests.protocols import write_keys_file
 from tests.serving import serve
@@ -57,7 +59,12 @@ class World:
     other_kb: str  # base B
     secrets: list[str]  # markers that must appear in no response to the probing principals
     llm: FakeChatServer
+    jobs_index: str
     keys: dict[str, str] = field(default_factory=dict)
+
+    def secrets_for(self, principal: str) -> list[str]:
+        """Base A's name is a secret too for those who may not read it."""
+        return self.secrets if principal in ("reader", "writer") else [*self.secrets, self.kb]
 
 
 Probe = Callable[[httpx.Client, World], list[str]]  # the responses, each as status, headers and body
@@ -68,7 +75,7 @@ def as_text(response: httpx.Response, world: World) -> str:
     headers = "\n".join(f"{name}: {value}" for name, value in response.headers.items())
     text = f"{response.status_code}\n{headers}\n{response.text}"
     sent = unquote(str(response.request.url)) + response.request.content.decode("utf-8", "replace")
-    for secret in world.secrets:
+    for secret in [*world.secrets, world.kb]:
         if secret in sent:
             text = text.replace(secret, "<sent by the caller>")
     return text
@@ -111,19 +118,34 @@ def _admin_jobs(world: World) -> list[str]:
     return [secret for secret in world.secrets if len(secret) == 32 and secret.isalnum() and secret.isascii()]
 
 
+ABSENT_JOB = "0" * 32
+
+
+def _as_if_absent(client: httpx.Client, world: World, method: str, path: str) -> list[str]:
+    """`path` for each of the admin's jobs (`{job}`), answered exactly as for a job that does not exist:
+    else the answer keeps the job id, which counts as a leak."""
+    absent = client.request(method, path.format(kb=world.kb, job=ABSENT_JOB))
+    texts = []
+    for job in _admin_jobs(world):
+        response = client.request(method, path.format(kb=world.kb, job=job))
+        same = (response.status_code, response.text.replace(job, ABSENT_JOB)) == (absent.status_code, absent.text)
+        texts.append(as_text(response, world) if same else f"{job}: {response.status_code} {response.text}")
+    return texts
+
+
 def _evaluations(client: httpx.Client, world: World) -> list[str]:
     """The admin's jobs asked for as evaluations, and their plots."""
-    paths = [f"/kbs/{world.kb}/evaluations/{job}{end}" for job in _admin_jobs(world) for end in ("", "/report.png")]
-    return [as_text(client.get(path), world) for path in paths]
+    paths = ("/kbs/{kb}/evaluations/{job}", "/kbs/{kb}/evaluations/{job}/report.png")
+    return [text for path in paths for text in _as_if_absent(client, world, "GET", path)]
 
 
 def _jobs(client: httpx.Client, world: World) -> list[str]:
     asked = [client.get("/jobs"), client.get("/jobs", params={"kb": world.kb})]
-    return [as_text(response, world) for response in asked + [client.get(f"/jobs/{job}") for job in _admin_jobs(world)]]
+    return [as_text(response, world) for response in asked] + _as_if_absent(client, world, "GET", "/jobs/{job}")
 
 
 def _cancel_jobs(client: httpx.Client, world: World) -> list[str]:
-    return [as_text(client.delete(f"/jobs/{job}"), world) for job in _admin_jobs(world)]
+    return _as_if_absent(client, world, "DELETE", "/jobs/{job}")
 
 
 CHAT = {"model": "kb:{kb}", "messages": [{"role": "user", "content": QUESTION}]}
@@ -187,24 +209,29 @@ PROBES: dict[str, Probe] = {
 
 
 async def _mcp_probes(session: Client, world: World) -> dict[str, str]:
-    """What each MCP tool and resource answers this principal, as text."""
-    answers: dict[str, object] = {
-        "list_knowledge_bases": await session.call_tool("list_knowledge_bases", {}),
-        "search": [
-            await session.call_tool("search", {"query": QUESTION, "k": 10, **({"kb": kb} if kb else {})})
-            for kb in (world.kb, None)
-        ],
-        "ask": await session.call_tool("ask", {"question": QUESTION, "kb": world.kb, "web": False}),
+    """What each MCP tool and resource answers this principal, as text (less what it sent itself:
+    base A's name where it named it, the chunk ids it asked for)."""
+
+    def sent(answer: object, *named: str) -> str:
+        text = repr(answer)
+        for name in named:
+            text = text.replace(name, "<sent by the caller>")
+        return text
+
+    answers = {
+        "list_knowledge_bases": repr(await session.call_tool("list_knowledge_bases", {})),
+        "search": sent(await session.call_tool("search", {"query": QUESTION, "k": 10, "kb": world.kb}), world.kb),
+        "search (default base)": repr(await session.call_tool("search", {"query": QUESTION, "k": 10})),
+        "ask": sent(await session.call_tool("ask", {"question": QUESTION, "kb": world.kb, "web": False}), world.kb),
+        "ask (default base)": repr(await session.call_tool("ask", {"question": QUESTION, "web": False})),
     }
-    chunks: list[object] = []
     for secret in world.secrets:
         try:
             read: object = await session.read_resource(f"chunk://{world.kb}/{secret}")
         except Exception as err:  # the SDK raises the server's error: its message is what the caller sees
             read = str(err)
-        chunks.append(repr(read).replace(secret, "<sent by the caller>"))
-    answers["chunk://{kb}/{chunk_id}"] = chunks
-    return {name: repr(answer) for name, answer in answers.items()}
+        answers[f"chunk://{{kb}}/{secret[:8]}"] = sent(read, secret, world.kb)
+    return answers
 
 
 def route_keys(app: FastAPI) -> set[str]:
@@ -269,15 +296,15 @@ def world(es: Elasticsearch, es_url: str, embedder: Embedder) -> Iterator[World]
             chunk_ids = [hit["_id"] for hit in found["hits"]["hits"]]
             upload_time = found["hits"]["hits"][0]["_source"]["indexed_at"]
             secrets = [PHRASE, HIDDEN_ID, HIDDEN_TITLE, *chunk_ids, upload_time[:19], secret_upload["id"], evaluation]
-            yield World(url, kb, other, secrets, llm, keys)
+            yield World(url, kb, other, secrets, llm, jobs, keys)
     finally:
         llm.__exit__(None, None, None)
         for name in (kb, other, jobs, f"{kb}-judgements"):
             es.options(ignore_status=404).indices.delete(index=f"{name}*", expand_wildcards="all")
 
 
-def _leaks(world: World, texts: list[str]) -> list[str]:
-    return [secret for secret in world.secrets for text in texts if secret in text]
+def _leaks(world: World, texts: list[str], principal: str = "reader") -> list[str]:
+    return [secret for secret in world.secrets_for(principal) for text in texts if secret in text]
 
 
 def test_every_route_and_tool_has_a_probe(world: World) -> None:
@@ -304,7 +331,7 @@ def test_no_route_leaks_a_hidden_document(world: World, principal: str) -> None:
         for route, probe in PROBES.items():
             for text in probe(client, world):
                 requests += 1
-                leaks += [f"{route}: {secret}" for secret in _leaks(world, [text])]
+                leaks += [f"{route}: {secret}" for secret in _leaks(world, [text], principal)]
     print(f"{principal}: {len(PROBES)} routes, {requests} requests, {len(leaks)} leaks")
     assert leaks == []
     prompts = [json.dumps(request.body, ensure_ascii=False) for request in world.llm.requests]
@@ -321,7 +348,7 @@ def test_no_mcp_tool_or_resource_leaks_a_hidden_document(world: World, principal
             return await _mcp_probes(session, world)
 
     answers = asyncio.run(run())
-    assert [f"{name}: {secret}" for name, text in answers.items() for secret in _leaks(world, [text])] == []
+    assert [f"{name}: {secret}" for name, text in answers.items() for secret in _leaks(world, [text], principal)] == []
 
 
 def test_counts_and_dates_are_of_what_the_caller_may_read(world: World, es: Elasticsearch) -> None:
@@ -365,3 +392,15 @@ def test_mcp_counts_what_the_caller_may_read(world: World) -> None:
             return (await session.call_tool("list_knowledge_bases", {})).structured_content
 
     assert asyncio.run(run()) == {"knowledge_bases": [{"name": world.kb, "default": True, "chunks": 1}]}
+
+
+def test_a_running_evaluation_of_another_principal_is_not_named(world: World, es: Elasticsearch) -> None:
+    running = Job(id=new_job_id(), kind=EVALUATION, kb=world.kb, owner="admin", state="running")
+    JobStore(es, world.jobs_index).create(running)
+    try:
+        with httpx.Client(base_url=world.url, headers={"X-API-Key": world.keys["writer"]}, timeout=60) as writer:
+            writer.put(f"/kbs/{world.kb}/questions", json={"text": GUESSES})
+            refused = writer.post(f"/kbs/{world.kb}/evaluate", json={"dry_run": True})
+        assert refused.status_code == 409 and running.id not in refused.text
+    finally:
+        es.delete(index=world.jobs_index, id=running.id, refresh=True)
