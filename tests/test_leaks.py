@@ -93,16 +93,23 @@ def _one(method: str, path: str, **request: Any) -> Probe:
 
 
 def _upload_colliding(client: httpx.Client, world: World) -> list[str]:
-    """An upload under the hidden document's id: it must neither replace it nor say it exists. The
-    caller named that id itself, so it is taken out of what it reads back; the upload is then
-    deleted by its uploader (its own document: the hidden one stays, as the last test checks)."""
-    texts = {"texts": [{"text": "我的同名文档。", "id": HIDDEN_ID, "title": "同名"}]}
-    accepted = client.post(f"/kbs/{world.kb}/documents", json=texts)
-    responses = [accepted]
-    if accepted.status_code == 202:
-        responses.append(_job_end(client, accepted.json()["job"]))
-        responses.append(client.delete(f"/kbs/{world.kb}/documents/{HIDDEN_ID}"))
-    return [as_text(response, world).replace(HIDDEN_ID, "<named by the caller>") for response in responses]
+    """The hidden document's own text uploaded under its id, and under an id no document has: the
+    upload must neither replace the hidden one nor answer differently. The caller sent that id and
+    text itself, so they are taken out of what it reads back; its uploads are then deleted by it
+    (its own documents: the hidden one stays, as the last test checks)."""
+    texts, views = [], []
+    for doc_id in (HIDDEN_ID, "my-own-dossier"):
+        body = {"texts": [{"text": HIDDEN_TEXT, "id": doc_id, "title": "同名"}]}
+        responses = [client.post(f"/kbs/{world.kb}/documents", json=body)]
+        if responses[0].status_code == 202:
+            responses.append(_job_end(client, responses[0].json()["job"]))
+            view = responses[-1].json()
+            views.append((view["state"], view["counts"], json.dumps(view["errors"]).replace(doc_id, "…")))
+        responses.append(client.delete(f"/kbs/{world.kb}/documents/{doc_id}"))
+        texts += [as_text(r, world).replace(HIDDEN_ID, "<sent>").replace(PHRASE, "<sent>") for r in responses]
+    if len(views) == 2 and views[0] != views[1]:
+        texts.append(f"{HIDDEN_ID} is answered apart from an absent id: {views}")
+    return texts
 
 
 def _job_end(client: httpx.Client, job: str) -> httpx.Response:
