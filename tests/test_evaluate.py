@@ -242,7 +242,7 @@ def test_the_command_reports_and_a_stored_fusion_is_used_by_search_of_that_base_
         [
             sys.executable,
             "-m",
-            "evaluation.run",
+            "evaluation",
             "--kb",
             medical_kb,
             "--questions",
