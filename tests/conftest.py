@@ -5,7 +5,7 @@ otherwise the local node that `scripts/es-local start` fetches and runs.
 
 Isolation: the developer's shell and `.env` never reach a test. `ES_URL` and `SHARED_DATA` are
 read once, here, at import; then every project variable (each `Settings` field, upper-case)
-is removed for every test (but `JOBS_INDEX`, a session's own index), tests build
+is removed for every test (but `TEST_INDICES`, the session's own service indices), tests build
 `Settings(_env_file=None, ...)`, and subprocesses get `subprocess_env(...)` and a temporary
 working directory.
 """
@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from elasticsearch import ApiError, Elasticsearch
@@ -48,10 +48,17 @@ SANGUO_SLICES = {1: 2700, 37: 1500}
 ES_VERSION = "8.19.21"
 _ES_URL = os.environ.get("ES_URL")
 PROJECT_VARIABLES = sorted(name.upper() for name in Settings.model_fields)
-# Every service a test starts keeps its jobs here, never in a real `rag-jobs` of the same cluster
-# (a developer's service would list them and resume the unfinished ones). Set before any fixture.
-TEST_JOBS_INDEX = f"test-jobs-session-{uuid.uuid4().hex[:8]}"
-os.environ["JOBS_INDEX"] = TEST_JOBS_INDEX
+# Every service a test starts keeps its jobs, verdicts and question sets in the session's own
+# indices, never in a real `rag-*` of the same cluster (a developer's service would list and resume
+# the jobs; `es` checks at the end that no `rag-*` index changed). Set before any fixture.
+_SESSION = uuid.uuid4().hex[:8]
+TEST_INDICES = {
+    "JOBS_INDEX": f"test-jobs-session-{_SESSION}",
+    "JUDGEMENTS_INDEX": f"test-judgements-session-{_SESSION}",
+    "QUESTIONS_INDEX": f"test-questions-session-{_SESSION}",
+}
+TEST_JOBS_INDEX = TEST_INDICES["JOBS_INDEX"]
+os.environ.update(TEST_INDICES)
 LOAD_LIMITS = LoadLimits.from_settings(Settings(_env_file=None))  # the default limits, for tests that load files
 PARAMS = RetrievalParams.from_settings(Settings(_env_file=None))  # the service's retrieval parameters
 INDEX_OPTIONS = IndexOptions.from_settings(Settings(_env_file=None))  # the indexing job's
@@ -69,7 +76,8 @@ def isolated_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in PROJECT_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("SHARED_DATA", str(SHARED_DATA))
-    monkeypatch.setenv("JOBS_INDEX", TEST_JOBS_INDEX)
+    for name, index in TEST_INDICES.items():
+        monkeypatch.setenv(name, index)
 
 
 def subprocess_env(**variables: str) -> dict[str, str]:
@@ -201,9 +209,19 @@ def es_local(*args: str, env: dict[str, str] | None = None) -> str:
 def es(es_url: str) -> Iterator[Elasticsearch]:
     client = Elasticsearch(es_url, request_timeout=60)
     client.cluster.health(wait_for_status="yellow", timeout="60s")
+    before = _service_indices(client)
     yield client
-    client.options(ignore_status=404).indices.delete(index=TEST_JOBS_INDEX)
+    client.options(ignore_status=404).indices.delete(index=",".join(TEST_INDICES.values()))
+    after = _service_indices(client)
     client.close()
+    assert after == before, f"the tests wrote into the service's own indices: {before} -> {after}"
+
+
+def _service_indices(client: Elasticsearch) -> dict[str, int]:
+    """Each `rag-*` index (a real service's jobs, verdicts, question sets) and its document count."""
+    response = client.cat.indices(index="rag-*", h="index,docs.count", format="json", expand_wildcards="all")
+    rows = cast(list[dict[str, str]], response.body)
+    return {row["index"]: int(row["docs.count"] or 0) for row in rows}
 
 
 @pytest.fixture(scope="session")

@@ -20,10 +20,9 @@ from core.config import Settings
 from core.documents import Document
 from core.embeddings import Embedder
 from core.schema import LIST_MODES
-from evaluation.store import QUESTIONS_INDEX
 from service.app import create_app
 from service.http.routes.evaluation import FusionPin
-from tests.conftest import knowledge_base
+from tests.conftest import TEST_INDICES, knowledge_base
 from tests.fakes.openai_server import FakeChatServer
 from tests.protocols import write_keys_file
 from tests.serving import serve
@@ -41,7 +40,7 @@ def bases(es: Elasticsearch, embedder: Embedder) -> Iterator[tuple[str, str]]:
     ):
         yield medical, second
         for name in (medical, second):
-            es.options(ignore_status=404).delete(index=QUESTIONS_INDEX, id=name)
+            es.options(ignore_status=404).delete(index=TEST_INDICES["QUESTIONS_INDEX"], id=name)
         es.options(ignore_status=404).indices.delete(index=JOBS)
 
 
@@ -74,7 +73,7 @@ def test_names_and_unknown_bases(base_url: str, bases: tuple[str, str]) -> None:
             assert client.get(path).status_code == 422, path
         assert client.get("/kbs/no-such-base/fusion").status_code == 404
         assert client.put("/kbs/no-such-base/questions", json={"text": ""}).status_code == 404
-        assert client.get(f"/kbs/{QUESTIONS_INDEX}/fusion").status_code == 404  # an index, not a base
+        assert client.get(f"/kbs/{TEST_INDICES['QUESTIONS_INDEX']}/fusion").status_code == 404  # an index, not a base
         # Nothing uploaded yet: nothing to evaluate.
         response = client.post(f"/kbs/{bases[1]}/evaluate", json={})
         assert response.status_code == 404 and "PUT" in response.json()["detail"]

@@ -179,7 +179,7 @@ def test_api_docs_render_without_the_network(browser: Browser, base_url: str) ->
 @pytest.fixture(scope="module")
 def extractive_url(es_url: str, alias: str, embedder: Embedder) -> Iterator[str]:
     """The same knowledge base served without any model: answers are quotes."""
-    settings = Settings(_env_file=None, es_url=es_url, es_index=alias, judgements_index="test-judgements-browser-x")
+    settings = Settings(_env_file=None, es_url=es_url, es_index=alias)  # the session's own judgements index
     with serve(create_app(settings, embedder=embedder)) as url:
         yield url
 

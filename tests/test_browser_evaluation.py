@@ -15,9 +15,8 @@ from playwright.sync_api import Browser, Response, expect, sync_playwright
 from core.config import Settings
 from core.documents import Document
 from core.embeddings import Embedder
-from evaluation.store import QUESTIONS_INDEX
 from service.app import create_app
-from tests.conftest import knowledge_base
+from tests.conftest import TEST_INDICES, knowledge_base
 from tests.serving import serve
 from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, screenshot
 from tests.test_evaluate import MEDICAL, question_lines
@@ -38,7 +37,7 @@ def page_url(es: Elasticsearch, es_url: str, embedder: Embedder) -> Iterator[tup
         settings = Settings(_env_file=None, es_url=es_url, jobs_index=JOBS, es_index=medical)
         with serve(create_app(settings, embedder=embedder)) as url:
             yield url, medical
-        es.options(ignore_status=404).delete(index=QUESTIONS_INDEX, id=medical)
+        es.options(ignore_status=404).delete(index=TEST_INDICES["QUESTIONS_INDEX"], id=medical)
         es.options(ignore_status=404).indices.delete(index=JOBS)
 
 

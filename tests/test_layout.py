@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import PROJECT_VARIABLES, REPO_ROOT, SHARED_DATA, TEST_JOBS_INDEX, subprocess_env
+from core.config import Settings
+from tests.conftest import PROJECT_VARIABLES, REPO_ROOT, SHARED_DATA, TEST_INDICES, subprocess_env
 
 PROJECT_PACKAGES = {"core", "retrieval", "indexing", "evaluation", "service", "bench", "tests"}
 UPPER_PACKAGES = PROJECT_PACKAGES - {"core"}
@@ -106,9 +107,12 @@ def test_each_package_imports_only_what_is_below_it(package: str) -> None:
 
 def test_no_project_variable_reaches_a_test() -> None:
     assert "ES_INDEX" in PROJECT_VARIABLES and "OPENAI_API_KEY" in PROJECT_VARIABLES
-    ours = {"SHARED_DATA": str(SHARED_DATA), "JOBS_INDEX": TEST_JOBS_INDEX}  # what conftest sets for every test
+    ours = {"SHARED_DATA": str(SHARED_DATA), **TEST_INDICES}  # what conftest sets for every test
     leaked = [name for name in PROJECT_VARIABLES if name in os.environ and os.environ[name] != ours.get(name)]
-    assert leaked == [] and TEST_JOBS_INDEX.startswith("test-")
+    assert leaked == [] and all(index.startswith("test-") for index in TEST_INDICES.values())
+    # Every index of the service's own (jobs, judgements, question sets) has a test's name in tests.
+    service_indices = {name.upper() for name in Settings.model_fields if name.endswith("_index") and name != "es_index"}
+    assert service_indices == set(TEST_INDICES)
 
 
 def test_the_error_module_does_not_build_the_workflow(tmp_path: Path) -> None:

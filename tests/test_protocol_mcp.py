@@ -5,15 +5,18 @@ as a subprocess). The workflow runs for real against a fake OpenAI server."""
 import asyncio
 import json
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
 import httpx
 import httpx2
+from elasticsearch import Elasticsearch
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
+from service.jobs.store import Job, JobStore, new_job_id
 from tests.conftest import subprocess_env
 from tests.fakes.openai_server import FakeChatServer
 from tests.protocols import ANSWER_TEXT, DOCS, KEY, QUESTION, STRANGER_KEY, protocol_settings
@@ -113,3 +116,24 @@ def test_stdio_python_m_service_mcp(
             return await session(client, protocol_kb)
 
     check(asyncio.run(run()), protocol_kb)
+
+
+def test_stdio_runs_no_job(es: Elasticsearch, es_url: str, protocol_kb: str, tmp_path: Path) -> None:
+    """A queued upload of the HTTP service stays the HTTP service's: the stdio server never claims it."""
+    store = JobStore(es, f"test-jobs-stdio-{uuid.uuid4().hex[:8]}")
+    waiting = Job(id=new_job_id(), kind="upload", kb=protocol_kb, owner="someone", params={"spool": str(tmp_path)})
+    store.create(waiting)
+    env = subprocess_env(ES_URL=es_url, ES_INDEX=protocol_kb, JOBS_INDEX=store.index, LOG_LEVEL="WARNING")
+    server = StdioServerParameters(command=sys.executable, args=["-m", "service.mcp"], env=env, cwd=tmp_path)
+
+    async def run() -> set[str]:
+        async with Client(server, read_timeout_seconds=120) as client:
+            tools = {tool.name for tool in (await client.list_tools()).tools}
+            await asyncio.sleep(2)  # a runner would have claimed it by now (it looks at once on start)
+            return tools
+
+    try:
+        assert asyncio.run(run()) == TOOLS
+        assert store.get(waiting.id) == waiting  # still queued, never run
+    finally:
+        es.options(ignore_status=404).indices.delete(index=store.index)

@@ -176,13 +176,18 @@ def _load_in_worker(
     return documents
 
 
-def load_files(files: Iterable[SourceFile], result: LoadResult, limits: LoadLimits) -> LoadResult:
-    """Load `files` into `result` (documents, errors, the files that loaded whole, parse time)."""
+def load_files(
+    files: Iterable[SourceFile], result: LoadResult, limits: LoadLimits, go_on: Callable[[], bool] = lambda: True
+) -> LoadResult:
+    """Load `files` into `result` (documents, errors, the files that loaded whole, parse time);
+    `go_on` is asked before each file (an upload job stops there when it is cancelled or out of time)."""
     seen: dict[str, str] = {}
     started = time.perf_counter()
     files = list(files)
     with _worker(files) as pool:
         for file in files:
+            if not go_on():
+                break
             errors_before = len(result.errors)
             for document in _load_in_worker(pool, file, result.errors, limits.max_file_mb, limits.timeout_s):
                 if document.doc_id in seen:

@@ -83,12 +83,14 @@ class Evaluations:
 
     def run(self, job: Job, progress: Progress) -> None:
         params = EvaluationParams.model_validate(job.params)
-        stored = load_questions(self.es, job.kb)
+        stored = load_questions(self.es, self.kbs.settings.questions_index, job.kb)
         if stored is None or stored.uploaded_at != params.questions_uploaded_at:
             raise JobFailed("the base's question set changed since this evaluation was asked for: evaluate again")
 
         def advance(done: int, total: int) -> None:
             progress.set(done=done, total=total)
+            if done % 20 == 0:
+                progress.check()  # cancelled, out of time or taken over: stop between questions
 
         with self._one_at_a_time:
             try:

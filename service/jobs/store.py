@@ -3,9 +3,15 @@
 A job is a record in `JOBS_INDEX` (`Job`: its kind, its knowledge base, its owner, its state
 `queued` → `running` → `done` | `failed`, counts, per-item errors and a result). The runner
 (service/jobs/runner.py) runs them; the record is what outlives the process.
+
+A running job is leased: the process running it (`lease_holder`) renews `lease_until` while it
+works, and writes its progress and its end only while it holds the lease (a conditional write
+after reading the holder). Another process takes a running job over only once its lease has
+expired: its process died. So a job is run by exactly one process at a time.
 """
 
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -33,6 +39,9 @@ _MAPPING: dict[str, Any] = {
         "updated_at": {"type": "date"},
     },
 }
+# One shard, and a replica only when a second node can hold it: a single node stays green.
+_SETTINGS: dict[str, Any] = {"number_of_shards": 1, "auto_expand_replicas": "0-1"}
+_HELD_WRITE_ATTEMPTS = 20
 
 
 def _now() -> str:
@@ -65,6 +74,12 @@ class Job(BaseModel):
     error: str | None = None
     params: dict[str, Any] = Field(default_factory=dict)
     result: dict[str, Any] | None = None  # what the kind's `run` left (an evaluation's report), once ended
+    lease_holder: str | None = None  # the process running it
+    lease_until: float | None = None  # epoch seconds: taken over by another process only after this
+    cancel_requested_by: str | None = None  # a running job stops before its next file
+
+    def lease_expired(self, now: float) -> bool:
+        return self.lease_until is None or self.lease_until < now
 
 
 class JobView(BaseModel):
@@ -82,10 +97,11 @@ class JobView(BaseModel):
     counts: dict[str, int] = Field(description="progress figures; an upload's are listed in docs/api.md")
     errors: list[JobError] = Field(description="items that failed while the others went on")
     error: str | None = Field(None, description="why the job failed, when it did")
+    cancel_requested_by: str | None = Field(None, description="who asked a running job to stop before its next file")
 
     @classmethod
     def of(cls, job: Job) -> "JobView":
-        return cls.model_validate(job.model_dump(exclude={"params", "owner", "result"}))
+        return cls.model_validate(job.model_dump(exclude={"params", "owner", "result", "lease_holder", "lease_until"}))
 
 
 class Reach(BaseModel):
@@ -118,7 +134,9 @@ class JobStore:
     def _ensure(self) -> None:
         if not self._ready:
             if not self.es.indices.exists(index=self.index):
-                self.es.options(ignore_status=400).indices.create(index=self.index, mappings=_MAPPING)
+                self.es.options(ignore_status=400).indices.create(
+                    index=self.index, mappings=_MAPPING, settings=_SETTINGS
+                )
             self._ready = True
 
     def create(self, job: Job) -> None:
@@ -136,18 +154,20 @@ class JobStore:
         self.es.update(index=self.index, id=job_id, doc={**fields, "updated_at": _now()})
 
     def _transition(
-        self, job_id: str, states: tuple[JobState, ...], change: Callable[[Job], dict[str, Any]]
+        self, job_id: str, states: tuple[JobState, ...], change: Callable[[Job], dict[str, Any] | None]
     ) -> Job | None:
-        """The job with the fields `change` gives, if it was in one of `states` and nobody wrote it in
-        between (a conditional write); None otherwise, or when there is no such job."""
+        """The job with the fields `change` gives (None: it may not change), if it was in one of
+        `states` and nobody wrote it in between (a conditional write); None otherwise, or when there
+        is no such job."""
         try:
             found = self.es.get(index=self.index, id=job_id)
         except NotFoundError:
             return None
         job = Job.model_validate(found["_source"])
-        if job.state not in states:
+        changed = change(job) if job.state in states else None
+        if changed is None:
             return None
-        job = job.model_copy(update=change(job))
+        job = job.model_copy(update=changed)
         try:
             self.es.index(
                 index=self.index,
@@ -160,11 +180,42 @@ class JobStore:
             return None
         return job
 
-    def claim(self, job_id: str) -> Job | None:
-        """The job, now `running`, if it was unfinished and nobody claimed it in between."""
-        return self._transition(
-            job_id, UNFINISHED, lambda job: {"state": "running", "started_at": _now(), "runs": job.runs + 1}
-        )
+    def update_held(self, job_id: str, holder: str, **fields: Any) -> bool:
+        """Write `fields` if `holder` still holds the job's lease (False: another process took it over).
+        A conditional write: read the holder, write only if nobody wrote in between, else read again."""
+        for _ in range(_HELD_WRITE_ATTEMPTS):
+            found = self.es.get(index=self.index, id=job_id, source_includes=["lease_holder"])
+            if found["_source"].get("lease_holder") != holder:
+                return False
+            try:
+                self.es.update(
+                    index=self.index,
+                    id=job_id,
+                    doc={**fields, "updated_at": _now()},
+                    if_seq_no=found["_seq_no"],
+                    if_primary_term=found["_primary_term"],
+                )
+                return True
+            except ConflictError:
+                continue  # this process's own progress or lease renewal wrote in between: read again
+        raise RuntimeError(f"job {job_id}: {_HELD_WRITE_ATTEMPTS} writes in a row lost to others")
+
+    def claim(self, job_id: str, holder: str, lease_s: float) -> Job | None:
+        """The job, now `running` under `holder`'s lease, if it was queued, or running under a lease that
+        expired (its process died), and nobody claimed it in between."""
+
+        def claimable(job: Job) -> dict[str, Any] | None:
+            now = time.time()
+            if job.state == "running" and not job.lease_expired(now):
+                return None
+            lease = {"lease_holder": holder, "lease_until": now + lease_s}
+            return {"state": "running", "started_at": _now(), "runs": job.runs + 1, **lease}
+
+        return self._transition(job_id, UNFINISHED, claimable)
+
+    def request_cancel(self, job_id: str, by: str) -> Job | None:
+        """The running job, marked to stop before its next file (None: it is not running)."""
+        return self._transition(job_id, ("running",), lambda job: {"cancel_requested_by": by})
 
     def recent(self, filters: list[dict[str, Any]], size: int, *, fresh: bool = False) -> list[Job]:
         """The newest `size` jobs matching every one of `filters` (Elasticsearch query clauses);
@@ -183,8 +234,8 @@ class JobStore:
         ended = {"state": "failed", "error": reason, "finished_at": now, "updated_at": now}
         return self._transition(job_id, ("queued",), lambda job: ended)
 
-    def unfinished(self) -> list[str]:
-        """Ids of queued and running jobs, oldest first."""
+    def unfinished(self) -> list[Job]:
+        """Queued jobs, and running ones whose lease expired (their process died), oldest first."""
         self._ensure()
         self.es.indices.refresh(index=self.index)
         response = self.es.search(
@@ -192,9 +243,11 @@ class JobStore:
             query={"terms": {"state": list(UNFINISHED)}},
             sort=[{"created_at": "asc"}],
             size=10_000,
-            source=False,
+            source_excludes=["params", "result", "errors"],
         )
-        return [hit["_id"] for hit in response["hits"]["hits"]]
+        jobs = [Job.model_validate(hit["_source"]) for hit in response["hits"]["hits"]]
+        now = time.time()
+        return [job for job in jobs if job.state == "queued" or job.lease_expired(now)]
 
 
 def new_job_id() -> str:

@@ -227,7 +227,17 @@ class Uploads:
         if missing:
             raise JobFailed(f"its uploaded files are gone ({', '.join(missing)}): upload them again")
         progress.set(**{**dict.fromkeys(COUNTS, 0), "files": len(files)})
-        loaded = load_files(files, LoadResult(), LoadLimits.from_settings(self.settings)) if files else LoadResult()
+        stopped: list[str] = []
+
+        def go_on() -> bool:  # between files: cancelled, out of time or taken over stops the job
+            reason = progress.stop_reason()
+            stopped.extend([reason] if reason else [])
+            return reason is None
+
+        loaded = load_files(files, LoadResult(), LoadLimits.from_settings(self.settings), go_on)
+        if stopped:
+            read = len(loaded.loaded) + len({error.path for error in loaded.errors})
+            raise JobFailed(f"{stopped[0]} after {read} of {len(files)} files were read: nothing was indexed")
         names = {str(file.path): file.source for file in files}
         for error in loaded.errors:
             where = f" (line {error.line})" if error.line is not None else ""
@@ -252,6 +262,7 @@ class Uploads:
         except UploadRefused as err:
             raise JobFailed(str(err)) from None
         progress.set(documents=len(documents))
+        progress.check()  # the last moment to stop with nothing written
         options = IndexOptions(
             chunking,
             Throughput(self.settings.embed_batch_size, self.settings.embed_concurrency),

@@ -157,7 +157,7 @@ def _bad(line: BadLine) -> BadLineOut:
 def _stored(services: Services, base: BaseAccess) -> StoredQuestions | None:
     """The base's question set as the caller may see it: its lines may quote documents only its
     uploader may read, so it is seen by the uploader and the base's admins, and is absent to others."""
-    stored = load_questions(services.es, base.kb)
+    stored = load_questions(services.es, services.settings.questions_index, base.kb)
     return stored if stored is not None and base.caller.sees_work_of(base.kb, stored.owner) else None
 
 
@@ -195,7 +195,7 @@ def put_questions(
     services: ServicesDep,
 ) -> QuestionsSummary:
     """Store the base's question set (replacing the last); every line that cannot be used is listed."""
-    stored = save_questions(services.es, base.kb, body.text, base.caller.name)
+    stored = save_questions(services.es, services.settings.questions_index, base.kb, body.text, base.caller.name)
     return _questions_summary(services, base, stored)
 
 
@@ -224,7 +224,9 @@ async def draft(
     stored = await run_in_threadpool(_stored, services, base)
     lines = [stored.text.rstrip("\n")] if stored and stored.text.strip() else []
     text = "\n".join([*lines, *(json.dumps(line, ensure_ascii=False) for line in drafted)]) + "\n"
-    saved = await run_in_threadpool(save_questions, services.es, base.kb, text, base.caller.name)
+    saved = await run_in_threadpool(
+        save_questions, services.es, services.settings.questions_index, base.kb, text, base.caller.name
+    )
     summary = await run_in_threadpool(_questions_summary, services, base, saved)
     return DraftResponse(drafted=drafted, questions=summary)
 

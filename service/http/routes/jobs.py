@@ -35,14 +35,15 @@ def job_status(job_id: JobId, caller: CallerDep, services: ServicesDep) -> JobVi
 
 @router.delete("/jobs/{job_id}", response_model=JobView, responses=error_responses(409))
 def cancel_job(job_id: JobId, caller: CallerDep, services: ServicesDep) -> JobView:
-    """Cancel a job that has not started: it ends `failed` ("cancelled by …") and its files are deleted.
-    A running or ended job is a 409 (a running upload is never stopped half-way); unseen ones a 404."""
+    """Cancel a job: a queued one ends `failed` ("cancelled by …") at once and its files are deleted; a
+    running one stops before its next file, with nothing indexed (`cancel_requested_by` says so until
+    then). An ended job is a 409; unseen ones a 404."""
     job = services.jobs.store.get(job_id)
     if job is None or not caller.sees_work_of(job.kb, job.owner):
         raise HTTPException(404, f"no job {job_id!r}")
     cancelled = services.jobs.cancel(job, caller.name)
     if cancelled is None:
-        raise HTTPException(409, f"job {job_id!r} has started or ended: only a queued job can be cancelled")
+        raise HTTPException(409, f"job {job_id!r} has ended: only a queued or running job can be cancelled")
     return JobView.of(cancelled)
 
 
