@@ -1,4 +1,4 @@
-"""`python -m service.llm.client check`: per configured model, against the habits' fake servers."""
+"""`python -m service.llm check`: per configured model, against the habits' fake servers."""
 
 import asyncio
 import json
@@ -53,7 +53,7 @@ def test_two_models_two_reports_and_a_model_that_does_not_answer() -> None:
 def test_the_command_as_users_run_it(tmp_path: Path) -> None:
     with scripted(FakeChatServer(HABITS["think_inline"])) as server:
         done = subprocess.run(
-            [sys.executable, "-m", "service.llm.client", "check", "--json"],
+            [sys.executable, "-m", "service.llm", "check", "--json"],
             cwd=tmp_path,
             env=subprocess_env(OPENAI_BASE_URL=server.base_url, MODEL_NAME="r1", LOG_LEVEL="WARNING"),
             capture_output=True,
@@ -69,7 +69,7 @@ def test_the_command_as_users_run_it(tmp_path: Path) -> None:
     )
 
     unconfigured = subprocess.run(
-        [sys.executable, "-m", "service.llm.client", "check"],
+        [sys.executable, "-m", "service.llm", "check"],
         cwd=tmp_path,
         env=subprocess_env(),
         capture_output=True,

