@@ -35,7 +35,7 @@ from service.graph import Citation, QueryOptions, run_query
 from service.http.auth import presented_key
 from service.http.middleware import OriginPolicy
 from service.http.protocols.access import open_base
-from service.http.protocols.openai_chat import source_list
+from service.http.protocols.conversation import source_list
 from service.http.schemas import MAX_K
 from service.kbs import UnknownKnowledgeBase
 from service.llm.client import LLMNotConfiguredError
