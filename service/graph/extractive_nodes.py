@@ -78,9 +78,9 @@ async def select_evidence(state: WorkflowState, runtime: Runtime[RunContext]) ->
             answers.append(extractive.link_answer(part, [(w.title, w.url) for w in web]))
         else:
             sources = _sources(state, part, settings.extractive_passages)
-            answers.append(
-                await asyncio.to_thread(extractive.select, part, sources, retriever.embedder, tokenizer, limits)
-            )
+            judged = " ".join([*state.get("history_terms", []), part])  # a follow-up is about the earlier subject
+            found = await asyncio.to_thread(extractive.select, judged, sources, retriever.embedder, tokenizer, limits)
+            answers.append(found.model_copy(update={"part": part}))
     step = _verdict(answers, with_web=bool(web))
     contexts, _ = state_contexts(state, ctx)
     warnings = await log_verdict(ctx, state["question"], contexts_hash(contexts), step)
