@@ -67,7 +67,7 @@ router = APIRouter(
     dependencies=[Depends(get_caller)],
     route_class=protocol_route(render_error),
     # Every error in OpenAI's shape (a 422 is answered 400, as OpenAI does).
-    responses=error_responses(400, 401, 403, 404, 409, 413, 502, 503, model=OpenAIErrorBody),
+    responses=error_responses(400, 401, 403, 404, 409, 413, 429, 502, 503, model=OpenAIErrorBody),
 )
 
 

@@ -12,6 +12,7 @@ function, `function_call` likewise), a JSON `response_format`, `n` > 1.
 from typing import Any, Literal
 
 from fastapi import HTTPException
+from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field
 
 from service.graph import Citation
@@ -34,10 +35,18 @@ _TYPES |= {404: "invalid_request_error", 413: "invalid_request_error", 429: "rat
 def render_error(status: int, message: str, err: Exception | None) -> tuple[int, dict[str, Any]]:
     """OpenAI's body for an error of the app (a 422 is answered 400, as OpenAI does)."""
     status = 400 if status == 422 else status
-    param = getattr(err, "param", None)
+    param = getattr(err, "param", None) or _field(err)
     code = getattr(err, "code", None) or ("invalid_api_key" if status == 401 else None)
     kind = _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
     return status, {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def _field(err: Exception | None) -> str | None:
+    """The request field a validation error names first (OpenAI's `param`)."""
+    if not isinstance(err, RequestValidationError) or not err.errors():
+        return None
+    fields = [str(part) for part in err.errors()[0].get("loc", ()) if part != "body"]
+    return ".".join(fields) or None
 
 
 class OpenAIErrorDetail(BaseModel):
