@@ -108,14 +108,6 @@ def test_a_task_with_a_model_is_one_plain_call_on_the_clients_prompt(
     assert len(protocol_llm.requests) == 3 and protocol_llm.unscripted == []
 
 
-def test_a_question_about_tasks_is_still_a_question(protocol_url: str, protocol_llm: FakeChatServer) -> None:
-    """A user pasting a task's JSON format into a question is answered from the base."""
-    question = f'{QUESTION}请按 {{ "title": "…" }} 的格式回答。'
-    reply = ask(open_webui(protocol_url), question)
-    assert reply.choices[0].message.content.startswith(ANSWER_TEXT)
-    assert "StandaloneQuestion" not in protocol_llm.names() and "RouteDecision" in protocol_llm.names()
-
-
 # --- Open WebUI's RAG template: a file attached, or its own web search ----------------------------
 
 
