@@ -37,8 +37,8 @@ _TASK_HEAD = re.compile(r"\s*#{1,4}\s*Task\s*:", re.IGNORECASE)
 _HISTORY = re.compile(r"<chat_history>(.*?)</chat_history>", re.DOTALL)
 _ASKED = re.compile(r'\{\s*"(title|tags|follow_ups|queries|text)"\s*:')
 _TURN = re.compile(r"^(USER|ASSISTANT|SYSTEM):[ \t]?", re.MULTILINE)
-_TEXT = re.compile(r"<text>(.*?)</text>", re.DOTALL)
-_EMOJI = re.compile(r"(?is)(?P<task>.{0,800}?\btask\b.{0,800}?\bemoji.{0,800}?)\bMessage:\s*```(?P<text>.*)```\s*")
+_TEXT = re.compile(r"<text>.*?</text>", re.DOTALL)  # autocomplete's text to continue
+_EMOJI_HEAD_MAX = 1000  # the emoji task's instruction is short; the message it quotes follows
 _KINDS: dict[str, TaskKind] = {
     "title": "title",
     "tags": "tags",
@@ -51,13 +51,12 @@ NO_EMOJI_MODEL = "🙂"  # without a model: a neutral face (the emoji task wants
 
 @dataclass(frozen=True)
 class ChatTask:
-    """A recognised housekeeping prompt: what it asks for, the prompt whole (what a model is given),
-    the conversation it is about, and the text to continue (autocomplete) or to read (emoji)."""
+    """A recognised housekeeping prompt: what it asks for, the prompt whole (what a model is given)
+    and the conversation it is about."""
 
     kind: TaskKind
     prompt: str
     turns: tuple[Turn, ...]
-    text: str = ""
 
     def said_by(self, role: str) -> list[str]:
         return [text for speaker, text in self.turns if speaker == role and text]
@@ -66,8 +65,8 @@ class ChatTask:
 def recognise(message: str) -> ChatTask | None:
     """The task `message` is, or None for anything else (a question is never mistaken for one: the
     JSON key is looked for outside the quoted conversation)."""
-    if (emoji := _EMOJI.fullmatch(message)) is not None:
-        return ChatTask("emoji", message, (), emoji["text"].strip())
+    if _is_emoji_task(message):
+        return ChatTask("emoji", message, ())
     history = _HISTORY.search(message)
     if not _TASK_HEAD.match(message) or history is None:
         return None
@@ -75,10 +74,17 @@ def recognise(message: str) -> ChatTask | None:
     if asked is None:
         return None
     kind = _KINDS[asked[1]]
-    text = _TEXT.search(message[history.end() :]) if kind == "autocomplete" else None
-    if kind == "autocomplete" and text is None:
+    if kind == "autocomplete" and _TEXT.search(message, history.end()) is None:
         return None
-    return ChatTask(kind, message, _turns(history[1]), text[1].strip() if text else "")
+    return ChatTask(kind, message, _turns(history[1]))
+
+
+def _is_emoji_task(message: str) -> bool:
+    """Open WebUI's emoji task (in a call): a short instruction naming the task and emojis, then
+    `Message:` and the message in a ``` fence, last."""
+    cut = message.find("Message:", 0, _EMOJI_HEAD_MAX)
+    head, fenced = message[: max(cut, 0)].lower(), message[cut + len("Message:") :].strip()
+    return cut >= 0 and "task" in head and "emoji" in head and len(fenced) >= 6 and fenced[:3] == fenced[-3:] == "```"
 
 
 def _turns(history: str) -> tuple[Turn, ...]:
@@ -179,7 +185,7 @@ def local_answer(task: ChatTask, tokenizer: ChineseTokenizer) -> str:
         case "emoji":
             return NO_EMOJI_MODEL
         case "title":
-            value = title(questions[0] if questions else task.text, tokenizer)
+            value = title(questions[0] if questions else "", tokenizer)
         case "tags":
             value = tags(questions, answers, tokenizer)
         case "follow_ups":
