@@ -147,6 +147,26 @@ def test_the_context_in_the_system_message_and_without_a_model(no_model: str) ->
     assert "没有按系统提示" in warnings  # the rest of the system prompt is the user's, and it says it was not applied
 
 
+def test_the_query_in_the_template_and_one_files_chunks_as_one_source(
+    protocol_url: str, protocol_llm: FakeChatServer
+) -> None:
+    """Open WebUI's older RAG template names the query (`<user_query>`): it is the question even when
+    nothing follows the template; chunks of one file share one id and are one source."""
+    query = "胰岛素笔用前要放置多久？"
+    chunks = (
+        '<source id="1" name="pen.pdf">胰岛素笔用前需室温放置三十分钟。</source>\n'
+        '<source id="1" name="pen.pdf">注射部位每次轮换。</source>'
+    )
+    ask(
+        open_webui(protocol_url),
+        f"### Task:\nAnswer.\n\n<context>\n{chunks}\n</context>\n\n<user_query>\n{query}\n</user_query>\n",
+    )
+    assert query in str(protocol_llm.calls("Decomposition")[0].body["messages"])
+    answer_prompt = str(protocol_llm.calls(ANSWER)[0].body["messages"])
+    assert "[1] 对话中提供的资料" in answer_prompt and "[2] 对话中提供的资料" not in answer_prompt
+    assert "室温放置三十分钟。\\n\\n注射部位每次轮换。" in answer_prompt
+
+
 def test_a_long_question_is_a_400_that_says_what_to_do(no_model: str) -> None:
     with pytest.raises(openai.BadRequestError) as caught:
         ask(open_webui(no_model), "诸葛亮" * 800)
