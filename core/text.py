@@ -33,6 +33,7 @@ CJK_CHARS = r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"  # a regex character rang
 # A CJK run, or a run of other letters/digits (without CJK, so 1型 gives "1" then "型").
 _CJK_RUN_OR_WORD = re.compile(rf"[{CJK_CHARS}]+|[^\W_{CJK_CHARS}]+", re.UNICODE)
 _IS_CJK = re.compile(rf"[{CJK_CHARS}]")
+_NAME_TAGS = ("nr", "ns", "nt", "nz")  # jieba's parts of speech of proper nouns
 
 
 @lru_cache(maxsize=1)
@@ -70,6 +71,7 @@ class ChineseTokenizer:
         self.drop_stopwords = drop_stopwords
         self.learn_corpus_terms = learn_corpus_terms
         self._ready = False
+        self._pos: jieba.posseg.POSTokenizer | None = None
         self._lock = threading.Lock()
         # A hybrid query is cut once for its three keyword lists, not once per list.
         self._cut = lru_cache(maxsize=256)(self._cut_uncached)
@@ -140,6 +142,27 @@ class ChineseTokenizer:
     def content_words(self, text: str) -> list[str]:
         """The query's words without stop words (stop words kept when `drop_stopwords` is off)."""
         return [word for word in self.words(text) if word not in self._stopwords]
+
+    def names(self, text: str) -> list[str]:
+        """The names `text` mentions, in order, each once: terms of the corpus dictionary and words
+        jieba tags as proper nouns (people, places, organisations, other names), two characters or more."""
+        self._ensure_ready()
+        corpus = set(self.corpus_terms)
+        found = [
+            pair.word
+            for pair in self._tagger().cut(text)
+            if len(pair.word) > 1 and (pair.word in corpus or pair.flag.startswith(_NAME_TAGS))
+        ]
+        return list(dict.fromkeys(found))
+
+    def _tagger(self) -> "jieba.posseg.POSTokenizer":
+        """jieba's part-of-speech tagger over this tokenizer's dictionaries (built on first use)."""
+        import jieba.posseg  # its tables load on import: only callers of `names` pay for them
+
+        with self._lock:
+            if self._pos is None:
+                self._pos = jieba.posseg.POSTokenizer(self._jieba)
+            return self._pos
 
     def keyword_text(self, text: str) -> str:
         """The query for the character-based lists (bigram, standard): stop words become spaces.

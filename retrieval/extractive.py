@@ -173,6 +173,15 @@ def search_texts(parts: list[str]) -> list[str]:
     ]
 
 
+def follow_up_terms(earlier: str, question: str, tokenizer: ChineseTokenizer, limit: int = 4) -> list[str]:
+    """The earlier question's key terms that a follow-up leans on (他的…, 那张飞呢, 还有…): searched
+    with it, since without a model nothing rewrites it. None when the question names its subject."""
+    if not (_PRONOUN.search(question) or _ELLIPTICAL.match(question)):
+        return []
+    terms = [word for word in tokenizer.content_words(earlier) if len(word) > 1 and word not in question]
+    return list(dict.fromkeys(terms))[:limit]
+
+
 def wants_links(part: str) -> bool:
     return bool(_LINK_REQUEST.search(part))
 
@@ -303,10 +312,13 @@ class Quoted:
     title: str = ""
 
 
-def compose(parts: Sequence[PartAnswer], sources: dict[str, Quoted], why_not: Sequence[str]) -> str:
-    """The answer: the header, per part its quotes `「…」[n]` (web ones with their URL), then
-    「无法从上下文确认：…」 naming the unanswered parts and why (`why_not`). Only quotes and fixed phrases."""
-    lines = [HEADER]
+def compose(
+    parts: Sequence[PartAnswer], sources: dict[str, Quoted], why_not: Sequence[str], notes: Sequence[str] = ()
+) -> str:
+    """The answer: the header and `notes` (how the question was searched), per part its quotes
+    `「…」[n]` (web ones with their URL), then 「无法从上下文确认：…」 naming the unanswered parts and
+    why (`why_not`). Only quotes and fixed phrases."""
+    lines = [HEADER, *notes]
     numbered = len(parts) > 1
     web = [quoted for quoted in sources.values() if quoted.url]
     for index, part in enumerate(parts, start=1):

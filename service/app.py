@@ -30,6 +30,8 @@ from service.http.metrics import Metrics, MetricsMiddleware
 from service.http.middleware import BodySizeLimit, OriginPolicy, TrustedOrigin
 from service.http.openapi import document_statuses
 from service.http.protocols import dify, mcp_server, openai_chat
+from service.http.protocols.errors import ProtocolErrors
+from service.http.protocols.openai_wire import render_error as render_openai_error
 from service.http.routes import documents, evaluation, health, jobs, kbs, query
 from service.jobs.evaluation import Evaluations
 from service.jobs.runner import JobRunner, RunnerLimits
@@ -42,6 +44,8 @@ logger = logging.getLogger(__name__)
 
 WEB_DIR = Path(__file__).resolve().parent / "http" / "web"
 ROUTERS = (health, query, kbs, documents, jobs, evaluation, openai_chat, dify)
+# Each protocol's paths and the shape of its errors (service/http/protocols/errors.py).
+PROTOCOL_ERRORS = (("/v1", render_openai_error), ("/retrieval", dify.render_error), ("/mcp", mcp_server.render_error))
 
 
 @asynccontextmanager
@@ -124,7 +128,8 @@ def origin_policy(settings: Settings) -> OriginPolicy:
 
 
 def _add_middleware(app: FastAPI, settings: Settings, metrics: Metrics, policy: OriginPolicy) -> None:
-    """Outermost last: the Host/Origin check runs before anything else reads the request."""
+    """Outermost last: the Host/Origin check runs before anything else reads the request, and every
+    refusal made before a route (that check's too) is rendered in the shape of the protocol it was sent to."""
     app.add_middleware(BodySizeLimit, limit=settings.max_request_bytes, larger=[documents.upload_body_limit(settings)])
     app.add_middleware(
         CORSMiddleware,
@@ -134,3 +139,4 @@ def _add_middleware(app: FastAPI, settings: Settings, metrics: Metrics, policy: 
     )
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     app.add_middleware(TrustedOrigin, policy=policy)
+    app.add_middleware(ProtocolErrors, shapes=PROTOCOL_ERRORS)

@@ -2,6 +2,7 @@
 and a real Elasticsearch: its request example, its response shape, its error codes, the
 metadata conditions, and the score that `score_threshold` compares."""
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -196,3 +197,37 @@ def test_metadata_conditions_filter_inside_the_search(url: str, protocol_kb: str
 
 def test_metadata_condition_null_is_no_condition(url: str, protocol_kb: str) -> None:
     assert retrieve(url, ask(protocol_kb, "诸葛亮", 3, metadata_condition=None)).json()["records"]
+
+
+def test_dates_are_compared_as_dify_sends_them_unix_seconds_or_iso(url: str, protocol_kb: str) -> None:
+    """Dify compares dates as Unix seconds: 1900000000 is 2030, not 1970 as milliseconds would be."""
+
+    def indexed(operator: str, value: object) -> set[Any]:
+        return chapters(url, protocol_kb, {"name": "indexed_at", "comparison_operator": operator, "value": value})
+
+    every = chapters(url, protocol_kb, {"name": "chapter", "comparison_operator": "not empty"}) | {"manual", "record-1"}
+    for past in (int(time.time()) - 86400 * 365, "946684800", "2000-01-01", "2000-01-01T08:00:00+08:00"):
+        assert indexed("after", past) == every and indexed("before", past) == set(), past
+    for future in (1900000000, "1900000000", "2030-03-17T17:46:40Z"):
+        assert indexed("after", future) == set() and indexed("before", future) == every, future
+    # A metadata date is text: a number is compared as its ISO date-time.
+    assert chapters(url, protocol_kb, {"name": "date", "comparison_operator": "before", "value": -55000000000}) == {
+        "record-1"
+    }
+    bad = retrieve(
+        url,
+        ask(
+            protocol_kb,
+            "诸葛亮",
+            metadata_condition={
+                "conditions": [{"name": "indexed_at", "comparison_operator": "after", "value": "next tuesday"}]
+            },
+        ),
+    )
+    assert bad.status_code == 422 and "Unix seconds or an ISO 8601 date" in bad.json()["error_msg"]
+
+
+def test_the_body_size_limit_is_in_difys_shape(url: str, protocol_kb: str) -> None:
+    response = retrieve(url, ask(protocol_kb, "孟获" * 40000))
+    assert response.status_code == 413
+    assert response.json() == {"error_code": 413, "error_msg": "request body larger than MAX_REQUEST_BYTES=65536 bytes"}

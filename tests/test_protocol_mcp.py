@@ -11,10 +11,13 @@ from typing import Any
 
 import httpx
 import httpx2
+import pytest
 from elasticsearch import Elasticsearch
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from mcp.types import INVALID_REQUEST
 
 from service.jobs.store import Job, JobStore, new_job_id
 from tests.conftest import subprocess_env
@@ -93,6 +96,46 @@ def test_mcp_without_a_key_is_401(protocol_url: str) -> None:
     for headers in ({}, {"Authorization": "Bearer wrong"}):
         response = httpx.post(f"{protocol_url}/mcp", json=body, headers=headers)
         assert response.status_code == 401 and response.headers["www-authenticate"] == "Bearer"
+        error = response.json()  # a JSON-RPC error: what MCP clients parse and show
+        assert error["jsonrpc"] == "2.0" and error["id"] is None and error["error"]["code"] == INVALID_REQUEST
+        assert error["error"]["message"].startswith("missing or invalid API key")
+
+
+def test_the_sdk_shows_why_a_key_or_a_request_is_refused(protocol_url: str) -> None:
+    """The SDK raises the server's JSON-RPC message, not "Server returned an error response"."""
+
+    async def connect(headers: dict[str, str]) -> None:
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=60) as http,
+            Client(streamable_http_client(f"{protocol_url}/mcp", http_client=http)),
+        ):
+            pass
+
+    for headers in ({}, {"Authorization": "Bearer wrong"}):
+        with pytest.raises(BaseException) as caught:
+            asyncio.run(connect(headers))
+        assert any(
+            "missing or invalid API key: send `Authorization: Bearer <key>`" in m for m in mcp_errors(caught.value)
+        )
+
+    async def too_large() -> None:
+        async with (
+            httpx2.AsyncClient(headers={"Authorization": f"Bearer {KEY}"}, timeout=60) as http,
+            Client(streamable_http_client(f"{protocol_url}/mcp", http_client=http)) as client,
+        ):
+            await client.call_tool("search", {"query": "孟获" * 40000})
+
+    with pytest.raises(BaseException) as large:
+        asyncio.run(too_large())
+    assert any("MAX_REQUEST_BYTES=65536" in message for message in mcp_errors(large.value))
+
+
+def mcp_errors(error: BaseException) -> list[str]:
+    """The messages of the `MCPError`s in what the SDK raised (its task groups wrap them)."""
+    if isinstance(error, BaseExceptionGroup):
+        return [message for inner in error.exceptions for message in mcp_errors(inner)]
+    found = mcp_errors(error.__context__) if error.__context__ is not None else []
+    return [str(error), *found] if isinstance(error, MCPError) else found
 
 
 def test_stdio_python_m_service_mcp(

@@ -8,9 +8,10 @@ import httpx
 import openai
 import pytest
 from langchain_openai import ChatOpenAI
+from pydantic import BaseModel
 
 from core.embeddings import Embedder
-from tests.fakes.openai_server import FakeChatServer
+from tests.fakes.openai_server import ANSWER, FakeChatServer
 from tests.protocols import ANSWER_TEXT, KEY, QUESTION, STRANGER_KEY, protocol_settings, service
 
 # Three structured calls (route, decompose, evaluate) at 10 + 5 tokens, and the streamed answer at 40 + 20.
@@ -156,3 +157,69 @@ def test_extractive_answer_counts_no_tokens(es_url: str, protocol_kb: str, embed
     assert completion.usage is not None and completion.usage.total_tokens == 0
     assert "孟获" in (completion.choices[0].message.content or "")
     assert "extractive" in (completion.choices[0].message.model_extra or {})["reasoning_content"]
+
+
+def test_every_error_is_in_openai_shape_even_before_a_route(protocol_url: str, client: openai.OpenAI) -> None:
+    """The body-size limit, an unknown path or method, a body the schema refuses: OpenAI's error
+    object, whose message the SDK shows (never a bare "Error code: 413")."""
+    with pytest.raises(openai.APIStatusError) as too_large:
+        client.chat.completions.create(model="rag", messages=[{"role": "user", "content": "孟获" * 40000}])
+    error = too_large.value
+    assert error.status_code == 413 and error.type == "invalid_request_error"
+    assert isinstance(error.body, dict) and "MAX_REQUEST_BYTES=65536" in error.body["message"]
+    headers = {"Authorization": f"Bearer {KEY}"}
+    for method, path, status in (("POST", "/v1/embeddings", 404), ("GET", "/v1/chat/completions", 405)):
+        response = httpx.request(method, f"{protocol_url}{path}", headers=headers, json={"model": "rag"})
+        assert response.status_code == status and set(response.json()["error"]) == {"message", "type", "param", "code"}
+    no_messages = httpx.post(f"{protocol_url}/v1/chat/completions", headers=headers, json={"model": "rag"})
+    assert no_messages.status_code == 400 and no_messages.json()["error"]["param"] == "messages"
+
+
+def test_models_with_a_trailing_slash_are_the_list(protocol_url: str, protocol_kb: str) -> None:
+    listed = httpx.get(f"{protocol_url}/v1/models/", headers={"Authorization": f"Bearer {KEY}"})
+    assert listed.status_code == 200 and [m["id"] for m in listed.json()["data"]] == ["rag", f"kb:{protocol_kb}"]
+
+
+def test_a_rate_limited_or_missing_model_in_openai_shape(
+    es_url: str, protocol_kb: str, protocol_llm: FakeChatServer, embedder: Embedder
+) -> None:
+    protocol_llm.on(ANSWER, 429)
+    question: Any = [{"role": "user", "content": QUESTION}]
+    with service(protocol_settings(es_url, protocol_kb, protocol_llm, answer_mode="llm"), embedder) as base:
+        limited = openai.OpenAI(base_url=f"{base}/v1", api_key=KEY, max_retries=0, timeout=120)
+        with pytest.raises(openai.RateLimitError) as caught:
+            limited.chat.completions.create(model="rag", messages=question)
+    assert caught.value.type == "rate_limit_error" and caught.value.response.headers["retry-after"] == "5"
+    assert "rate-limiting" in str(caught.value.message)
+    with service(protocol_settings(es_url, protocol_kb, None, answer_mode="llm"), embedder) as base:
+        missing = openai.OpenAI(base_url=f"{base}/v1", api_key=KEY, max_retries=0, timeout=120)
+        with pytest.raises(openai.InternalServerError) as unavailable:
+            missing.chat.completions.create(model="rag", messages=question)
+    assert unavailable.value.status_code == 503 and unavailable.value.type == "server_error"
+    assert "no LLM configured" in str(unavailable.value.message)
+
+
+def test_options_we_cannot_honour_are_a_400_naming_them(client: openai.OpenAI, protocol_url: str) -> None:
+    question: Any = [{"role": "user", "content": QUESTION}]
+    tool: Any = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}
+    refused: dict[str, dict[str, Any]] = {
+        "tool_choice": {"tools": [tool], "tool_choice": "required"},
+        "response_format": {"response_format": {"type": "json_object"}},
+        "n": {"n": 2},
+    }
+    for option, extra in refused.items():
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.chat.completions.create(model="rag", messages=question, **extra)
+        assert caught.value.param == option and caught.value.code == "unsupported_parameter"
+        assert f"`{option}` is not supported" in str(caught.value.message)
+    # A tool the client offers but does not force is ignored: the answer is the knowledge base's.
+    offered = client.chat.completions.create(model="rag", messages=question, tools=[tool], n=1)
+    assert (offered.choices[0].message.content or "").startswith(ANSWER_TEXT)
+
+    class Verdict(BaseModel):
+        enough: bool
+
+    structured = ChatOpenAI(base_url=f"{protocol_url}/v1", api_key=KEY, model="rag", max_retries=0)
+    with pytest.raises(openai.BadRequestError) as caught:
+        structured.with_structured_output(Verdict).invoke(QUESTION)
+    assert caught.value.param in ("response_format", "tool_choice")

@@ -4,26 +4,38 @@ from service.graph.memory import JudgementMemory, VerdictScope, knowledge_gap_re
 from service.graph.schemas import (
     ChatTurn,
     Citation,
+    ClientContext,
     Evaluation,
     EvaluationStep,
     GapAspect,
     GapReport,
+    GivenSource,
     QueryOptions,
     QueryResult,
     TokenUsage,
     TraceStep,
     WorkflowEvent,
 )
-from service.graph.workflow import WorkflowDeps, WorkflowTools, build_deps, ensure_answerable, run_query, stream_query
+from service.graph.workflow import (
+    WorkflowDeps,
+    WorkflowTools,
+    build_deps,
+    choose_mode,
+    ensure_answerable,
+    run_query,
+    stream_query,
+)
 from service.llm.client import LLMNotConfiguredError
 
 __all__ = [
     "ChatTurn",
     "Citation",
+    "ClientContext",
     "Evaluation",
     "EvaluationStep",
     "GapAspect",
     "GapReport",
+    "GivenSource",
     "JudgementMemory",
     "LLMNotConfiguredError",
     "QueryOptions",
@@ -35,6 +47,7 @@ __all__ = [
     "WorkflowEvent",
     "WorkflowTools",
     "build_deps",
+    "choose_mode",
     "ensure_answerable",
     "knowledge_gap_report",
     "run_query",

@@ -1,16 +1,18 @@
 """Numbered contexts shared by the evaluator and the generator: order, token budget, citations.
 
-Local passages come first, interleaved across sub-questions by their rank within their own
-retrieval (so a multi-hop question keeps the best passage of every hop), then web results in
-search order. When the estimated size exceeds the budget, the lowest-ranked local passages
-go first, then the last web results; the web is the evidence asked for when it is present.
+The sources the client sent with the question come first, in its order, so they keep the numbers
+it gave them ([1] is its source 1); then local passages, interleaved across sub-questions by their
+rank within their own retrieval (so a multi-hop question keeps the best passage of every hop),
+then web results in search order. When the estimated size exceeds the budget, the lowest-ranked
+local passages go first, then the last web results, then the client's last sources; the web is
+the evidence asked for when it is present.
 """
 
 import hashlib
 import re
 from dataclasses import dataclass
 
-from service.graph.schemas import Citation
+from service.graph.schemas import Citation, GivenSource
 from service.graph.state import Passage
 from service.websearch import WebResult
 
@@ -23,10 +25,19 @@ class NumberedContext:
     number: int
     passage: Passage | None = None
     web: WebResult | None = None
+    given: GivenSource | None = None
 
     @property
     def text(self) -> str:
-        return self.passage.text if self.passage else self.web.text if self.web else ""
+        source = self.passage or self.web or self.given
+        return source.text if source else ""
+
+    @property
+    def key(self) -> str:
+        """What identifies the source: a chunk id, `web:<url>` or `given:<the client's id>`."""
+        if self.passage:
+            return self.passage.id
+        return f"web:{self.web.url}" if self.web else f"given:{self.given.id}" if self.given else ""
 
 
 def estimate_tokens(text: str) -> int:
@@ -40,21 +51,21 @@ def ranked_passages(passages: dict[str, Passage]) -> list[Passage]:
 
 
 def select_contexts(
-    passages: dict[str, Passage], web: list[WebResult], budget: int
+    passages: dict[str, Passage], web: list[WebResult], budget: int, given: list[GivenSource] | None = None
 ) -> tuple[list[NumberedContext], int]:
     """The contexts that fit `budget` tokens, numbered from 1, and how many were trimmed."""
-    local = ranked_passages(passages)
-    remote = list(web)
-    items: list[Passage | WebResult] = [*local, *remote]
+    local, remote, theirs = ranked_passages(passages), list(web), list(given or [])
+    items: list[Passage | WebResult | GivenSource] = [*local, *remote, *theirs]
     sizes = {id(item): estimate_tokens(item.text) + 30 for item in items}
     total = sum(sizes.values())
     trimmed = 0
-    while total > budget and len(local) + len(remote) > 1:
-        dropped = local.pop() if local else remote.pop()
+    while total > budget and len(local) + len(remote) + len(theirs) > 1:
+        dropped: Passage | WebResult | GivenSource = local.pop() if local else remote.pop() if remote else theirs.pop()
         total -= sizes[id(dropped)]
         trimmed += 1
-    numbered = [NumberedContext(i, passage=p) for i, p in enumerate(local, start=1)]
-    numbered += [NumberedContext(len(local) + i, web=w) for i, w in enumerate(remote, start=1)]
+    numbered = [NumberedContext(i, given=g) for i, g in enumerate(theirs, start=1)]
+    numbered += [NumberedContext(len(numbered) + i, passage=p) for i, p in enumerate(local, start=1)]
+    numbered += [NumberedContext(len(numbered) + i, web=w) for i, w in enumerate(remote, start=1)]
     return numbered, trimmed
 
 
@@ -62,8 +73,7 @@ def contexts_hash(contexts: list[NumberedContext]) -> str:
     """Identity of what the evaluator saw: the same question over the same contexts gets the same verdict."""
     digest = hashlib.sha256()
     for context in contexts:
-        key = context.passage.id if context.passage else f"web:{context.web.url}" if context.web else ""
-        digest.update(f"{key}\x1f{context.text}\x1e".encode())
+        digest.update(f"{context.key}\x1f{context.text}\x1e".encode())
     return digest.hexdigest()[:32]
 
 
@@ -110,4 +120,19 @@ def citations(answer: str, contexts: list[NumberedContext]) -> list[Citation]:
                     label=w.title or w.url,
                 )
             )
+        elif context.given:
+            result.append(given_citation(number, context.given))
     return result
+
+
+def given_citation(number: int, source: GivenSource) -> Citation:
+    """A source the client sent, cited under its own name (a link when the name is a URL)."""
+    return Citation(
+        number=number,
+        kind="given",
+        title=source.name,
+        source=source.name,
+        url=source.url,
+        snippet=source.text[:160],
+        label=source.name,
+    )

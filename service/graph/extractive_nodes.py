@@ -11,37 +11,55 @@ from langgraph.runtime import Runtime
 
 from retrieval import extractive
 from retrieval.extractive import PartAnswer, Quoted, Source, Thresholds
-from service.graph.context import NumberedContext, citations, contexts_hash, select_contexts
-from service.graph.nodes import NodeResult, after_evaluation, log_verdict, traced
+from service.graph.context import NumberedContext, citations, contexts_hash
+from service.graph.nodes import NodeResult, after_evaluation, log_verdict, state_contexts, traced
 from service.graph.schemas import MAX_MISSING, EvaluationStep
 from service.graph.state import RunContext, WorkflowState
 
-HISTORY_IGNORED = "抽取式回答不改写多轮对话中的问题，按最新问题原文检索"
 ROUTE_REASON = "抽取式回答不做路由：每个问题都到知识库中找原文"
 WEB_DID_NOT_CONFIRM = "网络搜索结果也未能确认"
+INSTRUCTIONS_NOT_APPLIED = "抽取式回答只摘录原文，没有按系统提示调整语言、语气或篇幅"
+
+
+def follow_up_note(terms: list[str]) -> str:
+    """Said in the answer: without a model the follow-up was not rewritten, but searched with these."""
+    return f"（追问未经改写：检索时加上了上一问的关键词「{'、'.join(terms)}」）"
 
 
 @traced("split_question")
 async def split_question(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeResult:
     ctx = runtime.context
-    parts = extractive.split_question(state["question"], ctx.max_retrievals)
+    question = state["question"]
+    parts = extractive.split_question(question, ctx.max_retrievals)
+    texts = extractive.search_texts(parts)
+    earlier = [turn.content for turn in state.get("history", []) if turn.role == "user"]
+    terms: list[str] = []
+    if earlier:
+        tokenizer = await asyncio.to_thread(ctx.deps.retriever.index_tokenizer, ctx.deps.scope.kb)
+        terms = extractive.follow_up_terms(earlier[-1], question, tokenizer)
+    warnings = [follow_up_note(terms)] if terms else []
+    warnings += [INSTRUCTIONS_NOT_APPLIED] if state.get("instructions", "").strip() else []
     update: WorkflowState = {
         "sub_questions": parts,
-        "search_texts": extractive.search_texts(parts),
+        "search_texts": [" ".join([*terms, text]) for text in texts],
+        "history_terms": terms,
         "cursor": 0,
         "route": "complex",
         "route_reason": ROUTE_REASON,
-        "warnings": [HISTORY_IGNORED] if state.get("history") else [],
+        "warnings": warnings,
     }
-    return update, f"{len(parts)} 个部分：" + "；".join(parts)
+    return update, f"{len(parts)} 个部分：" + "；".join(parts) + (
+        f"（加上上一问的「{'、'.join(terms)}」检索）" if terms else ""
+    )
 
 
 def _sources(state: WorkflowState, part: str, passages: int) -> list[Source]:
-    """The part's top `passages` local passages, then every web result."""
+    """The part's top `passages` local passages, then every web result and every source the client sent."""
     known = state.get("passages", {})
     local = [known[chunk_id] for chunk_id in state.get("found", {}).get(part, [])[:passages] if chunk_id in known]
-    web = state.get("web_results", [])
-    return extractive.local_sources(local) + [Source(w.url, w.text, 0, i, web=True) for i, w in enumerate(web)]
+    web = [Source(w.url, w.text, 0, i, web=True) for i, w in enumerate(state.get("web_results", []))]
+    given = [Source(f"given:{g.id}", g.text, 0, i, web=True) for i, g in enumerate(state.get("given", []))]
+    return extractive.local_sources(local) + web + given
 
 
 @traced("select_evidence")
@@ -60,11 +78,11 @@ async def select_evidence(state: WorkflowState, runtime: Runtime[RunContext]) ->
             answers.append(extractive.link_answer(part, [(w.title, w.url) for w in web]))
         else:
             sources = _sources(state, part, settings.extractive_passages)
-            answers.append(
-                await asyncio.to_thread(extractive.select, part, sources, retriever.embedder, tokenizer, limits)
-            )
+            judged = " ".join([*state.get("history_terms", []), part])  # a follow-up is about the earlier subject
+            found = await asyncio.to_thread(extractive.select, judged, sources, retriever.embedder, tokenizer, limits)
+            answers.append(found.model_copy(update={"part": part}))
     step = _verdict(answers, with_web=bool(web))
-    contexts, _ = select_contexts(state.get("passages", {}), web, settings.context_token_budget)
+    contexts, _ = state_contexts(state, ctx)
     warnings = await log_verdict(ctx, state["question"], contexts_hash(contexts), step)
     search_web, why, unavailable = after_evaluation(state, ctx, step, state["llm_calls"])
     if unavailable:
@@ -98,14 +116,21 @@ def _verdict(answers: list[PartAnswer], with_web: bool) -> EvaluationStep:
     )
 
 
-@traced("quote_answer")
-async def quote_answer(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeResult:
-    answers = state.get("part_answers", [])
-    passages = state.get("passages", {})
-    web = {w.url: w for w in state.get("web_results", [])}
+def _numbered(state: WorkflowState, answers: list[PartAnswer]) -> tuple[list[NumberedContext], dict[str, Quoted]]:
+    """The quoted sources with their numbers: the client's keep theirs (its order), the others follow
+    in the order of their first quote."""
+    passages, web = state.get("passages", {}), {w.url: w for w in state.get("web_results", [])}
+    given = {f"given:{g.id}": (number, g) for number, g in enumerate(state.get("given", []), start=1)}
     contexts: list[NumberedContext] = []
     quoted: dict[str, Quoted] = {}
-    for number, source_id in enumerate(extractive.quoted_ids(answers), start=1):
+    following = len(given) + 1
+    for source_id in extractive.quoted_ids(answers):
+        if source_id in given:
+            number, source = given[source_id]
+            contexts.append(NumberedContext(number, given=source))
+            quoted[source_id] = Quoted(number, url=source.url, title=source.name)
+            continue
+        number, following = following, following + 1
         if source_id in web:
             result = web[source_id]
             contexts.append(NumberedContext(number, web=result))
@@ -113,10 +138,18 @@ async def quote_answer(state: WorkflowState, runtime: Runtime[RunContext]) -> No
         else:
             contexts.append(NumberedContext(number, passage=passages[source_id]))
             quoted[source_id] = Quoted(number)
+    return contexts, quoted
+
+
+@traced("quote_answer")
+async def quote_answer(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeResult:
+    answers = state.get("part_answers", [])
+    contexts, quoted = _numbered(state, answers)
     unavailable = state.get("web_unavailable")
     searched = state["web_searches"] > 0 and not unavailable
     why_not = [unavailable] if unavailable else [WEB_DID_NOT_CONFIRM] if searched else []
-    answer = extractive.compose(answers, quoted, why_not)
+    terms = state.get("history_terms", [])
+    answer = extractive.compose(answers, quoted, why_not, [follow_up_note(terms)] if terms else [])
     for line in answer.splitlines(keepends=True):
         runtime.stream_writer({"event": "token", "data": {"text": line}})
     cited = citations(answer, contexts)

@@ -53,6 +53,7 @@ class Node(Protocol):
 
 WEB_NOT_CONFIGURED = "网络搜索不可用：未配置 BOCHA_API_KEY"
 WEB_DISABLED = "网络搜索已按请求关闭"
+GIVEN_ROUTE = "对话中提供了资料，连同知识库一起查证"
 # Pictographs, dingbats, variation selector 16 and zero-width joiner: the answer carries no emoji.
 _EMOJI = re.compile("[\U0001f000-\U0001faff\u2600-\u27bf\u2b00-\u2bff\ufe0f\u200d]")
 
@@ -71,6 +72,12 @@ def traced(name: str) -> Callable[[Step], Node]:
         return node
 
     return decorate
+
+
+def state_contexts(state: WorkflowState, ctx: RunContext) -> tuple[list[NumberedContext], int]:
+    """Every source the run holds (the client's, the base's, the web's), numbered and within budget."""
+    budget = ctx.deps.settings.context_token_budget
+    return select_contexts(state.get("passages", {}), state.get("web_results", []), budget, state.get("given"))
 
 
 def budget_exhausted(ctx: RunContext, llm_calls: int) -> str | None:
@@ -105,6 +112,8 @@ async def rewrite_question(state: WorkflowState, runtime: Runtime[RunContext]) -
 @traced("route_question")
 async def route_question(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeResult:
     ctx = runtime.context
+    if state.get("given"):  # the client sent sources: the answer must read them, never skip them
+        return {"route": "complex", "route_reason": GIVEN_ROUTE}, f"complex（{GIVEN_ROUTE}）"
     if blocked := budget_exhausted(ctx, state["llm_calls"]):
         return {"route": "complex", "route_reason": blocked, "warnings": [blocked]}, "complex（预算已用完）"
     result = await judge(ctx, state, RouteDecision, prompts.route_messages(state["question"]))
@@ -127,9 +136,8 @@ async def route_question(state: WorkflowState, runtime: Runtime[RunContext]) -> 
 @traced("direct_answer")
 async def direct_answer(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeResult:
     ctx = runtime.context
-    answer, reasoning = await stream_answer(
-        ctx.deps.answer_llm, prompts.direct_messages(state["question"]), runtime.stream_writer, ctx.deps.settings
-    )
+    messages = prompts.direct_messages(state["question"], state.get("instructions", ""))
+    answer, reasoning = await stream_answer(ctx.deps.answer_llm, messages, runtime.stream_writer, ctx.deps.settings)
     return {"answer": answer, "reasoning": reasoning, "citations": [], "llm_calls": 1}, f"直接回答，{len(answer)} 字"
 
 
@@ -182,7 +190,9 @@ async def plan_next_step(state: WorkflowState, runtime: Runtime[RunContext]) -> 
         return {"retrieve_more": False}, f"已达检索上限 max_retrievals={ctx.max_retrievals} → evaluate"
     if blocked := budget_exhausted(ctx, state["llm_calls"]):
         return {"retrieve_more": False, "warnings": [blocked]}, f"{blocked} → evaluate"
-    contexts, _ = select_contexts(state.get("passages", {}), [], ctx.deps.settings.context_token_budget)
+    contexts, _ = select_contexts(
+        state.get("passages", {}), [], ctx.deps.settings.context_token_budget, state.get("given")
+    )
     messages = prompts.plan_messages(state["question"], subs, cursor, contexts)
     result = await judge(ctx, state, PlanDecision, messages)
     parsed, error = result.value, result.error
@@ -199,9 +209,7 @@ async def plan_next_step(state: WorkflowState, runtime: Runtime[RunContext]) -> 
 async def evaluate(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeResult:
     ctx = runtime.context
     question = state["question"]
-    contexts, _ = select_contexts(
-        state.get("passages", {}), state.get("web_results", []), ctx.deps.settings.context_token_budget
-    )
+    contexts, _ = state_contexts(state, ctx)
     digest = contexts_hash(contexts)
     step, calls, warnings = await _judge(state, ctx, contexts, digest)
     warnings += await log_verdict(ctx, question, digest, step)
@@ -320,13 +328,12 @@ def _no_web_results(reason: str) -> WorkflowState:
 @traced("generate")
 async def generate(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeResult:
     ctx = runtime.context
-    contexts, trimmed = select_contexts(
-        state.get("passages", {}), state.get("web_results", []), ctx.deps.settings.context_token_budget
-    )
+    contexts, trimmed = state_contexts(state, ctx)
     evaluations = state.get("evaluations", [])
     last = evaluations[-1] if evaluations else None
     unavailable = state.get("web_unavailable")
-    messages = prompts.generate_messages(state["question"], contexts, last, [unavailable] if unavailable else [])
+    notes = [unavailable] if unavailable else []
+    messages = prompts.generate_messages(state["question"], contexts, last, notes, state.get("instructions", ""))
     answer, reasoning = await stream_answer(ctx.deps.answer_llm, messages, runtime.stream_writer, ctx.deps.settings)
     tail = ""
     if last is not None and not last.enough and prompts.UNCONFIRMED not in answer:

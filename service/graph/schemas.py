@@ -127,9 +127,31 @@ class QueryOptions(StrictModel):
     history: list[ChatTurn] = Field(default_factory=list)
 
 
+class GivenSource(BaseModel):
+    """A passage the client sent with the question (a file attached in Open WebUI, or its own web
+    search): evidence like the base's, kept apart and cited as the client's."""
+
+    id: str = Field(description="the client's id of the source")
+    name: str = Field(description="its name as the client gave it: a file name or a URL")
+    text: str
+
+    @property
+    def url(self) -> str | None:
+        """The name, when it is a web page's address (Open WebUI's own web search names them so)."""
+        return self.name if self.name.startswith(("http://", "https://")) else None
+
+
+class ClientContext(BaseModel):
+    """What a chat client sends besides the question: its system prompt, which shapes only how the
+    answer is written (never the honesty rules, never a judgement), and the sources it attached."""
+
+    instructions: str = ""
+    given: list[GivenSource] = Field(default_factory=list)
+
+
 class Citation(BaseModel):
     number: int
-    kind: Literal["local", "web"]
+    kind: Literal["local", "web", "given"]
     title: str
     chapter: int | None = None
     source: str = ""

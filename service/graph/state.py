@@ -13,7 +13,7 @@ from retrieval.extractive import PartAnswer
 from retrieval.results import Hit
 from retrieval.retriever import Retriever
 from service.graph.memory import JudgementMemory, VerdictScope
-from service.graph.schemas import AnswerMode, ChatTurn, Citation, EvaluationStep, TraceStep
+from service.graph.schemas import AnswerMode, ChatTurn, Citation, EvaluationStep, GivenSource, TraceStep
 from service.llm.client import ChatModel, LLMProbe
 from service.websearch import WebResult, WebSearch
 
@@ -34,6 +34,9 @@ class WorkflowState(TypedDict, total=False):
 
     question: str  # standalone question (rewritten when there is a history)
     history: list[ChatTurn]
+    instructions: str  # the client's system prompt: only the answer's wording sees it
+    given: list[GivenSource]  # sources the client sent with the question, numbered first
+    history_terms: list[str]  # extractive mode: the earlier question's terms searched with a follow-up
     route: Literal["simple", "complex"]
     route_reason: str
     sub_questions: list[str]

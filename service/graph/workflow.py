@@ -38,7 +38,7 @@ from core.store import EmbedderMismatchError, IndexNotFoundError, SearchError
 from retrieval.retriever import Retriever
 from service.graph import extractive_nodes, nodes
 from service.graph.memory import JudgementMemory
-from service.graph.schemas import AnswerMode, QueryOptions, QueryResult, TokenUsage, WorkflowEvent
+from service.graph.schemas import AnswerMode, ClientContext, QueryOptions, QueryResult, TokenUsage, WorkflowEvent
 from service.graph.state import RunContext, WorkflowDeps, WorkflowState, WorkflowTools
 from service.llm.client import LLMNotConfiguredError, LLMProbe, build_llms
 from service.websearch import build_web_search
@@ -165,7 +165,9 @@ def build_extractive_graph() -> Workflow:
 GRAPHS: dict[AnswerMode, Workflow] = {"llm": build_graph(), "extractive": build_extractive_graph()}
 
 
-async def stream_query(deps: WorkflowDeps, question: str, options: QueryOptions) -> AsyncIterator[WorkflowEvent]:
+async def stream_query(
+    deps: WorkflowDeps, question: str, options: QueryOptions, client: ClientContext | None = None
+) -> AsyncIterator[WorkflowEvent]:
     """A "mode" event (llm or extractive, and why), "node" events as nodes complete, "token" events as
     the answer streams, then "final" (or "error").
 
@@ -175,7 +177,7 @@ async def stream_query(deps: WorkflowDeps, question: str, options: QueryOptions)
     id and a short reason that carries no internals (no URL, no exception text).
     """
     try:
-        async for event in _run(deps, question, options):
+        async for event in _run(deps, question, options, client or ClientContext()):
             yield event
     except LLMNotConfiguredError:
         raise
@@ -200,22 +202,27 @@ def _stream_failure(err: Exception) -> str:
     return "服务内部错误"
 
 
-async def run_query(deps: WorkflowDeps, question: str, options: QueryOptions) -> QueryResult:
-    """The whole workflow; errors (Elasticsearch, the answer model) propagate with their type."""
-    async for event in _run(deps, question, options):
+async def run_query(
+    deps: WorkflowDeps, question: str, options: QueryOptions, client: ClientContext | None = None
+) -> QueryResult:
+    """The whole workflow; errors (Elasticsearch, the answer model) propagate with their type.
+    `client`: what a chat client sent besides the question (its system prompt, its sources)."""
+    async for event in _run(deps, question, options, client or ClientContext()):
         if event.event == "final":
             return QueryResult.model_validate(event.data)
     raise RuntimeError("the workflow ended without a result")
 
 
-async def _run(deps: WorkflowDeps, question: str, options: QueryOptions) -> AsyncIterator[WorkflowEvent]:
+async def _run(
+    deps: WorkflowDeps, question: str, options: QueryOptions, client: ClientContext
+) -> AsyncIterator[WorkflowEvent]:
     """The run in the chosen mode. In `auto` mode a model that fails mid-run, before any answer
     text went out, is reported to the probe and the question is answered extractively instead,
     with a second "mode" event saying why; in `llm` mode, or once text has streamed, it fails."""
     mode, why = await choose_mode(deps)
     streamed = False
     try:
-        async for event in _run_in_mode(deps, question, options, mode, why):
+        async for event in _run_in_mode(deps, question, options, client, mode, why):
             streamed = streamed or event.event == "token"
             yield event
     except openai.APIError as err:
@@ -225,12 +232,12 @@ async def _run(deps: WorkflowDeps, question: str, options: QueryOptions) -> Asyn
         logger.warning("answer model failed mid-run (%s): answering extractively", failure)
         if deps.probe is not None:
             deps.probe.report_failure(failure)
-        async for event in _run_in_mode(deps, question, options, "extractive", f"{failure}，改用抽取式回答"):
+        async for event in _run_in_mode(deps, question, options, client, "extractive", f"{failure}，改用抽取式回答"):
             yield event
 
 
 async def _run_in_mode(
-    deps: WorkflowDeps, question: str, options: QueryOptions, mode: AnswerMode, why: str
+    deps: WorkflowDeps, question: str, options: QueryOptions, client: ClientContext, mode: AnswerMode, why: str
 ) -> AsyncIterator[WorkflowEvent]:
     yield WorkflowEvent(event="mode", data={"mode": mode, "reason": why})
     settings = deps.settings
@@ -249,6 +256,8 @@ async def _run_in_mode(
     initial: WorkflowState = {
         "question": question,
         "history": options.history,
+        "instructions": client.instructions,
+        "given": client.given,
         "llm_calls": 0,
         "web_searches": 0,
         "retrievals": 0,

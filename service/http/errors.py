@@ -1,7 +1,7 @@
 """How every failure becomes a JSON answer that says what to fix (never a bare 500).
 
 Malformed JSON → 400 saying where it breaks; validation → 422 naming the field; missing index → 404 with the build command; embedder
-mismatch → 409; the LLM unreachable → 503 naming it; its HTTP errors → 502.
+mismatch → 409; the LLM unreachable → 503 naming it; its 429 → 429 with `Retry-After`; its other HTTP errors → 502.
 
 Elasticsearch: unreachable, a time-out, or an answer that means "not now" (no shard
 available, all shards failed, a red index, a cluster block, 429/503/504) → 503 with
@@ -215,6 +215,10 @@ async def _llm_failed(request: Request, err: openai.APIError) -> JSONResponse:
     url = redact_url(_services(request.app).settings.openai_base_url or "https://api.openai.com/v1")
     logger.warning("LLM endpoint %s failed: %s", url, err)
     name = type(err).__name__
+    if isinstance(err, openai.RateLimitError):  # "slow down" is the client's to hear, with when to come back
+        wait = err.response.headers.get("retry-after", str(RETRY_AFTER_S))
+        detail = f"the LLM endpoint at {url} is rate-limiting requests (HTTP 429); retry in {wait} s"
+        return _error(request, 429, "llm_rate_limited", detail, headers={"Retry-After": wait})
     if isinstance(err, openai.APIStatusError):
         return _error(request, 502, "llm_error", f"the LLM endpoint at {url} answered HTTP {err.status_code} ({name})")
     return _error(request, 503, "llm_unreachable", f"the LLM endpoint at {url} is unreachable ({name}); retry later")

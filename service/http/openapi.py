@@ -27,6 +27,7 @@ RESPONSES: dict[int, tuple[type[BaseModel], str]] = {
     413: (ErrorResponse, "request body larger than MAX_REQUEST_BYTES"),
     415: (ErrorResponse, "the body is in none of the media types the operation takes"),
     422: (ValidationErrorResponse, "bad input; the message names the field"),
+    429: (ErrorResponse, "ANSWER_MODE=llm and the model endpoint is rate-limiting requests (with Retry-After)"),
     502: (ErrorResponse, "Elasticsearch or the model endpoint answered with an error"),
     503: (
         ErrorResponse,

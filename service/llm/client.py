@@ -27,7 +27,7 @@ from typing import Generic
 import httpx
 import openai
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import BaseMessage, BaseMessageChunk, HumanMessage
+from langchain_core.messages import AIMessage, BaseMessage, BaseMessageChunk, HumanMessage
 from langchain_deepseek import ChatDeepSeek
 from langchain_openai.chat_models.base import BaseChatOpenAI
 from pydantic import SecretStr
@@ -35,7 +35,7 @@ from pydantic import SecretStr
 from core.config import Settings, StructuredOutput
 from core.redact import redact_url
 from core.retry import OPENAI, async_retrying
-from service.llm.reasoning import ReasoningForm, ReasoningStream
+from service.llm.reasoning import ReasoningForm, ReasoningStream, split_reasoning
 from service.llm.structured import (
     STRATEGIES,
     OutputError,
@@ -206,6 +206,27 @@ async def _ask(model: ChatModel, strategy: Strategy, schema: type[SchemaT], mess
     runnable = request(model.client, strategy, schema)
     message: BaseMessage = await async_retrying(OPENAI, f"{schema.__name__} call")(runnable.ainvoke, messages)
     return read_reply(message, strategy)
+
+
+@dataclass(frozen=True)
+class PlainReply:
+    """One plain completion: its text without reasoning, and the tokens the endpoint counted."""
+
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+
+
+async def ask_plain(model: ChatModel | None, messages: list[BaseMessage]) -> PlainReply:
+    """One plain call (no structured output, no stream) with the retry policy: a chat client's own
+    task prompt, answered as the client parses it."""
+    if model is None:
+        raise LLMNotConfiguredError()
+    message: BaseMessage = await async_retrying(OPENAI, "plain call")(model.client.ainvoke, messages)
+    text, _, form = split_reasoning(message.text)
+    model.saw_reasoning("field" if message.additional_kwargs.get("reasoning_content") else form)
+    usage = message.usage_metadata if isinstance(message, AIMessage) else None
+    return PlainReply(text, usage["input_tokens"] if usage else 0, usage["output_tokens"] if usage else 0)
 
 
 class AnswerStream:

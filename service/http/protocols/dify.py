@@ -71,7 +71,8 @@ class DifyError(HTTPException):
         self.code = code
 
 
-def _render(status: int, message: str, err: Exception) -> tuple[int, dict[str, Any]]:
+def render_error(status: int, message: str, err: Exception | None) -> tuple[int, dict[str, Any]]:
+    """Dify's body: its own code when the error has one (1001, 1002, 2001), else the HTTP status."""
     code = getattr(err, "code", None) or (KNOWLEDGE_NOT_FOUND if status == 404 else status)
     return status, {"error_code": code, "error_msg": message}
 
@@ -98,7 +99,7 @@ class DifyErrorBody(BaseModel):
 router = APIRouter(
     tags=["dify"],
     dependencies=[Depends(dify_caller)],
-    route_class=protocol_route(_render),
+    route_class=protocol_route(render_error),
     responses=error_responses(400, 403, 404, 409, 413, 422, 502, 503, model=DifyErrorBody),  # Dify's error shape
 )
 

@@ -14,7 +14,7 @@ configured) is a tool error with a message; anything else stays in the service l
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 
 from elastic_transport import TransportError as ESTransportError
 from elasticsearch import ApiError
@@ -22,6 +22,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.types import INTERNAL_ERROR, INVALID_REQUEST
 from pydantic import BaseModel, Field
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -32,10 +33,10 @@ from retrieval.lists import Filters
 from retrieval.results import Hit
 from service.deps import Services, answering
 from service.graph import Citation, QueryOptions, run_query
-from service.http.auth import presented_key
+from service.http.auth import presented_key, unauthorized
 from service.http.middleware import OriginPolicy
 from service.http.protocols.access import open_base
-from service.http.protocols.openai_chat import source_list
+from service.http.protocols.conversation import source_list
 from service.http.schemas import MAX_K
 from service.kbs import UnknownKnowledgeBase
 from service.llm.client import LLMNotConfiguredError
@@ -217,14 +218,18 @@ class KeyRequired:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope.get("headers", [])}
         if scope["type"] == "http" and self.keys.caller(presented_key(headers)) is None:
-            answer = JSONResponse(
-                {"detail": "missing or invalid API key: send `Authorization: Bearer <key>` or `X-API-Key: <key>`"},
-                status_code=401,
-                headers={"WWW-Authenticate": "Bearer"},
-            )
+            refusal = unauthorized()
+            answer = JSONResponse({"detail": refusal.detail}, status_code=refusal.status_code, headers=refusal.headers)
             await answer(scope, receive, send)
             return
         await self.app(scope, receive, send)
+
+
+def render_error(status: int, message: str, err: Exception | None) -> tuple[int, dict[str, Any]]:
+    """A JSON-RPC error object, whose `message` MCP clients show (the SDK raises it as the call's
+    error): a refused key says how to send one, instead of "Server returned an error response"."""
+    code = INTERNAL_ERROR if status >= 500 else INVALID_REQUEST
+    return status, {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
 
 
 def transport_security(policy: OriginPolicy) -> TransportSecuritySettings:

@@ -2,7 +2,8 @@
 
 A condition names a field and compares it: `{"name": "chapter", "comparison_operator": "≥",
 "value": 3}`. Names are our fields (`source`, `doc_id`, `section`, `chapter_title`: keywords;
-`title`: text; `chapter`, `page`: numbers; `indexed_at`: a date) or, for any other name, a key
+`title`: text; `chapter`, `page`: numbers; `indexed_at`: a date, compared with Unix seconds as Dify
+sends them, or an ISO date) or, for any other name, a key
 of the document's own metadata (a JSONL record's `metadata`, indexed as `metadata_terms`, whose
 values are whole keywords). Each kind of field takes the operators it can answer exactly; any
 other operator is a 422 that says which ones it takes, never a filter silently left out.
@@ -12,6 +13,8 @@ chunk satisfies it (page = 4 finds a chunk on pages 3-4). A list of names (Dify'
 `name: ["category", "tag"]`) holds when the condition holds for any one of them.
 """
 
+import re
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
@@ -47,6 +50,9 @@ Clause = dict[str, Any]
 KEYWORD_FIELDS = ("source", "doc_id", "section", "chapter_title")
 NUMBER_FIELDS = ("chapter",)
 METADATA_FIELD = "metadata_terms"
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+# Years 1 to 9999, the dates Python and Elasticsearch both have.
+_FIRST_SECOND, _LAST_SECOND = -62135596800, 253402300800
 _HIGHEST = "\U0010ffff"  # an upper bound above every string (ranges on metadata need both bounds)
 _SAME = {"!=": "≠", ">=": "≥", "<=": "≤", "null": "empty", "not null": "not empty"}
 
@@ -146,13 +152,20 @@ def _keyword(field: str, operator: str, value: Value) -> Clause:
     )
 
 
+def _date_text(value: Value, operator: str) -> str:
+    """A metadata date is ISO text, compared as text: a number (Unix seconds) becomes its UTC date-time."""
+    if isinstance(value, str) and not _NUMBER.fullmatch(value.strip()):
+        return _text(value, operator)
+    return datetime.fromtimestamp(_seconds(value, operator), UTC).replace(tzinfo=None).isoformat(timespec="seconds")
+
+
 def _metadata(key: str, operator: str, value: Value) -> Clause:
     """A key of the document's metadata: whole values only (`flattened` has no wildcard), dates as ISO text."""
     field = f"{METADATA_FIELD}.{key}"
     if operator in ("contains", "not contains", "end with"):
         raise _unsupported(field, operator, _METADATA_OPERATORS)
     if operator in ("before", "after"):
-        bound = _text(value, operator)
+        bound = _date_text(value, operator)
         return {"range": {field: {"gte": "", "lt": bound} if operator == "before" else {"gt": bound, "lte": _HIGHEST}}}
     if operator in (">", "<", "≥", "≤"):
         raise _unsupported(field, operator, _METADATA_OPERATORS + " (values are compared as text)")
@@ -163,7 +176,9 @@ def _metadata(key: str, operator: str, value: Value) -> Clause:
     return _keyword(field, operator, value)
 
 
-_METADATA_OPERATORS = "is, is not, in, not in, start with, empty, not empty, =, ≠, before, after (ISO dates)"
+_METADATA_OPERATORS = (
+    "is, is not, in, not in, start with, empty, not empty, =, ≠, before, after (ISO dates or Unix seconds)"
+)
 _RANGE = {">": "gt", "<": "lt", "≥": "gte", "≤": "lte"}
 
 
@@ -211,9 +226,34 @@ def _title(operator: str, value: Value) -> Clause:
     raise _unsupported("title", operator, "contains, not contains")
 
 
+def _seconds(value: Value, operator: str) -> float:
+    """A moment as Unix seconds: Dify compares dates as Unix seconds (a number, or its digits as
+    text); an ISO 8601 date or date-time works too (UTC when it names no zone)."""
+    seconds = _as_seconds(value)
+    if seconds is None or not _FIRST_SECOND <= seconds < _LAST_SECOND:
+        raise ValueError(f"{operator!r} needs a date: Unix seconds or an ISO 8601 date, got {value!r}")
+    return seconds
+
+
+def _as_seconds(value: Value) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    if not isinstance(value, str):
+        return float(value)
+    if _NUMBER.fullmatch(text := value.strip()):
+        return float(text)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
 def _date(field: str, operator: str, value: Value) -> Clause:
+    """A date field compared with a moment (Elasticsearch would read a bare number as milliseconds)."""
     if operator in ("before", "after"):
-        return {"range": {field: {"lt" if operator == "before" else "gt": _text(value, operator)}}}
+        bound = round(_seconds(value, operator) * 1000)
+        return {"range": {field: {"lt" if operator == "before" else "gt": bound, "format": "epoch_millis"}}}
     raise _unsupported(field, operator, "before, after")
 
 

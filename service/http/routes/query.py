@@ -46,7 +46,7 @@ def compare(
     return services.retriever.compare(base.scope, body.query, body.k, body.modes, body.filters)
 
 
-@router.post("/query", response_model=QueryResult, tags=["answers"])
+@router.post("/query", response_model=QueryResult, tags=["answers"], responses=error_responses(429))
 async def query(body: QuestionBody, workflow: WorkflowDep, services: ServicesDep) -> QueryResult:
     """Answer with the agentic workflow (route, decompose, retrieve, evaluate, web fallback, cite), or,
     without a reachable model (`ANSWER_MODE`), with quoted sentences only: `mode` says which and why."""
