@@ -51,7 +51,7 @@ class Tally:
     latencies: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     statuses: dict[str, Counter[int]] = field(default_factory=lambda: defaultdict(Counter))
     failures: Counter[str] = field(default_factory=Counter)  # transport errors, by kind and type
-    uploaded: list[str] = field(default_factory=list)  # doc ids the deletes may take
+    uploaded: list[tuple[str, str]] = field(default_factory=list)  # (doc id, its job) the deletes may take
 
 
 @dataclass
@@ -98,12 +98,17 @@ class Soak:
         body = {"texts": [{"text": text, "id": doc_id, "title": "压力测试"}]}
         response = await self.timed("upload", self.client.post(f"/kbs/{self.scratch}/documents", json=body))
         if response is not None and response.status_code == 202:
-            self.tally.uploaded.append(doc_id)
+            self.tally.uploaded.append((doc_id, response.json()["job"]))
 
     async def delete(self) -> None:
+        """A document whose upload is done (its job is asked first, as a client follows it)."""
         if not self.tally.uploaded:
             return await self.documents()
-        doc_id = self.tally.uploaded.pop(self.rng.randrange(len(self.tally.uploaded)))
+        doc_id, job = self.tally.uploaded.pop(self.rng.randrange(len(self.tally.uploaded)))
+        status = await self.timed("job", self.client.get(f"/jobs/{job}"))
+        if status is None or status.status_code != 200 or status.json()["state"] not in ("done", "failed"):
+            self.tally.uploaded.append((doc_id, job))  # not indexed yet: another time
+            return None
         await self.timed("delete", self.client.delete(f"/kbs/{self.scratch}/documents/{doc_id}"))
 
     async def documents(self) -> None:
@@ -158,7 +163,7 @@ async def prepare(client: httpx.AsyncClient, book: str, scratch: str) -> None:
 
 def summary(tally: Tally) -> list[dict[str, Any]]:
     rows = []
-    for kind in MIX:
+    for kind in [*MIX, "job"]:
         statuses = tally.statuses.get(kind, Counter())
         rows.append(
             {
