@@ -1,8 +1,8 @@
 """A base's question set, kept in Elasticsearch: the JSONL text as uploaded, one document per base
 in `QUESTIONS_INDEX`, so it survives a restart and an evaluation reads exactly what was uploaded.
 
-It is checked whole before it is stored (`parse_questions`): a set that cannot be read is refused,
-never kept.
+It is checked whole before it is stored (`parse_questions`): a set none of whose lines can be read
+as a question is refused (`UnreadableQuestions`), never kept in place of the last one.
 """
 
 from dataclasses import dataclass
@@ -30,8 +30,21 @@ class StoredQuestions:
         return parse_questions(self.text.splitlines())
 
 
+class UnreadableQuestions(ValueError):
+    """A question set with lines but no line that is a question (not JSON, nested past the parser's
+    limit, no `question` or no evidence): refused whole, its first bad lines named."""
+
+    def __init__(self, parsed: QuestionSet) -> None:
+        named = "; ".join(f"line {bad.line}: {bad.error}" for bad in parsed.bad_lines[:3])
+        super().__init__(f"none of its {parsed.lines} lines is a usable question line ({named})")
+
+
 def save_questions(es: Elasticsearch, kb: str, text: str, owner: str) -> StoredQuestions:
-    """Keep `text` as the base's question set (replacing the last one), uploaded by `owner`."""
+    """Keep `text` as the base's question set (replacing the last one), uploaded by `owner`; a set
+    with lines of which none can be read is `UnreadableQuestions`, and nothing is stored."""
+    parsed = parse_questions(text.splitlines())
+    if parsed.lines and not parsed.entries:
+        raise UnreadableQuestions(parsed)
     if not es.indices.exists(index=QUESTIONS_INDEX):
         es.options(ignore_status=400).indices.create(  # 400: another request created it first
             index=QUESTIONS_INDEX,

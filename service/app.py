@@ -126,7 +126,7 @@ def origin_policy(settings: Settings) -> OriginPolicy:
 
 def _add_middleware(app: FastAPI, settings: Settings, metrics: Metrics, policy: OriginPolicy) -> None:
     """Outermost last: the Host/Origin check runs before anything else reads the request."""
-    app.add_middleware(BodySizeLimit, limit=settings.max_request_bytes, larger=[documents.upload_body_limit(settings)])
+    app.add_middleware(BodySizeLimit, limit=settings.max_request_bytes, larger=documents.upload_body_limits(settings))
     app.add_middleware(
         CORSMiddleware,
         allow_origins=settings.cors_origins,

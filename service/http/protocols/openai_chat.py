@@ -25,12 +25,13 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.config import Settings
-from service.deps import CallerDep, ServicesDep, answering, check_length, get_caller
+from service.deps import CallerDep, ServicesDep, answering, get_caller
 from service.graph import ChatTurn, Citation, QueryOptions, QueryResult, WorkflowDeps, run_query, stream_query
 from service.http.metrics import Metrics
 from service.http.openapi import error_responses
 from service.http.protocols.access import open_base
 from service.http.protocols.errors import protocol_route
+from service.inputs import valid_text
 from service.kbs import BaseAccess, KnowledgeBases, UnknownKnowledgeBase
 from service.principals import Caller
 
@@ -225,9 +226,7 @@ def conversation(messages: list[ChatMessage]) -> tuple[str, list[ChatTurn]]:
     last = max((i for i, message in enumerate(messages) if message.role == "user"), default=None)
     if last is None:
         raise OpenAIError(400, "messages hold no user message: the last user message is the question", param="messages")
-    question = messages[last].text().strip()
-    if not question:
-        raise OpenAIError(400, "the last user message is empty", param="messages")
+    question = messages[last].text()  # checked by `valid_text`, as every protocol checks a question
     history = [
         ChatTurn(role="user" if message.role == "user" else "assistant", content=_without_sources(message.text()))
         for message in messages[:last]
@@ -302,7 +301,7 @@ def chat_request(body: ChatCompletionRequest, services: ServicesDep, caller: Cal
     """Checked before any answer starts: the model (404), the messages (400), the length and the model's configuration."""
     base = knowledge_base(services.settings, services.kbs, caller, body.model)
     question, history = conversation(body.messages)
-    check_length(services.settings, "messages", question)
+    question = valid_text(services.settings, "messages", question)
     workflow = answering(services, base)
     return _Chat(body=body, workflow=workflow, question=question, options=QueryOptions(history=history))
 

@@ -27,11 +27,12 @@ from core.schema import LIST_MODES, Mode
 from evaluation.drafts import sample_chunks
 from evaluation.metrics import LIST_DEPTH
 from evaluation.questions import BadLine, base_corpus, parse_questions, resolve
-from evaluation.store import StoredQuestions, load_questions, save_questions
+from evaluation.store import StoredQuestions, UnreadableQuestions, load_questions, save_questions
 from retrieval.results import FusionUsed
 from retrieval.retriever import fusion_used
 from service.deps import ReadBase, Services, ServicesDep, WriteBase, get_caller
 from service.http.openapi import error_responses
+from service.http.routes.kbs import invalid
 from service.http.schemas import JobAccepted
 from service.jobs.evaluation import EVALUATION, EvaluationParams, find_evaluation, plot, unfinished_evaluation
 from service.jobs.store import Job, Reach
@@ -165,10 +166,14 @@ def _no_set(kb: str) -> HTTPException:
     return HTTPException(404, f"no question set for {kb!r}: PUT /kbs/{kb}/questions first")
 
 
-@router.put("/kbs/{kb}/questions", response_model=QuestionsSummary)
+@router.put("/kbs/{kb}/questions", response_model=QuestionsSummary, responses=error_responses(422))
 def put_questions(base: WriteBase, body: QuestionsUpload, services: ServicesDep) -> QuestionsSummary:
-    """Store the base's question set (replacing the last); every line that cannot be used is listed."""
-    stored = save_questions(services.es, base.kb, body.text, base.caller.name)
+    """Store the base's question set (replacing the last); every line that cannot be used is listed.
+    A set none of whose lines is a question is a 422, and the last set stays."""
+    try:
+        stored = save_questions(services.es, base.kb, body.text, base.caller.name)
+    except UnreadableQuestions as err:
+        raise invalid("text", str(err)) from None
     return _questions_summary(services, base, stored)
 
 
