@@ -31,11 +31,20 @@ class StrictModel(BaseModel):
         return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
+class JSONTooDeep(ValueError):
+    """JSON nested past the parser's limit: no request of this service is."""
+
+
 def parse_json(data: str | bytes) -> Any:
-    """`data` parsed by pydantic-core's JSON parser, which does not recurse in Python: nesting past its
-    limit (200 levels) is a `ValueError` naming line and column, like any malformed JSON, where the
-    standard library's decoder raises `RecursionError` near 1,000 levels (a 500, not a 4xx)."""
-    return pydantic_core.from_json(data)
+    """`data` parsed by pydantic-core's JSON parser, which does not recurse in Python: malformed JSON
+    is a `ValueError` naming line and column, and nesting past its limit (200 levels) `JSONTooDeep`,
+    where the standard library's decoder raises `RecursionError` near 1,000 levels (a 500, not a 4xx)."""
+    try:
+        return pydantic_core.from_json(data)
+    except ValueError as err:
+        if str(err).startswith("recursion limit exceeded"):
+            raise JSONTooDeep(str(err)) from None
+        raise
 
 
 def json_depth(value: Any) -> int:

@@ -1,8 +1,9 @@
 """A base's question set, kept in Elasticsearch: the JSONL text as uploaded, one document per base
 in `QUESTIONS_INDEX`, so it survives a restart and an evaluation reads exactly what was uploaded.
 
-It is checked whole before it is stored (`parse_questions`): a set none of whose lines can be read
-as a question is refused (`UnreadableQuestions`), never kept in place of the last one.
+It is checked whole before it is stored (`parse_questions`): its bad lines are reported, but a
+line nested past the JSON parser's limit (no question line is) refuses the set
+(`UnreadableQuestions`), which is then never kept in place of the last one.
 """
 
 from dataclasses import dataclass
@@ -31,19 +32,18 @@ class StoredQuestions:
 
 
 class UnreadableQuestions(ValueError):
-    """A question set with lines but no line that is a question (not JSON, nested past the parser's
-    limit, no `question` or no evidence): refused whole, its first bad lines named."""
+    """A question set with a line nested past the JSON parser's limit: hostile input, refused whole."""
 
     def __init__(self, parsed: QuestionSet) -> None:
-        named = "; ".join(f"line {bad.line}: {bad.error}" for bad in parsed.bad_lines[:3])
-        super().__init__(f"none of its {parsed.lines} lines is a usable question line ({named})")
+        lines = ", ".join(map(str, parsed.too_deep[:5]))
+        super().__init__(f"line {lines}: JSON nested deeper than 200 levels, which no question line is: nothing stored")
 
 
 def save_questions(es: Elasticsearch, kb: str, text: str, owner: str) -> StoredQuestions:
     """Keep `text` as the base's question set (replacing the last one), uploaded by `owner`; a set
-    with lines of which none can be read is `UnreadableQuestions`, and nothing is stored."""
+    with a line nested too deep is `UnreadableQuestions`, and nothing is stored."""
     parsed = parse_questions(text.splitlines())
-    if parsed.lines and not parsed.entries:
+    if parsed.too_deep:
         raise UnreadableQuestions(parsed)
     if not es.indices.exists(index=QUESTIONS_INDEX):
         es.options(ignore_status=400).indices.create(  # 400: another request created it first

@@ -169,7 +169,7 @@ def _no_set(kb: str) -> HTTPException:
 @router.put("/kbs/{kb}/questions", response_model=QuestionsSummary, responses=error_responses(422))
 def put_questions(base: WriteBase, body: QuestionsUpload, services: ServicesDep) -> QuestionsSummary:
     """Store the base's question set (replacing the last); every line that cannot be used is listed.
-    A set none of whose lines is a question is a 422, and the last set stays."""
+    A line nested past the JSON parser's limit (200 levels) is a 422 for the whole set, and the last set stays."""
     try:
         stored = save_questions(services.es, base.kb, body.text, base.caller.name)
     except UnreadableQuestions as err:
