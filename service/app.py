@@ -115,7 +115,13 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
     app.add_api_route("/", lambda: FileResponse(WEB_DIR / "index.html"), include_in_schema=False)
     _add_middleware(app, settings, metrics, policy)
     limit = settings.max_question_chars
-    document_statuses(app, max_lengths={"query": limit, "question": limit}, secured=not keys.open)
+    embedder_name = embedder.name if embedder is not None else settings.embedder  # what `load_embedder` names it
+    document_statuses(
+        app,
+        max_lengths={"query": limit, "question": limit},
+        choices={"CreateKnowledgeBase": {"embedder": [embedder_name]}},
+        secured=not keys.open,
+    )
     return app
 
 

@@ -71,7 +71,7 @@ class TextsUpload(StrictModel):
 class DocumentsForm(StrictModel):
     """`POST /kbs/{kb}/documents` as multipart form data (the schema of the form; parsed by the route)."""
 
-    files: list[bytes] = Field(description=f"one or more files ({', '.join(SUPPORTED_SUFFIXES)})")
+    files: list[bytes] = Field(min_length=1, description=f"one or more files ({', '.join(SUPPORTED_SUFFIXES)})")
     access: str | None = Field(None, description="comma-separated groups that may read these files; none: everyone")
 
 

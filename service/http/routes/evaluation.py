@@ -33,7 +33,7 @@ from retrieval.retriever import fusion_used
 from service.deps import ReadBase, Services, ServicesDep, WriteBase, get_caller
 from service.http.openapi import error_responses
 from service.http.routes.kbs import invalid
-from service.http.schemas import JobAccepted
+from service.http.schemas import ErrorResponse, JobAccepted
 from service.jobs.evaluation import EVALUATION, EvaluationParams, find_evaluation, plot, unfinished_evaluation
 from service.jobs.store import Job, Reach
 from service.kbs import BaseAccess
@@ -186,7 +186,17 @@ def get_questions(base: ReadBase, services: ServicesDep) -> QuestionsSummary:
     return _questions_summary(services, base, stored)
 
 
-@router.post("/kbs/{kb}/questions/draft", response_model=DraftResponse)
+@router.post(
+    "/kbs/{kb}/questions/draft",
+    response_model=DraftResponse,
+    responses={
+        503: {
+            "model": ErrorResponse,
+            "description": "no model is configured (OPENAI_BASE_URL or OPENAI_API_KEY, and MODEL_NAME): drafting "
+            "needs one; or Elasticsearch or the model unreachable",
+        }
+    },
+)
 async def draft(base: WriteBase, body: DraftRequest, services: ServicesDep) -> DraftResponse:
     """Questions drafted by the judgement model from sampled chunks the caller may read, each with its
     sentence as evidence (503 without a model); appended to the caller's stored set unless `append` is false."""
