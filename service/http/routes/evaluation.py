@@ -7,7 +7,7 @@ the background, read its status, report and plot, and see, pin or reset the base
     POST   /kbs/{kb}/evaluate                        202 {"job"}: runs evaluation.run in the background
     GET    /kbs/{kb}/evaluations/{job}               status, progress and, once done, the report
     GET    /kbs/{kb}/evaluations/{job}/report.png    the plot
-    GET    /kbs/{kb}/fusion                          the fusion every hybrid search of the base uses
+    GET    /kbs/{kb}/fusion                          the base's own fusion (404 when it uses the default)
     PUT    /kbs/{kb}/fusion                          pin one; DELETE: back to the service default
 """
 
@@ -289,8 +289,16 @@ def _fusion_state(services: Services, kb: str) -> FusionState:
 
 @router.get("/kbs/{kb}/fusion", response_model=FusionState)
 def get_fusion(base: ReadBase, services: ServicesDep) -> FusionState:
-    """The fusion the base's hybrid searches use: its own (chosen by an evaluation, or pinned) or the default."""
-    return _fusion_state(services, base.kb)
+    """The base's own fusion (chosen by an evaluation, or pinned), which its hybrid searches use; 404
+    when it has none (or it was deleted): it then uses the service default, which `GET /kbs/{kb}` shows."""
+    state = _fusion_state(services, base.kb)
+    if state.stored is None:
+        raise HTTPException(
+            404,
+            f"knowledge base {base.kb!r} has no fusion of its own: its hybrid search uses the service default "
+            f"({state.effective.method}; GET /kbs/{base.kb} shows it)",
+        )
+    return state
 
 
 @router.put("/kbs/{kb}/fusion", response_model=FusionState)
@@ -312,6 +320,7 @@ def pin_fusion(base: WriteBase, body: FusionPin, services: ServicesDep) -> Fusio
 
 @router.delete("/kbs/{kb}/fusion", response_model=FusionState)
 def reset_fusion(base: WriteBase, services: ServicesDep) -> FusionState:
-    """Back to the service default (`FUSION`, `RRF_K`, `RRF_DEPTH`)."""
+    """Delete the base's own fusion: back to the service default (`FUSION`, `RRF_K`, `RRF_DEPTH`), which
+    the answer gives as `effective` (`stored` null); a GET of the fusion is then a 404."""
     services.kbs.write_fusion(base.kb, None)
     return _fusion_state(services, base.kb)
