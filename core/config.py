@@ -65,6 +65,14 @@ class Settings(BaseSettings):
     # Each file is parsed in a worker process that is killed after this long (indexing/loaders):
     # a pathological file is that file's `timeout` error, never a hung job.
     load_timeout_s: float = Field(120, gt=0, description="longest time one file may take to parse")
+    # What a file becomes, not only what it weighs (indexing/loaders/base.py): each limit over is that
+    # file's own error, checked before the parser inflates it where the format allows.
+    max_unzipped_mb: float = Field(100, gt=0, description="largest total a .docx or .epub may inflate to")
+    max_zip_ratio: float = Field(100, gt=0, description="most times its own size a .docx or .epub may inflate")
+    max_pdf_pages: int = Field(5000, ge=1, description="most pages of a PDF")
+    max_file_chars: int = Field(20_000_000, ge=1, description="most characters of text one file may give")
+    # The parse worker's address space may grow by this much beyond what it starts with (RLIMIT_AS).
+    load_memory_mb: float = Field(2048, gt=0, description="most memory one file's parse may take")
     # Benchmarks' on-disk embedding cache (bench/embedding_cache.py); None: .cache/ in the repository.
     embedding_cache: str | None = None
     # Evaluation data (CMRC 2018, 《三国演义》); None: ../shared/data beside the repository.

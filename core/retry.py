@@ -52,7 +52,11 @@ TRANSIENT_TYPES = frozenset(
 
 
 def is_transient(status: int | None, error_type: str | None) -> bool:
-    """Whether an Elasticsearch failure (HTTP status, error type) may pass if retried later."""
+    """Whether an Elasticsearch failure (HTTP status, error type) may pass if retried later. A 4xx
+    other than 429 never does, whatever its type: "all shards failed" with 400 is a query Elasticsearch
+    refuses (a bad value), not shards that are recovering."""
+    if status is not None and 400 <= status < 500 and status != 429:
+        return False
     return status in TRANSIENT_STATUSES or error_type in TRANSIENT_TYPES
 
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Self
 from pydantic import BaseModel, Field
 
 from core.config import parse_name
+from core.contract import json_depth
 from core.embeddings import Embedder
 from core.text import ChineseTokenizer, bigram_terms, join_terms
 
@@ -40,6 +41,16 @@ INTEGER = Mapped("integer")
 STANDARD = Mapped("text", (("analyzer", "standard"),))
 WHITESPACE = Mapped("text", (("analyzer", "whitespace"),))  # terms computed in Python, joined by spaces
 FLATTENED = Mapped("flattened", (("ignore_above", 1024),))
+# How deep a document's `metadata` may nest: the default `depth_limit` of a flattened field
+# (`metadata_terms`); Elasticsearch refuses a deeper one when the chunk is written.
+METADATA_DEPTH = 20
+
+
+def check_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
+    """`metadata`, when it nests no deeper than METADATA_DEPTH levels; else a `ValueError` saying so."""
+    if json_depth(metadata) > METADATA_DEPTH:
+        raise ValueError(f"metadata nests deeper than {METADATA_DEPTH} levels, the most a chunk's metadata may")
+    return metadata
 
 
 class ChunkFields(BaseModel):

@@ -13,12 +13,12 @@ the others still run. A question without a `split` gets a seeded one from its id
 text), so the split never changes between runs.
 """
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from core.contract import JSONTooDeep, parse_json
 from core.reader import Reader
 from evaluation.metrics import SPLITS, seeded_split
 
@@ -106,6 +106,9 @@ class QuestionSet:
     entries: list[Entry] = field(default_factory=list)
     bad_lines: list[BadLine] = field(default_factory=list)
     lines: int = 0  # non-blank lines read
+    # Lines nested past the JSON parser's limit (also bad lines): no question set holds one, so a
+    # set with one is refused whole (evaluation.store), not kept with a bad line.
+    too_deep: list[int] = field(default_factory=list)
 
     @property
     def generated(self) -> int:
@@ -128,9 +131,9 @@ def _strings(item: Mapping[str, Any], *names: str) -> tuple[str, ...]:
 
 def _entry(number: int, raw: str, seen: set[str]) -> Entry:
     try:
-        item = json.loads(raw)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"not JSON: {err.msg} at column {err.colno}") from None
+        item = parse_json(raw)  # nesting is bounded: never a RecursionError
+    except ValueError as err:
+        raise type(err)(f"not JSON: {err}") from None  # `JSONTooDeep` stays one
     if not isinstance(item, dict):
         raise ValueError("not a JSON object")
     question = item.get("question")
@@ -169,6 +172,8 @@ def parse_questions(lines: Iterable[str]) -> QuestionSet:
             entry = _entry(number, raw, seen)
         except ValueError as err:
             parsed.bad_lines.append(BadLine(number, str(err), raw.strip()[:80]))
+            if isinstance(err, JSONTooDeep):
+                parsed.too_deep.append(number)
             continue
         seen.add(entry.id)
         parsed.entries.append(entry)

@@ -1,8 +1,9 @@
 """A base's question set, kept in Elasticsearch: the JSONL text as uploaded, one document per base
 in `index`, so it survives a restart and an evaluation reads exactly what was uploaded.
 
-It is checked whole before it is stored (`parse_questions`): a set that cannot be read is refused,
-never kept.
+It is checked whole before it is stored (`parse_questions`): its bad lines are reported, but a
+line nested past the JSON parser's limit (no question line is) refuses the set
+(`UnreadableQuestions`), which is then never kept in place of the last one.
 """
 
 from dataclasses import dataclass
@@ -30,8 +31,20 @@ class StoredQuestions:
         return parse_questions(self.text.splitlines())
 
 
+class UnreadableQuestions(ValueError):
+    """A question set with a line nested past the JSON parser's limit: hostile input, refused whole."""
+
+    def __init__(self, parsed: QuestionSet) -> None:
+        lines = ", ".join(map(str, parsed.too_deep[:5]))
+        super().__init__(f"line {lines}: JSON nested deeper than 200 levels, which no question line is: nothing stored")
+
+
 def save_questions(es: Elasticsearch, index: str, kb: str, text: str, owner: str) -> StoredQuestions:
-    """Keep `text` as the base's question set (replacing the last one), uploaded by `owner`."""
+    """Keep `text` as the base's question set (replacing the last one), uploaded by `owner`; a set
+    with a line nested too deep is `UnreadableQuestions`, and nothing is stored."""
+    parsed = parse_questions(text.splitlines())
+    if parsed.too_deep:
+        raise UnreadableQuestions(parsed)
     if not es.indices.exists(index=index):
         es.options(ignore_status=400).indices.create(  # 400: another request created it first
             index=index,

@@ -118,7 +118,13 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
     app.add_api_route("/", lambda: FileResponse(WEB_DIR / "index.html"), include_in_schema=False)
     _add_middleware(app, settings, metrics, policy)
     limit = settings.max_question_chars
-    document_statuses(app, max_lengths={"query": limit, "question": limit}, secured=not keys.open)
+    embedder_name = embedder.name if embedder is not None else settings.embedder  # what `load_embedder` names it
+    document_statuses(
+        app,
+        max_lengths={"query": limit, "question": limit},
+        choices={"CreateKnowledgeBase": {"embedder": [embedder_name]}},
+        secured=not keys.open,
+    )
     return app
 
 
@@ -130,7 +136,7 @@ def origin_policy(settings: Settings) -> OriginPolicy:
 def _add_middleware(app: FastAPI, settings: Settings, metrics: Metrics, policy: OriginPolicy) -> None:
     """Outermost last: the Host/Origin check runs before anything else reads the request, and every
     refusal made before a route (that check's too) is rendered in the shape of the protocol it was sent to."""
-    app.add_middleware(BodySizeLimit, limit=settings.max_request_bytes, larger=[documents.upload_body_limit(settings)])
+    app.add_middleware(BodySizeLimit, limit=settings.max_request_bytes, larger=documents.upload_body_limits(settings))
     app.add_middleware(
         CORSMiddleware,
         allow_origins=settings.cors_origins,

@@ -19,7 +19,6 @@ from typing import Annotated, Protocol, TypeVar
 from elasticsearch import Elasticsearch
 from fastapi import Depends, Query, Request
 from fastapi import Path as PathParam
-from fastapi.exceptions import RequestValidationError
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 
@@ -31,6 +30,7 @@ from service.graph import WorkflowDeps, WorkflowTools, ensure_answerable
 from service.http.auth import unauthorized
 from service.http.metrics import Metrics
 from service.http.schemas import CompareRequest, QueryRequest, SearchRequest
+from service.inputs import valid_text
 from service.jobs.runner import JobRunner
 from service.kbs import BaseAccess, KnowledgeBases
 from service.principals import Caller, Keys, Role
@@ -134,33 +134,17 @@ class NamesBase(Protocol):
 Body = TypeVar("Body", bound=BaseModel)
 
 
-def check_length(settings: Settings, field: str, value: str) -> str:
-    """`value` stripped, once its length as sent is checked: MAX_QUESTION_CHARS is a setting, so it is
-    enforced here (and written into the schema by service.http.openapi as the text's `maxLength`)."""
-    if len(value) > settings.max_question_chars:
-        raise RequestValidationError(
-            [
-                {
-                    "type": "string_too_long",
-                    "loc": ("body", field),
-                    "msg": f"{len(value)} characters, more than MAX_QUESTION_CHARS={settings.max_question_chars}",
-                }
-            ]
-        )
-    return value.strip()
-
-
 async def valid_search(body: SearchRequest, settings: SettingsDep) -> SearchRequest:
-    return body.model_copy(update={"query": check_length(settings, "query", body.query)})
+    return body.model_copy(update={"query": valid_text(settings, "query", body.query)})
 
 
 async def valid_compare(body: CompareRequest, settings: SettingsDep) -> CompareRequest:
-    return body.model_copy(update={"query": check_length(settings, "query", body.query)})
+    return body.model_copy(update={"query": valid_text(settings, "query", body.query)})
 
 
 async def valid_question(body: QueryRequest, settings: SettingsDep) -> QueryRequest:
     """The request body with the length limit checked (a dependency, so streams start valid)."""
-    return body.model_copy(update={"question": check_length(settings, "question", body.question)})
+    return body.model_copy(update={"question": valid_text(settings, "question", body.question)})
 
 
 SearchBody = Annotated[SearchRequest, Depends(valid_search)]

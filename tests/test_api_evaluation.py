@@ -128,7 +128,8 @@ def test_upload_evaluate_and_search_with_the_chosen_fusion(
         found = client.post("/search", json={"query": "高血糖吃什么", "mode": "hybrid", "k": 3}).json()
         assert found["fusion"]["method"] == chosen["method"] and found["fusion"]["origin"] == "evaluation"
         assert found["fusion"]["depth"] == chosen["depth"]
-        assert client.get(f"/kbs/{other}/fusion").json()["effective"]["origin"] == "default"
+        assert client.get(f"/kbs/{other}/fusion").status_code == 404  # no fusion of its own: the default
+        assert client.get(f"/kbs/{other}").json()["fusion"]["origin"] == "default"
         elsewhere = client.post("/search", json={"query": "高血压", "mode": "hybrid", "k": 1, "kb": other}).json()
         assert elsewhere["fusion"]["origin"] == "default"
         shown = client.get(f"/kbs/{medical}").json()["fusion"]
@@ -152,7 +153,7 @@ def test_upload_evaluate_and_search_with_the_chosen_fusion(
         # A dry run reports and stores nothing.
         status = finished(client, client.post(f"/kbs/{medical}/evaluate", json={"dry_run": True}).json()["status_url"])
         assert status["status"] == "done" and not status["stored"]
-        assert client.get(f"/kbs/{medical}/fusion").json()["stored"] is None
+        assert client.get(f"/kbs/{medical}/fusion").status_code == 404  # deleted, and none stored since
 
 
 def test_a_set_with_too_few_usable_questions_fails_with_a_reason(base_url: str, bases: tuple[str, str]) -> None:
@@ -204,12 +205,12 @@ def test_roles_read_to_look_write_to_change(es_url: str, bases: tuple[str, str],
     with serve(create_app(settings, embedder=embedder)) as url, httpx.Client(base_url=url, timeout=60) as client:
         reader, writer = {"X-API-Key": "key-read"}, {"X-API-Key": "key-write"}
         assert client.get(f"/kbs/{medical}/fusion").status_code == 401
-        assert client.get(f"/kbs/{medical}/fusion", headers=reader).status_code == 200
         assert client.put(f"/kbs/{medical}/fusion", json=pin, headers=reader).status_code == 403
         assert client.put(f"/kbs/{medical}/questions", json={"text": ""}, headers=reader).status_code == 403
         assert client.post(f"/kbs/{medical}/evaluate", json={}, headers=reader).status_code == 403
         assert client.get(f"/kbs/{other}/fusion", headers=writer).status_code == 404  # not the writer's base
         assert client.put(f"/kbs/{medical}/fusion", json=pin, headers=writer).json()["effective"]["origin"] == "pinned"
+        assert client.get(f"/kbs/{medical}/fusion", headers=reader).status_code == 200
         assert client.delete(f"/kbs/{medical}/fusion", headers=writer).json()["stored"] is None
 
 

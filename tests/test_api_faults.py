@@ -118,6 +118,8 @@ def test_outage_warnings_are_one_line_per_kind_per_interval(caplog: pytest.LogCa
         ({"type": "no_shard_available_action_exception", "reason": "No shard available"}, None, True),
         ({"type": "es_rejected_execution_exception", "reason": "queue full"}, 429, True),
         ({"type": "parsing_exception", "reason": "unknown query [mtch]"}, 400, False),
+        # A value Elasticsearch refuses (a date that is none): "all shards failed", but a 400, never an outage.
+        ({"type": "search_phase_execution_exception", "reason": "all shards failed"}, 400, False),
     ],
 )
 def test_search_errors_that_pass_are_told_from_those_that_do_not(

@@ -9,7 +9,11 @@ chunks in the index are only ever replaced by a complete new version.
 Parsers run in a worker process (pebble), one file at a time: a file that takes longer than
 LOAD_TIMEOUT_S is stopped there (the worker is killed and replaced) and reported as that
 file's `timeout` error, and a parser that crashes its process (a segfault in a C library, the
-kernel's OOM killer) is that file's `crashed` error; the job goes on with the next file.
+kernel's OOM killer) is that file's `crashed` error; the job goes on with the next file. The
+worker's memory is limited (LOAD_MEMORY_MB, RLIMIT_AS): a parse that needs more is that file's
+`out_of_memory` error. What a file becomes is limited too: a .docx or .epub whose members inflate
+past MAX_UNZIPPED_MB or MAX_ZIP_RATIO times its size, or a PDF of more than MAX_PDF_PAGES pages, is
+refused before it is parsed; a file giving more than MAX_FILE_CHARS characters once it is.
 
 Document ids are stable: `<source>#ch<N>` for chapters, `<source>` for a whole file, the line's
 own `id` for JSONL, where `source` is the file name (for a file argument) or its path
@@ -18,6 +22,8 @@ relative to the folder argument.
 
 import logging
 import multiprocessing
+import os
+import resource
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import TimeoutError as FutureTimeoutError
@@ -28,7 +34,17 @@ from pebble import ProcessExpired, ProcessPool
 
 from core.documents import Document
 from indexing.loaders import epub, pdf, webpage, word
-from indexing.loaders.base import BadFileError, LoadError, LoadLimits, LoadResult, SourceFile, check_content, check_size
+from indexing.loaders.base import (
+    BadFileError,
+    LoadError,
+    LoadLimits,
+    LoadResult,
+    SourceFile,
+    check_chars,
+    check_content,
+    check_size,
+    check_unzipped,
+)
 from indexing.loaders.epub import html_to_text, parse_epub
 from indexing.loaders.jsonl import parse_jsonl
 from indexing.loaders.pdf import parse_pdf
@@ -54,6 +70,7 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+_MB = 1024 * 1024
 
 # Parsers of whole files: (bytes, source, file stem) -> documents; JSONL also reports lines.
 _PARSERS: dict[str, Callable[[bytes, str, str], list[Document]]] = {
@@ -76,24 +93,33 @@ _PREPARE: dict[str, Callable[[], None]] = {
     ".html": webpage.prepare,
     ".htm": webpage.prepare,
 }
+# Checks of what a file would become, made on its bytes before its parser runs.
+_BEFORE_PARSING: dict[str, Callable[[bytes, LoadLimits], None]] = {
+    ".docx": check_unzipped,
+    ".epub": check_unzipped,
+    ".pdf": pdf.check_pages,
+}
 
 
-def _parse(file: SourceFile, errors: list[LoadError], max_file_mb: float) -> list[Document]:
+def _parse(file: SourceFile, errors: list[LoadError], limits: LoadLimits) -> list[Document]:
     """Documents of one file; raises `BadFileError` (or a parser's own error) when it is unusable."""
-    check_size(file.path, max_file_mb)
+    check_size(file.path, limits.max_file_mb)
     data = file.path.read_bytes()
     check_content(file.path, data)
     suffix = file.path.suffix.lower()
+    if suffix in _BEFORE_PARSING:
+        _BEFORE_PARSING[suffix](data, limits)
     if suffix == ".jsonl":
         documents = parse_jsonl(data, file.path, file.source, errors)
     else:
         documents = _PARSERS[suffix](data, file.source, file.path.stem)
     if not documents and not errors:
         raise BadFileError("empty", "no text to index in the file")
+    check_chars(documents, limits)
     return documents
 
 
-def load_file(file: SourceFile, errors: list[LoadError], max_file_mb: float) -> list[Document]:
+def load_file(file: SourceFile, errors: list[LoadError], limits: LoadLimits) -> list[Document]:
     """Documents of one file, each with the file's hash; an unusable file is one error, no document."""
     suffix = file.path.suffix.lower()
     if suffix not in SUPPORTED_SUFFIXES:
@@ -102,19 +128,30 @@ def load_file(file: SourceFile, errors: list[LoadError], max_file_mb: float) -> 
         return []
     line_errors: list[LoadError] = []
     try:
-        documents = _parse(file, line_errors, max_file_mb)
-    except BadFileError as err:
-        errors.append(LoadError(path=str(file.path), message=str(err), reason=err.reason))
-        return []
+        documents = _parse(file, line_errors, limits)
     except Exception as err:  # any parser's failure on one file must not stop the others
-        message = f"unreadable {suffix} file: {type(err).__name__}: {err}"
-        errors.append(LoadError(path=str(file.path), message=message, reason="corrupt"))
+        errors.append(_failure(file.path, err, limits))
         return []
     errors.extend(line_errors)
     digest = file.digest()
     for document in documents:
         document.file_hash = digest
     return documents
+
+
+def _failure(path: Path, err: Exception, limits: LoadLimits) -> LoadError:
+    """A failed parse as the file's error: over LOAD_MEMORY_MB (however the library said so), a bad
+    file's own reason, else the parser's exception."""
+    if isinstance(err, MemoryError) or isinstance(err.__cause__, MemoryError) or _near_memory_limit():
+        message = (
+            f"parsing needed more than LOAD_MEMORY_MB={limits.memory_mb:g} MB and was stopped: "
+            "split the file or raise LOAD_MEMORY_MB"
+        )
+        return LoadError(path=str(path), message=message, reason="out_of_memory")
+    if isinstance(err, BadFileError):
+        return LoadError(path=str(path), message=str(err), reason=err.reason)
+    message = f"unreadable {path.suffix.lower()} file: {type(err).__name__}: {err}"
+    return LoadError(path=str(path), message=message, reason="corrupt")
 
 
 def find_files(paths: Iterable[str | Path], result: LoadResult) -> list[SourceFile]:
@@ -136,44 +173,92 @@ def find_files(paths: Iterable[str | Path], result: LoadResult) -> list[SourceFi
     return files
 
 
-def _load_alone(file: SourceFile, max_file_mb: float) -> tuple[list[Document], list[LoadError]]:
-    """`load_file` in the worker process: its documents and errors travel back together."""
+def _load_alone(file: SourceFile, limits: LoadLimits) -> tuple[list[Document], list[LoadError], bool]:
+    """`load_file` in the worker process: its documents and errors travel back together, with
+    whether the worker's memory is spent (it is then replaced before the next file)."""
     errors: list[LoadError] = []
-    return load_file(file, errors, max_file_mb), errors
+    return load_file(file, errors, limits), errors, _near_memory_limit()
+
+
+# In a worker: the address space it started with and its limit, in bytes (`_limit_memory`).
+_memory: tuple[int, int] | None = None
+
+
+def _limit_memory(memory_mb: float) -> None:
+    """In a new worker: its address space may grow by `memory_mb` beyond what the fork gave it
+    (a limit below that would fail at once), so an allocation past it fails there, not in the service."""
+    global _memory
+    with open("/proc/self/statm", encoding="ascii") as statm:  # Linux: the size in pages comes first
+        size = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    limit = size + int(memory_mb * _MB)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    _memory = (size, limit)
+
+
+def _near_memory_limit() -> bool:
+    """Whether this worker's peak address space came within an eighth of its budget of its limit: a
+    parse that fails there ran out of memory, whether the library raised `MemoryError` or not."""
+    if _memory is None:
+        return False
+    size, limit = _memory
+    with open("/proc/self/status", encoding="ascii") as status:
+        peak = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmPeak:"))
+    return peak >= limit - (limit - size) // 8
+
+
+class _Worker:
+    """The worker process files are parsed in, one at a time, under LOAD_TIMEOUT_S and LOAD_MEMORY_MB,
+    forked once their parsers' libraries are imported. A worker whose memory is spent is replaced
+    before the next file, so that each file's peak is its own."""
+
+    def __init__(self, files: list[SourceFile], limits: LoadLimits) -> None:
+        suffixes = {file.path.suffix.lower() for file in files}
+        for prepare in {_PREPARE[suffix] for suffix in suffixes if suffix in _PREPARE}:
+            prepare()
+        self.limits = limits
+        self.pool = self._start()
+
+    def _start(self) -> ProcessPool:
+        fork = multiprocessing.get_context("fork")
+        return ProcessPool(max_workers=1, context=fork, initializer=_limit_memory, initargs=(self.limits.memory_mb,))
+
+    def close(self) -> None:
+        self.pool.stop()
+        self.pool.join()
+
+    def load(self, file: SourceFile, errors: list[LoadError]) -> list[Document]:
+        """`load_file` in the worker; a timeout or a crashed worker is the file's error."""
+        limits = self.limits
+        future = self.pool.schedule(_load_alone, args=(file, limits), timeout=limits.timeout_s)
+        try:
+            documents, file_errors, spent = future.result()
+        except FutureTimeoutError:
+            message = f"parsing took longer than LOAD_TIMEOUT_S={limits.timeout_s:g} s and was stopped: split the file or raise LOAD_TIMEOUT_S"
+            errors.append(LoadError(path=str(file.path), message=message, reason="timeout"))
+            return []
+        except ProcessExpired as err:
+            code = err.exitcode
+            how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+            message = (
+                f"the {file.path.suffix.lower()} parser crashed ({how}): the file is damaged or too complex "
+                f"(or its parse needed more than LOAD_MEMORY_MB={limits.memory_mb:g} MB)"
+            )
+            errors.append(LoadError(path=str(file.path), message=message, reason="crashed"))
+            return []
+        if spent:
+            self.close()
+            self.pool = self._start()
+        errors.extend(file_errors)
+        return documents
 
 
 @contextmanager
-def _worker(files: list[SourceFile]) -> Iterator[ProcessPool]:
-    """One worker process for parsing `files`, forked once their parsers' libraries are imported."""
-    for prepare in {_PREPARE[suffix] for suffix in (file.path.suffix.lower() for file in files) if suffix in _PREPARE}:
-        prepare()
-    pool = ProcessPool(max_workers=1, context=multiprocessing.get_context("fork"))
+def _worker(files: list[SourceFile], limits: LoadLimits) -> Iterator[_Worker]:
+    worker = _Worker(files, limits)
     try:
-        yield pool
+        yield worker
     finally:
-        pool.stop()
-        pool.join()
-
-
-def _load_in_worker(
-    pool: ProcessPool, file: SourceFile, errors: list[LoadError], max_file_mb: float, timeout_s: float
-) -> list[Document]:
-    """`load_file` under a time limit in `pool`; a timeout or a crashed worker is the file's error."""
-    future = pool.schedule(_load_alone, args=(file, max_file_mb), timeout=timeout_s)
-    try:
-        documents, file_errors = future.result()
-    except FutureTimeoutError:
-        message = f"parsing took longer than LOAD_TIMEOUT_S={timeout_s:g} s and was stopped: split the file or raise LOAD_TIMEOUT_S"
-        errors.append(LoadError(path=str(file.path), message=message, reason="timeout"))
-        return []
-    except ProcessExpired as err:
-        code = err.exitcode
-        how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
-        message = f"the {file.path.suffix.lower()} parser crashed ({how}): the file is damaged or too complex"
-        errors.append(LoadError(path=str(file.path), message=message, reason="crashed"))
-        return []
-    errors.extend(file_errors)
-    return documents
+        worker.close()
 
 
 def load_files(
@@ -184,12 +269,12 @@ def load_files(
     seen: dict[str, str] = {}
     started = time.perf_counter()
     files = list(files)
-    with _worker(files) as pool:
+    with _worker(files, limits) as worker:
         for file in files:
             if not go_on():
                 break
             errors_before = len(result.errors)
-            for document in _load_in_worker(pool, file, result.errors, limits.max_file_mb, limits.timeout_s):
+            for document in worker.load(file, result.errors):
                 if document.doc_id in seen:
                     message = (
                         f"duplicate document id {document.doc_id!r} (already from {seen[document.doc_id]}): skipped"

@@ -5,7 +5,9 @@ error file) and a message that says what is wrong and what to do; the other file
 """
 
 import hashlib
-from dataclasses import dataclass, field
+import io
+import zipfile
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from core.config import Settings
@@ -24,20 +26,33 @@ class BadFileError(ValueError):
 
 @dataclass(frozen=True)
 class LoadLimits:
-    """The largest file read (`MAX_FILE_MB`) and the longest one file may take to parse (`LOAD_TIMEOUT_S`)."""
+    """What one file may weigh (`MAX_FILE_MB`), take to parse (`LOAD_TIMEOUT_S`, `LOAD_MEMORY_MB`) and
+    become: the total a .docx or .epub inflates to (`MAX_UNZIPPED_MB`, `MAX_ZIP_RATIO` times its size),
+    the pages of a PDF (`MAX_PDF_PAGES`) and the characters of text it gives (`MAX_FILE_CHARS`)."""
 
     max_file_mb: float
     timeout_s: float
+    max_unzipped_mb: float
+    max_zip_ratio: float
+    max_pdf_pages: int
+    max_chars: int
+    memory_mb: float
 
     def __post_init__(self) -> None:
-        if self.max_file_mb <= 0 or self.timeout_s <= 0:
-            raise ValueError(
-                f"the file size and parse time limits must be positive, got {self.max_file_mb} MB and {self.timeout_s} s"
-            )
+        if min(asdict(self).values()) <= 0:
+            raise ValueError(f"every load limit must be positive, got {self}")
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "LoadLimits":
-        return cls(settings.max_file_mb, settings.load_timeout_s)
+        return cls(
+            max_file_mb=settings.max_file_mb,
+            timeout_s=settings.load_timeout_s,
+            max_unzipped_mb=settings.max_unzipped_mb,
+            max_zip_ratio=settings.max_zip_ratio,
+            max_pdf_pages=settings.max_pdf_pages,
+            max_chars=settings.max_file_chars,
+            memory_mb=settings.load_memory_mb,
+        )
 
 
 @dataclass(frozen=True)
@@ -46,7 +61,9 @@ class LoadError:
     message: str
     line: int | None = None
     # empty, too_large, wrong_type, encrypted, no_text_layer, undecodable_text, corrupt, unsupported,
-    # missing, duplicate_id, bad_line, timeout (LOAD_TIMEOUT_S), crashed (the parser killed its process)
+    # missing, duplicate_id, bad_line, timeout (LOAD_TIMEOUT_S), crashed (the parser killed its process),
+    # unzipped_too_large (MAX_UNZIPPED_MB), zip_ratio (MAX_ZIP_RATIO), too_many_pages (MAX_PDF_PAGES),
+    # too_much_text (MAX_FILE_CHARS), out_of_memory (LOAD_MEMORY_MB)
     reason: str | None = None
 
     def __str__(self) -> str:
@@ -119,4 +136,39 @@ def check_size(path: Path, max_file_mb: float) -> None:
         raise BadFileError(
             "too_large",
             f"file is {size / _MB:.3g} MB, larger than MAX_FILE_MB={max_file_mb:g}: split it or raise MAX_FILE_MB",
+        )
+
+
+def check_unzipped(data: bytes, limits: LoadLimits) -> None:
+    """Refuse, before a parser inflates it, a .docx or .epub whose members add up to more than
+    MAX_UNZIPPED_MB, or to more than MAX_ZIP_RATIO times the file (a zip bomb). The sizes are the
+    zip directory's: Python's zipfile (python-docx's and ebooklib's reader) never inflates a member
+    past its stated size, so they bound what parsing can inflate."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            inflated = sum(member.file_size for member in archive.infolist())
+    except zipfile.BadZipFile:
+        return  # the parser says what is damaged, in its format's words
+    if inflated > limits.max_zip_ratio * len(data):
+        raise BadFileError(
+            "zip_ratio",
+            f"it inflates to {inflated / len(data):.0f} times its size ({inflated / _MB:.3g} MB unzipped), more than "
+            f"MAX_ZIP_RATIO={limits.max_zip_ratio:g} (a zip bomb?): raise MAX_ZIP_RATIO if the file is genuine",
+        )
+    if inflated > limits.max_unzipped_mb * _MB:
+        raise BadFileError(
+            "unzipped_too_large",
+            f"it inflates to {inflated / _MB:.3g} MB unzipped, more than MAX_UNZIPPED_MB={limits.max_unzipped_mb:g}: "
+            "split it or raise MAX_UNZIPPED_MB",
+        )
+
+
+def check_chars(documents: list[Document], limits: LoadLimits) -> None:
+    """Refuse a file whose text is longer than MAX_FILE_CHARS (a small file can expand into a huge text)."""
+    chars = sum(len(document.text) for document in documents)
+    if chars > limits.max_chars:
+        raise BadFileError(
+            "too_much_text",
+            f"it gives {chars} characters of text, more than MAX_FILE_CHARS={limits.max_chars}: "
+            "split it or raise MAX_FILE_CHARS",
         )

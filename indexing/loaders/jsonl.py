@@ -3,11 +3,12 @@
 A malformed line is reported with its number and the other lines are kept.
 """
 
-import json
 from pathlib import Path
 from typing import Any
 
+from core.contract import parse_json
 from core.documents import Document
+from core.schema import check_metadata
 from indexing.loaders.base import LoadError
 from indexing.loaders.text import decode_bytes
 
@@ -19,8 +20,8 @@ def parse_jsonl(data: bytes, path: Path, source: str, errors: list[LoadError]) -
         if not line.strip():
             continue
         try:
-            documents.append(_jsonl_document(json.loads(line), source))
-        except (json.JSONDecodeError, ValueError) as err:
+            documents.append(_jsonl_document(parse_json(line), source))
+        except ValueError as err:
             errors.append(LoadError(path=str(path), line=number, message=str(err), reason="bad_line"))
     return documents
 
@@ -38,6 +39,7 @@ def _jsonl_document(obj: Any, source: str) -> Document:
         raise ValueError('"title" must be a string')
     if not isinstance(metadata, dict):
         raise ValueError('"metadata" must be an object')
+    check_metadata(metadata)
     access = obj.get("access", [])
     if not isinstance(access, list) or not all(isinstance(group, str) and group.strip() for group in access):
         raise ValueError('"access" must be a list of group names')

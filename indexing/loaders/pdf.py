@@ -24,7 +24,7 @@ from itertools import pairwise
 from typing import Any
 
 from core.documents import Document
-from indexing.loaders.base import BadFileError
+from indexing.loaders.base import BadFileError, LoadLimits
 from indexing.loaders.structure import CELL_SEPARATOR, Block, build_document
 
 logger = logging.getLogger(__name__)
@@ -67,6 +67,26 @@ def prepare() -> None:
     """Import the PDF libraries (before a worker process is forked)."""
     import pdfplumber  # noqa: F401
     import pypdfium2  # noqa: F401
+
+
+def check_pages(data: bytes, limits: LoadLimits) -> None:
+    """Refuse a PDF of more than MAX_PDF_PAGES pages before any page is read (PDFium counts them
+    from the page tree): a small file of many empty pages would hold the worker for minutes."""
+    import pypdfium2 as pdfium
+
+    try:
+        pdf = pdfium.PdfDocument(data)
+    except pdfium.PdfiumError:
+        return  # `parse_pdf` says what is wrong with it
+    try:
+        pages = len(pdf)
+    finally:
+        pdf.close()
+    if pages > limits.max_pdf_pages:
+        raise BadFileError(
+            "too_many_pages",
+            f"{pages} pages, more than MAX_PDF_PAGES={limits.max_pdf_pages}: split it or raise MAX_PDF_PAGES",
+        )
 
 
 def parse_pdf(data: bytes, source: str, stem: str) -> list[Document]:

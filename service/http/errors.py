@@ -35,6 +35,7 @@ from core.redact import redact_url
 from core.retry import es_api_transient
 from core.store import EmbedderMismatchError, IndexNotFoundError, SearchError
 from service.http.metrics import endpoint_label
+from service.inputs import InvalidText
 from service.kbs import NotPermitted, UnknownKnowledgeBase
 from service.llm.client import LLMNotConfiguredError
 
@@ -107,9 +108,15 @@ def _error(
 
 
 def _describe(error: dict[str, Any]) -> str:
-    """`field: problem`; malformed JSON has no field, so it says where the JSON breaks."""
+    """`field: problem`; malformed JSON has no field, so it says where the JSON breaks (a character,
+    FastAPI's parser; else the line and column in the words of `core.contract.parse_json`)."""
     if error["type"] == "json_invalid":
-        return f"body: malformed JSON near character {error['loc'][-1]}"
+        where = error["loc"][-1]
+        return (
+            f"body: malformed JSON near character {where}"
+            if isinstance(where, int)
+            else f"body: malformed JSON: {error['msg']}"
+        )
     return f"{'.'.join(str(part) for part in error['loc'] if part != 'body') or 'body'}: {error['msg']}"
 
 
@@ -125,6 +132,13 @@ async def _validation(request: Request, err: RequestValidationError) -> JSONResp
         return _error(request, 400, "malformed_json", message)
     _services(request.app).metrics.record_error(endpoint_label(request.scope), "validation")
     return JSONResponse({"detail": errors, "message": message}, status_code=422)
+
+
+async def _invalid_text(request: Request, err: InvalidText) -> JSONResponse:
+    """A question or query every protocol refuses (service.inputs): a 422 like any invalid field."""
+    return await _validation(
+        request, RequestValidationError([{"type": err.kind, "loc": ("body", err.field), "msg": err.problem}])
+    )
 
 
 async def _http_error(request: Request, err: HTTPException) -> JSONResponse:
@@ -227,6 +241,7 @@ async def _llm_failed(request: Request, err: openai.APIError) -> JSONResponse:
 # Exception type → its answer; Starlette picks the handler of the nearest class in the MRO.
 _HANDLERS: list[tuple[type[Exception], Callable[[Request, Any], Awaitable[JSONResponse]]]] = [
     (RequestValidationError, _validation),
+    (InvalidText, _invalid_text),
     (HTTPException, _http_error),
     (IndexNotFoundError, _index_not_found),
     (UnknownKnowledgeBase, _unknown_kb),

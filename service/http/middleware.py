@@ -11,16 +11,20 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 @dataclass(frozen=True)
 class LargerBody:
-    """Requests (`method`, a path matching `path`) whose bodies may reach `limit` bytes; `named`
-    is how the 413 names that limit (the settings it comes from)."""
+    """Requests (`method`, a path matching `path`, a body of `media` type) whose bodies may reach
+    `limit` bytes; `named` is how the 413 names that limit (the settings it comes from)."""
 
     method: str
     path: re.Pattern[str]
+    media: str
     limit: int
     named: str
 
     def matches(self, scope: Scope) -> bool:
-        return bool(scope["method"] == self.method and self.path.fullmatch(scope["path"]))
+        if scope["method"] != self.method or not self.path.fullmatch(scope["path"]):
+            return False
+        given = dict(scope["headers"]).get(b"content-type", b"").decode("latin-1")
+        return given.split(";")[0].strip().lower() == self.media
 
 
 class BodySizeLimit:
@@ -28,9 +32,10 @@ class BodySizeLimit:
 
     The body is read here (it is small by definition) and replayed to the app, so an
     oversized chunked upload is refused before any endpoint sees part of it. A request of
-    `larger` (file uploads) has its own limit and is streamed to the app instead, too large to
-    hold in memory: refused at once when its Content-Length is over, else cut off with a 413
-    by the read that goes over.
+    `larger` (an upload: files, or texts as JSON, each its own limit) is streamed to the app
+    instead, too large to hold here: refused at once when its Content-Length is over, else cut
+    off with a 413 by the read that goes over. Its media type picks its limit, so a JSON body is
+    never read up to the files' limit.
     """
 
     def __init__(self, app: ASGIApp, limit: int, larger: Sequence[LargerBody] = ()) -> None:

@@ -6,11 +6,12 @@ invalid (422); parameters can be invalid (422); a key-protected operation can re
 (401, 403). Statuses that follow from what a route touches (Elasticsearch, the model) are
 declared by its router with `error_responses`. The bodies are `ErrorResponse` (`detail`: one
 sentence) and, for 422, `ValidationErrorResponse` (the errors, and `message` naming them).
-Limits that are settings (MAX_QUESTION_CHARS) are written into the schema the same way, so a
-client generating requests from it never meets an undocumented 422.
+Limits that are settings (MAX_QUESTION_CHARS) and values that are (the one embedder a new base
+may name) are written into the schema the same way, so a client generating requests from it never
+meets an undocumented 422.
 """
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from fastapi import FastAPI
@@ -63,9 +64,16 @@ def request_body(content: Mapping[str, type[BaseModel]], description: str) -> di
     }
 
 
-def document_statuses(app: FastAPI, max_lengths: Mapping[str, int], *, secured: bool) -> None:
-    """Build `app`'s OpenAPI document with the statuses implied by each operation's shape, and
-    `maxLength` on every request property named in `max_lengths` (limits set by settings).
+def document_statuses(
+    app: FastAPI,
+    max_lengths: Mapping[str, int],
+    choices: Mapping[str, Mapping[str, Sequence[str]]],
+    *,
+    secured: bool,
+) -> None:
+    """Build `app`'s OpenAPI document with the statuses implied by each operation's shape,
+    `maxLength` on every request property named in `max_lengths` (limits set by settings), and the
+    only values a property of a component may take, `choices[component][property]` (set by settings).
     Not `secured` (no keys configured, the key checks let everything through): no security schemes."""
     build: Callable[[], dict[str, Any]] = app.openapi
 
@@ -77,6 +85,7 @@ def document_statuses(app: FastAPI, max_lengths: Mapping[str, int], *, secured: 
             _hoist_body_defs(schema)
             _add_implied(schema)
             _add_max_lengths(schema, max_lengths)
+            _add_choices(schema, choices)
         return app.openapi_schema or {}
 
     app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented way to extend the schema
@@ -130,6 +139,17 @@ def _add_max_lengths(schema: dict[str, Any], max_lengths: Mapping[str, int]) -> 
         for name, prop in component.get("properties", {}).items():
             if name in max_lengths and prop.get("type") == "string":
                 prop["maxLength"] = max_lengths[name]
+
+
+def _add_choices(schema: dict[str, Any], choices: Mapping[str, Mapping[str, Sequence[str]]]) -> None:
+    components = schema.get("components", {}).get("schemas", {})
+    for component, properties in choices.items():
+        for name, values in properties.items():
+            prop = components[component]["properties"][name]
+            for branch in prop.get("anyOf", [prop]):
+                if branch.get("type") == "string":
+                    branch.pop("maxLength", None)
+                    branch["enum"] = list(values)
 
 
 def _component(components: dict[str, Any], model: type[BaseModel]) -> dict[str, str]:

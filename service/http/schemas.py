@@ -2,7 +2,7 @@
 
 Requests are `core.contract.StrictModel`s: strict JSON types, unknown fields forbidden.
 Text fields must hold a non-space character; the configurable length limit (`MAX_QUESTION_CHARS`) is checked
-by the API because it is a setting, not a constant.
+by `service.inputs.valid_text`, the one check of every protocol, because it is a setting, not a constant.
 """
 
 from typing import Annotated, Any, Literal
@@ -16,19 +16,20 @@ from core.kbs import KB_NAME_PATTERN
 from core.schema import Mode
 from retrieval.lists import Filters
 from service.graph import QueryOptions
+from service.inputs import is_blank
 
 MAX_K = 50
 
 
 def _not_blank(text: str) -> str:
     """Some character that no regex dialect or Python counts as space (the pattern below, exactly)."""
-    if all(char.isspace() or char == "\ufeff" for char in text):
+    if is_blank(text):
         raise PydanticCustomError("string_blank", "must contain a non-space character")
     return text
 
 
 # Not only whitespace (as Python, ECMAScript and Rust see it: the schema's pattern is read by all
-# of them). The API strips the text once its length as sent is checked (`api.check_length`).
+# of them). The API strips the text once its length as sent is checked (`service.inputs.valid_text`).
 Text = Annotated[str, AfterValidator(_not_blank), Field(json_schema_extra={"pattern": r"[^\s\x1c-\x1f\x85\ufeff]"})]
 K = Annotated[int, Field(ge=1, le=MAX_K, description=f"number of hits, 1..{MAX_K}")]
 KbName = Annotated[

@@ -25,14 +25,14 @@ from typing import Annotated, Any
 
 import numpy as np
 from elasticsearch import Elasticsearch
-from pydantic import AliasChoices, BaseModel, Field
+from pydantic import AfterValidator, AliasChoices, BaseModel, Field
 
 from core.config import Settings
 from core.contract import StrictModel
 from core.documents import Document, document_chunks
 from core.embeddings import DelegatingEmbedder, Embedder
 from core.kbs import read_kb
-from core.schema import content_hash
+from core.schema import METADATA_DEPTH, check_metadata, content_hash
 from core.text import get_tokenizer
 from indexing.loaders import SUPPORTED_SUFFIXES, LoadLimits, LoadResult, SourceFile, load_files
 from indexing.options import Chunking, IndexOptions, Layout, RunScope, Throughput, grant_access
@@ -56,7 +56,9 @@ class TextItem(StrictModel):
     text: str = Field(min_length=1, pattern=r"\S", description="the document's text")
     title: str = Field("", max_length=1000)
     id: str | None = Field(None, min_length=1, max_length=512, description="its doc_id; default: a hash of the text")
-    metadata: dict[str, Any] = Field(default_factory=dict, description="stored with every chunk, filterable")
+    metadata: Annotated[dict[str, Any], AfterValidator(check_metadata)] = Field(
+        default_factory=dict, description=f"stored with every chunk, filterable; at most {METADATA_DEPTH} levels deep"
+    )
 
 
 class TextsUpload(StrictModel):
@@ -69,7 +71,7 @@ class TextsUpload(StrictModel):
 class DocumentsForm(StrictModel):
     """`POST /kbs/{kb}/documents` as multipart form data (the schema of the form; parsed by the route)."""
 
-    files: list[bytes] = Field(description=f"one or more files ({', '.join(SUPPORTED_SUFFIXES)})")
+    files: list[bytes] = Field(min_length=1, description=f"one or more files ({', '.join(SUPPORTED_SUFFIXES)})")
     access: str | None = Field(None, description="comma-separated groups that may read these files; none: everyone")
 
 

@@ -24,12 +24,13 @@ from starlette.concurrency import run_in_threadpool
 
 from core.schema import Mode
 from retrieval.results import Hit
-from service.deps import ServicesDep, check_length
+from service.deps import ServicesDep
 from service.http.openapi import error_responses
 from service.http.protocols.access import open_base
 from service.http.protocols.errors import protocol_route
 from service.http.protocols.metadata import MetadataCondition
 from service.http.schemas import MAX_K, Text
+from service.inputs import valid_text
 from service.kbs import BaseAccess, UnknownKnowledgeBase
 from service.principals import EVERYONE, Caller
 
@@ -129,7 +130,7 @@ def _knowledge(
     body: RetrievalRequest, caller: Annotated[Caller, Depends(dify_caller)], services: ServicesDep
 ) -> BaseAccess:
     """The request's base, once its query is checked (the same limit as `/search`)."""
-    check_length(services.settings, "query", body.query)
+    valid_text(services.settings, "query", body.query)
     try:
         return open_base(services.kbs, caller, body.knowledge_id)
     except UnknownKnowledgeBase:

@@ -7,8 +7,9 @@ to be unconfirmed). Resource: a chunk by id, `chunk://{kb}/{chunk_id}`.
 
 Transports: streamable HTTP at `/mcp` on the service (`mount`; the same keys as the rest of the
 API, checked before the SDK sees the request) and stdio (`python -m service.mcp`).
-A failure the caller can act on (an unknown base, a missing index, Elasticsearch away, no model
-configured) is a tool error with a message; anything else stays in the service log.
+A failure the caller can act on (a query or question that `service.inputs.valid_text` refuses, with
+the message and limits of every protocol, an unknown base, a missing index, Elasticsearch away, no
+model configured) is a tool error with a message; anything else stays in the service log.
 """
 
 import asyncio
@@ -38,6 +39,7 @@ from service.http.middleware import OriginPolicy
 from service.http.protocols.access import open_base
 from service.http.protocols.conversation import source_list
 from service.http.schemas import MAX_K
+from service.inputs import valid_text
 from service.kbs import UnknownKnowledgeBase
 from service.llm.client import LLMNotConfiguredError
 from service.principals import EVERYONE, Caller, Keys
@@ -151,7 +153,12 @@ def _add_search_tools(server: MCPServer, services: ServicesOf) -> None:
     @server.tool()
     async def search(
         ctx: Context,
-        query: Annotated[str, Field(min_length=1, description="what to look for, in Chinese or any language")],
+        query: Annotated[
+            str,
+            Field(
+                min_length=1, description="what to look for, in any language (at most MAX_QUESTION_CHARS characters)"
+            ),
+        ],
         kb: Annotated[str | None, Field(description="knowledge base (default: the service's default)")] = None,
         mode: Annotated[Mode, Field(description="hybrid (default), vector, bm25, bigram or standard")] = Mode.HYBRID,
         k: Annotated[int, Field(ge=1, le=MAX_K, description="number of hits")] = 5,
@@ -161,8 +168,9 @@ def _add_search_tools(server: MCPServer, services: ServicesOf) -> None:
 
         async def run() -> SearchHits:
             app = services()
+            text = valid_text(app.settings, "query", query)  # the limits and messages of every protocol
             base = await asyncio.to_thread(open_base, app.kbs, _caller(app, ctx), kb)
-            result = await asyncio.to_thread(app.retriever.search, base.scope, query, mode, k, filters)
+            result = await asyncio.to_thread(app.retriever.search, base.scope, text, mode, k, filters)
             return SearchHits(kb=base.kb, mode=result.mode, hits=[_hit(hit) for hit in result.hits])
 
         return await _explained(run())
@@ -174,7 +182,9 @@ def _add_answer_tools(server: MCPServer, services: ServicesOf) -> None:
     @server.tool()
     async def ask(
         ctx: Context,
-        question: Annotated[str, Field(min_length=1, description="the question")],
+        question: Annotated[
+            str, Field(min_length=1, description="the question (at most MAX_QUESTION_CHARS characters)")
+        ],
         kb: Annotated[str | None, Field(description="knowledge base (default: the service's default)")] = None,
         web: Annotated[bool, Field(description="allow a web search when the knowledge base is not enough")] = True,
     ) -> Answer:
@@ -182,8 +192,9 @@ def _add_answer_tools(server: MCPServer, services: ServicesOf) -> None:
 
         async def run() -> Answer:
             app = services()
+            text = valid_text(app.settings, "question", question)
             base = await asyncio.to_thread(open_base, app.kbs, _caller(app, ctx), kb)
-            result = await run_query(answering(app, base), question, QueryOptions(web=web))
+            result = await run_query(answering(app, base), text, QueryOptions(web=web))
             app.metrics.record_workflow(result.route, result.web_used, result.llm_calls, result.web_calls)
             return Answer(
                 answer=result.answer + source_list(result.citations),

@@ -11,8 +11,15 @@ other operator is a 422 that says which ones it takes, never a filter silently l
 A chunk's `page` is the range `page_start..page_end`: a comparison holds when some page of the
 chunk satisfies it (page = 4 finds a chunk on pages 3-4). A list of names (Dify's older
 `name: ["category", "tag"]`) holds when the condition holds for any one of them.
+
+Every value is checked here, so that Elasticsearch never refuses the query (which would look like
+an outage): a date is an ISO 8601 date or date-time, or epoch milliseconds; a number is finite, and
+whole where the field holds whole numbers; a text is at most MAX_VALUE_CHARS characters, a
+`contains` or `end with` pattern at most MAX_PATTERN_CHARS; at most MAX_VALUES values in a list and
+MAX_CONDITIONS conditions.
 """
 
+import math
 import re
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
@@ -44,7 +51,15 @@ Operator = Literal[
     "before",
     "after",
 ]
-Value = str | int | float | list[str | int | float] | None
+# A keyword longer than this is not indexed (`ignore_above` of `metadata_terms`): it matches nothing.
+MAX_VALUE_CHARS = 1024
+# A wildcard pattern is an automaton; from about 500 characters Elasticsearch refuses to build it.
+MAX_PATTERN_CHARS = 256
+MAX_VALUES = 100
+MAX_CONDITIONS = 32
+_LARGEST = 2**31 - 1  # chapter and page are integer fields
+Scalar = Annotated[str, Field(max_length=MAX_VALUE_CHARS)] | int | float
+Value = Scalar | Annotated[list[Scalar], Field(max_length=MAX_VALUES)] | None
 Clause = dict[str, Any]
 
 KEYWORD_FIELDS = ("source", "doc_id", "section", "chapter_title")
@@ -82,7 +97,7 @@ class MetadataCondition(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     logical_operator: Literal["and", "or"] | None = "and"
-    conditions: list[Condition] | None = None
+    conditions: list[Condition] | None = Field(None, max_length=MAX_CONDITIONS)
 
     @model_validator(mode="after")
     def _translatable(self) -> "MetadataCondition":
@@ -112,16 +127,45 @@ def _values(value: Value, operator: str) -> list[str]:
     found = [str(item).strip() for item in items if str(item).strip()]
     if not found:
         raise ValueError(f"{operator!r} needs a list of values")
+    if len(found) > MAX_VALUES:
+        raise ValueError(f"{operator!r} takes at most {MAX_VALUES} values, got {len(found)}")
     return found
 
 
-def _number(value: Value, operator: str) -> float:
-    if isinstance(value, bool | list) or value is None:
-        raise ValueError(f"{operator!r} needs a number, got {value!r}")
+def _pattern(value: Value, operator: str) -> str:
+    """A `contains` or `end with` text, short enough for a wildcard query."""
+    text = _text(value, operator)
+    if len(text) > MAX_PATTERN_CHARS:
+        raise ValueError(f"{operator!r} takes at most {MAX_PATTERN_CHARS} characters, got {len(text)}")
+    return text
+
+
+def _finite(value: Value, operator: str) -> float:
     try:
-        return float(value)
-    except ValueError:
+        if isinstance(value, bool | list) or value is None:
+            raise ValueError
+        number = float(value)
+    except (ValueError, OverflowError):
         raise ValueError(f"{operator!r} needs a number, got {value!r}") from None
+    if not math.isfinite(number):
+        raise ValueError(f"{operator!r} needs a finite number, got {value!r}")
+    return number
+
+
+def _number(value: Value, operator: str) -> float:
+    """A number to compare an integer field (chapter, page) with: within the field's range."""
+    number = _finite(value, operator)
+    if abs(number) > _LARGEST:
+        raise ValueError(f"{operator!r} needs a number from -{_LARGEST} to {_LARGEST}, got {value!r}")
+    return number
+
+
+def _whole(value: Value, operator: str) -> int:
+    """A number an integer field can equal."""
+    number = _number(value, operator)
+    if not number.is_integer():
+        raise ValueError(f"{operator!r} needs a whole number here, got {value!r}")
+    return int(number)
 
 
 def _escape(text: str) -> str:
@@ -138,12 +182,12 @@ def _keyword(field: str, operator: str, value: Value) -> Clause:
         clause = {"terms": {field: _values(value, operator)}}
         return _not(clause) if operator == "not in" else clause
     if operator in ("contains", "not contains"):
-        clause = {"wildcard": {field: {"value": f"*{_escape(_text(value, operator))}*"}}}
+        clause = {"wildcard": {field: {"value": f"*{_escape(_pattern(value, operator))}*"}}}
         return _not(clause) if operator == "not contains" else clause
     if operator == "start with":
         return {"prefix": {field: _text(value, operator)}}
     if operator == "end with":
-        return {"wildcard": {field: {"value": f"*{_escape(_text(value, operator))}"}}}
+        return {"wildcard": {field: {"value": f"*{_escape(_pattern(value, operator))}"}}}
     if operator in ("empty", "not empty"):
         has_value = {"bool": {"filter": [{"exists": {"field": field}}], "must_not": [{"term": {field: ""}}]}}
         return has_value if operator == "not empty" else _not(has_value)
@@ -170,7 +214,7 @@ def _metadata(key: str, operator: str, value: Value) -> Clause:
     if operator in (">", "<", "≥", "≤"):
         raise _unsupported(field, operator, _METADATA_OPERATORS + " (values are compared as text)")
     if operator in ("=", "≠"):
-        number = _number(value, operator)
+        number = _finite(value, operator)
         text = str(int(number)) if number.is_integer() else str(number)
         return _keyword(field, "is" if operator == "=" else "is not", text)
     return _keyword(field, operator, value)
@@ -186,10 +230,10 @@ def _numeric(field: str, operator: str, value: Value) -> Clause:
     if operator in _RANGE:
         return {"range": {field: {_RANGE[operator]: _number(value, operator)}}}
     if operator in ("=", "is", "≠", "is not"):
-        clause: Clause = {"term": {field: _number(value, operator)}}
+        clause: Clause = {"term": {field: _whole(value, operator)}}
         return _not(clause) if operator in ("≠", "is not") else clause
     if operator in ("in", "not in"):
-        clause = {"terms": {field: [_number(item, operator) for item in _values(value, operator)]}}
+        clause = {"terms": {field: [_whole(item, operator) for item in _values(value, operator)]}}
         return _not(clause) if operator == "not in" else clause
     if operator in ("empty", "not empty"):
         clause = {"exists": {"field": field}}

@@ -5,7 +5,6 @@ job stored; the indexing runs in the background (service/jobs/upload.py, service
 The jobs' own routes are service/http/routes/jobs.py.
 """
 
-import json
 import re
 import shutil
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from starlette.datastructures import FormData, UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from core.config import Settings
+from core.contract import parse_json
 from core.reader import Reader
 from indexing.options import Chunking, parse_groups
 from service.deps import ServicesDep, WriteBase, base_in_path, get_caller
@@ -57,14 +57,20 @@ router = APIRouter(
 )
 
 
-def upload_body_limit(settings: Settings) -> LargerBody:
-    """The upload route's own body limit: every file at its largest, plus a small form's worth."""
-    limit = int(settings.max_upload_files * settings.max_upload_mb * _MB) + settings.max_request_bytes
+def upload_body_limits(settings: Settings) -> list[LargerBody]:
+    """The upload route's own body limits, by media type: files, every file at its largest plus a
+    small form's worth; texts (JSON), MAX_UPLOAD_MB."""
+    path = re.compile(r"/kbs/[^/]+/documents")
+    files = int(settings.max_upload_files * settings.max_upload_mb * _MB) + settings.max_request_bytes
     named = (
         f"MAX_UPLOAD_FILES × MAX_UPLOAD_MB ({settings.max_upload_files} × {settings.max_upload_mb:g} MB) "
-        f"+ MAX_REQUEST_BYTES = {limit}"
+        f"+ MAX_REQUEST_BYTES = {files}"
     )
-    return LargerBody("POST", re.compile(r"/kbs/[^/]+/documents"), limit, named)
+    texts = int(settings.max_upload_mb * _MB)
+    return [
+        LargerBody("POST", path, "multipart/form-data", files, named),
+        LargerBody("POST", path, "application/json", texts, f"MAX_UPLOAD_MB ({settings.max_upload_mb:g} MB) = {texts}"),
+    ]
 
 
 def _refused(err: UploadRefused) -> Exception:
@@ -112,14 +118,12 @@ async def _spool_form(request: Request, settings: Settings, folder: Path) -> Upl
 
 
 def _texts(body: bytes, settings: Settings) -> TextsUpload:
-    """The JSON body as texts: 400 when it is not JSON, 422 naming the field, 413 over the limits."""
-    if len(body) > settings.max_upload_mb * _MB:
-        raise UploadRefused(413, "texts", f"a JSON body larger than MAX_UPLOAD_MB={settings.max_upload_mb:g}")
+    """The JSON body (at most MAX_UPLOAD_MB: `upload_body_limits`) as texts: 400 when it is not JSON
+    (or nests past the parser's limit), 422 naming the field, 413 over the limits."""
     try:
-        data = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        error = {"type": "json_invalid", "loc": ("body", getattr(err, "pos", 0)), "msg": "JSON decode error"}
-        raise RequestValidationError([error]) from None
+        data = parse_json(body)
+    except ValueError as err:
+        raise RequestValidationError([{"type": "json_invalid", "loc": ("body",), "msg": str(err)}]) from None
     try:
         upload = TextsUpload.model_validate(data)
     except ValidationError as err:

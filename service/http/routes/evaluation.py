@@ -7,7 +7,7 @@ the background, read its status, report and plot, and see, pin or reset the base
     POST   /kbs/{kb}/evaluate                        202 {"job"}: runs evaluation.run in the background
     GET    /kbs/{kb}/evaluations/{job}               status, progress and, once done, the report
     GET    /kbs/{kb}/evaluations/{job}/report.png    the plot
-    GET    /kbs/{kb}/fusion                          the fusion every hybrid search of the base uses
+    GET    /kbs/{kb}/fusion                          the base's own fusion (404 when it uses the default)
     PUT    /kbs/{kb}/fusion                          pin one; DELETE: back to the service default
 """
 
@@ -27,12 +27,13 @@ from core.schema import LIST_MODES, Mode
 from evaluation.drafts import sample_chunks
 from evaluation.metrics import LIST_DEPTH
 from evaluation.questions import BadLine, base_corpus, parse_questions, resolve
-from evaluation.store import StoredQuestions, load_questions, save_questions
+from evaluation.store import StoredQuestions, UnreadableQuestions, load_questions, save_questions
 from retrieval.results import FusionUsed
 from retrieval.retriever import fusion_used
 from service.deps import ReadBase, Services, ServicesDep, WriteBase, base_in_path, get_caller
 from service.http.openapi import error_responses
-from service.http.schemas import JobAccepted
+from service.http.routes.kbs import invalid
+from service.http.schemas import ErrorResponse, JobAccepted
 from service.jobs.evaluation import EVALUATION, EvaluationParams, find_evaluation, plot, unfinished_evaluation
 from service.jobs.store import Job, Reach
 from service.kbs import BaseAccess
@@ -188,14 +189,18 @@ EvaluateBody = Annotated[EvaluateRequest, Depends(evaluate_body)]
 PinBody = Annotated[FusionPin, Depends(pin_body)]
 
 
-@router.put("/kbs/{kb}/questions", response_model=QuestionsSummary)
+@router.put("/kbs/{kb}/questions", response_model=QuestionsSummary, responses=error_responses(422))
 def put_questions(
     body: QuestionsBody,
     base: Annotated[BaseAccess, Depends(base_in_path("write", questions_body))],
     services: ServicesDep,
 ) -> QuestionsSummary:
-    """Store the base's question set (replacing the last); every line that cannot be used is listed."""
-    stored = save_questions(services.es, services.settings.questions_index, base.kb, body.text, base.caller.name)
+    """Store the base's question set (replacing the last); every line that cannot be used is listed.
+    A line nested past the JSON parser's limit (200 levels) is a 422 for the whole set, and the last set stays."""
+    try:
+        stored = save_questions(services.es, services.settings.questions_index, base.kb, body.text, base.caller.name)
+    except UnreadableQuestions as err:
+        raise invalid("text", str(err)) from None
     return _questions_summary(services, base, stored)
 
 
@@ -208,7 +213,17 @@ def get_questions(base: ReadBase, services: ServicesDep) -> QuestionsSummary:
     return _questions_summary(services, base, stored)
 
 
-@router.post("/kbs/{kb}/questions/draft", response_model=DraftResponse)
+@router.post(
+    "/kbs/{kb}/questions/draft",
+    response_model=DraftResponse,
+    responses={
+        503: {
+            "model": ErrorResponse,
+            "description": "no model is configured (OPENAI_BASE_URL or OPENAI_API_KEY, and MODEL_NAME): drafting "
+            "needs one; or Elasticsearch or the model unreachable",
+        }
+    },
+)
 async def draft(
     body: DraftBody, base: Annotated[BaseAccess, Depends(base_in_path("write", draft_body))], services: ServicesDep
 ) -> DraftResponse:
@@ -309,8 +324,16 @@ def _fusion_state(services: Services, kb: str) -> FusionState:
 
 @router.get("/kbs/{kb}/fusion", response_model=FusionState)
 def get_fusion(base: ReadBase, services: ServicesDep) -> FusionState:
-    """The fusion the base's hybrid searches use: its own (chosen by an evaluation, or pinned) or the default."""
-    return _fusion_state(services, base.kb)
+    """The base's own fusion (chosen by an evaluation, or pinned), which its hybrid searches use; 404
+    when it has none (or it was deleted): it then uses the service default, which `GET /kbs/{kb}` shows."""
+    state = _fusion_state(services, base.kb)
+    if state.stored is None:
+        raise HTTPException(
+            404,
+            f"knowledge base {base.kb!r} has no fusion of its own: its hybrid search uses the service default "
+            f"({state.effective.method}; GET /kbs/{base.kb} shows it)",
+        )
+    return state
 
 
 @router.put("/kbs/{kb}/fusion", response_model=FusionState)
@@ -334,6 +357,7 @@ def pin_fusion(
 
 @router.delete("/kbs/{kb}/fusion", response_model=FusionState)
 def reset_fusion(base: WriteBase, services: ServicesDep) -> FusionState:
-    """Back to the service default (`FUSION`, `RRF_K`, `RRF_DEPTH`)."""
+    """Delete the base's own fusion: back to the service default (`FUSION`, `RRF_K`, `RRF_DEPTH`), which
+    the answer gives as `effective` (`stored` null); a GET of the fusion is then a 404."""
     services.kbs.write_fusion(base.kb, None)
     return _fusion_state(services, base.kb)

@@ -62,7 +62,10 @@ def jobs(
     size: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 20,
 ) -> JobList:
     """The newest jobs the caller may see (`/jobs/{id}`'s rule: its own, and every job of the bases it
-    administers), e.g. to follow uploads again after reloading the page."""
+    administers), e.g. to follow uploads again after reloading the page. `kb` is checked as every
+    `?kb=` is: a name no base may have is a 422, a base the caller may not read (or none) a 404."""
+    if kb is not None:
+        services.kbs.open(caller, kb)
     filters: list[dict[str, Any]] = [
         {"term": {field: value}} for field, value in (("kb", kb), ("state", state)) if value
     ]

@@ -53,7 +53,9 @@ class CreateKnowledgeBase(StrictModel):
     chunk_overlap: int | None = Field(None, ge=0, le=2000, description="default CHUNK_OVERLAP")
     shards: int | None = Field(None, ge=1, le=64, description="default ES_SHARDS")
     replicas: int | None = Field(None, ge=0, le=8, description="default ES_REPLICAS")
-    embedder: str | None = Field(None, max_length=200, description="must be the service's EMBEDDER (the default)")
+    embedder: str | None = Field(
+        None, max_length=200, description="the service's EMBEDDER, the only one it embeds with (the default)"
+    )
 
 
 def invalid(field: str, message: str) -> RequestValidationError:

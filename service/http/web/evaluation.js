@@ -61,9 +61,10 @@ function showQuestions(summary) {
 async function showFusion() {
   const kb = evalBase();
   if (!kb) return;
-  const response = await fetch(`kbs/${encodeURIComponent(kb)}/fusion`, { headers: kbHeaders() });
+  // The base shows the fusion its hybrid search uses, its own or the default (GET …/fusion: its own only).
+  const response = await fetch(`kbs/${encodeURIComponent(kb)}`, { headers: kbHeaders() });
   if (!response.ok) { evalEl("eval-fusion").textContent = await evalError(response); return; }
-  const { effective } = await response.json();
+  const { fusion: effective } = await response.json();
   const weights = Object.entries(effective.weights).map(([list, w]) => `${list}×${w}`).join("，");
   evalEl("eval-fusion-text").textContent =
     `当前融合：${effective.method}，深度 ${effective.depth}，列表 ${effective.lists.join("+")}${weights ? `，权重 ${weights}` : ""}` +
