@@ -52,7 +52,8 @@ def save_questions(es: Elasticsearch, index: str, kb: str, text: str, owner: str
             settings={"number_of_shards": 1, "auto_expand_replicas": "0-1"},
         )
     stored = StoredQuestions(kb, text, datetime.now(UTC).isoformat(), owner)
-    es.index(index=index, id=kb, document=stored.__dict__, refresh="wait_for")
+    # Read back by id only (`load_questions`), which Elasticsearch answers in real time: no refresh to wait for.
+    es.index(index=index, id=kb, document=stored.__dict__)
     return stored
 
 

@@ -22,7 +22,7 @@ from tests.protocols import write_keys_file
 from tests.serving import serve
 
 # Fixed seed and derandomized generation: the same cases every run, so CI time is stable.
-SCHEMATHESIS_EXAMPLES = 150
+SCHEMATHESIS_EXAMPLES = 100
 SCHEMATHESIS_SEED = 23
 MAX_CHARS = 200
 KEY = "contract-key"
@@ -240,8 +240,10 @@ def test_schemathesis_finds_nothing(writable_url: str, writable_kb: str, tmp_pat
     # The key is sent on every request (`--header`), so removing one of the two alternative
     # schemes leaves the other: tests/test_access.py checks missing and wrong keys instead.
     command += ["--exclude-checks", "ignored_auth", "--header", f"Authorization: Bearer {KEY}"]
-    # Every check, with a limit that a CI machine shared with Elasticsearch keeps.
-    command += ["--workers", "2", "--request-timeout", "60", "--max-response-time", "60", "--no-color"]
+    # Every check, with a limit that a CI machine shared with Elasticsearch keeps. One worker: with two,
+    # Python 3.11's `ast` (hypothesis reads its filters' source) fails now and then across threads
+    # ("AST constructor recursion depth mismatch", CPython gh-106905).
+    command += ["--workers", "1", "--request-timeout", "60", "--max-response-time", "60", "--no-color"]
     command += ["--report", "junit", "--report-dir", str(tmp_path)]
     # cwd: schemathesis keeps a cache of found failures in .schemathesis/ there.
     run = subprocess.run(command, capture_output=True, text=True, timeout=1800, check=False, cwd=tmp_path)

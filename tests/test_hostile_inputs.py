@@ -72,6 +72,24 @@ def test_a_question_set_nested_5000_deep_is_a_422_and_the_last_set_stays(url: st
         assert typo.status_code == 200 and typo.json()["bad_lines"][-1]["line"] == 2
 
 
+def test_a_set_stored_before_the_refusal_is_read_and_never_a_500(
+    es: Elasticsearch, es_url: str, kb: str, embedder: Embedder
+) -> None:
+    """Such a set made every read, draft and evaluation a 500 until a writer replaced it."""
+    bomb = {"kb": kb, "text": "[" * 5000 + "]" * 5000, "uploaded_at": "2026-11-30T00:00:00+00:00", "owner": ""}
+    es.index(index=TEST_INDICES["QUESTIONS_INDEX"], id=kb, document=bomb, refresh=True)
+    with FakeChatServer() as llm:
+        settings = Settings(
+            _env_file=None, es_url=es_url, es_index=kb, openai_base_url=llm.base_url, model_name="fake-model"
+        )
+        with serve(create_app(settings, embedder=embedder)) as url, httpx.Client(base_url=url, timeout=60) as client:
+            read = client.get(f"/kbs/{kb}/questions")
+            assert read.status_code == 200 and read.json()["bad_lines"][0]["error"].startswith("not JSON")
+            appended = client.post(f"/kbs/{kb}/questions/draft", json={"count": 1})  # the base has no chunk
+            assert appended.status_code == 409 and "replace it first" in appended.json()["detail"]
+    es.options(ignore_status=404).delete(index=TEST_INDICES["QUESTIONS_INDEX"], id=kb)
+
+
 @pytest.mark.parametrize(
     ("body", "status", "words"),
     [

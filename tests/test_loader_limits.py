@@ -103,3 +103,21 @@ def test_each_limit_on_what_a_file_becomes_is_that_files_error_and_the_others_lo
         "parsing needed more than LOAD_MEMORY_MB=64 MB and was stopped: split the file or raise LOAD_MEMORY_MB",
     )
     assert len(result.errors) == 5
+
+
+def test_a_jsonl_line_nested_too_deep_is_a_bad_line_and_the_others_load(tmp_path: Path) -> None:
+    """JSON 10,000 deep was a RecursionError (the whole file lost); metadata deeper than a flattened
+    field takes failed only when its chunk was written."""
+    deep = '{"a": ' * 25 + '"x"' + "}" * 25
+    lines = [
+        '{"id": "good", "text": "正常的一行。", "metadata": {"kind": "ok"}}',
+        "[" * 10_000 + "]" * 10_000,
+        '{"id": "deep", "text": "元数据太深。", "metadata": ' + deep + "}",
+    ]
+    path = tmp_path / "records.jsonl"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    result = load_paths([path], LOAD_LIMITS)
+    assert [document.doc_id for document in result.documents] == ["good"]
+    errors = {error.line: (error.reason, error.message) for error in result.errors}
+    assert errors[2] == ("bad_line", "recursion limit exceeded at line 1 column 202")
+    assert errors[3] == ("bad_line", "metadata nests deeper than 20 levels, the most a chunk's metadata may")

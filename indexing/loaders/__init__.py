@@ -188,8 +188,10 @@ def _limit_memory(memory_mb: float) -> None:
     """In a new worker: its address space may grow by `memory_mb` beyond what the fork gave it
     (a limit below that would fail at once), so an allocation past it fails there, not in the service."""
     global _memory
-    with open("/proc/self/statm", encoding="ascii") as statm:  # Linux: the size in pages comes first
-        size = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    statm = Path("/proc/self/statm")  # Linux: the size in pages comes first
+    if not statm.exists():
+        return  # no /proc (macOS): no limit, as its kernel would not enforce RLIMIT_AS anyway
+    size = int(statm.read_text(encoding="ascii").split()[0]) * os.sysconf("SC_PAGE_SIZE")
     limit = size + int(memory_mb * _MB)
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     _memory = (size, limit)

@@ -217,11 +217,12 @@ def get_questions(base: ReadBase, services: ServicesDep) -> QuestionsSummary:
     "/kbs/{kb}/questions/draft",
     response_model=DraftResponse,
     responses={
+        **error_responses(409),
         503: {
             "model": ErrorResponse,
             "description": "no model is configured (OPENAI_BASE_URL or OPENAI_API_KEY, and MODEL_NAME): drafting "
             "needs one; or Elasticsearch or the model unreachable",
-        }
+        },
     },
 )
 async def draft(
@@ -239,9 +240,12 @@ async def draft(
     stored = await run_in_threadpool(_stored, services, base)
     lines = [stored.text.rstrip("\n")] if stored and stored.text.strip() else []
     text = "\n".join([*lines, *(json.dumps(line, ensure_ascii=False) for line in drafted)]) + "\n"
-    saved = await run_in_threadpool(
-        save_questions, services.es, services.settings.questions_index, base.kb, text, base.caller.name
-    )
+    try:
+        saved = await run_in_threadpool(
+            save_questions, services.es, services.settings.questions_index, base.kb, text, base.caller.name
+        )
+    except UnreadableQuestions as err:  # a set stored before such lines were refused: never appended to
+        raise HTTPException(409, f"the stored question set is refused as it is ({err}): replace it first") from None
     summary = await run_in_threadpool(_questions_summary, services, base, saved)
     return DraftResponse(drafted=drafted, questions=summary)
 
