@@ -190,7 +190,8 @@ def test_every_protocol_refuses_a_question_or_query_with_the_same_limit_and_mess
     assert search == tool_search == dify.json()["error_msg"] == f"query: {problem}"
     assert query == tool_ask == f"question: {problem}"
     assert (dify.status_code, dify.json()["error_code"]) == (422, 422)
-    assert (chat.status_code, chat.json()["error"]["message"]) == (400, f"messages: {problem}")
+    # OpenAI's message is the same, with what to do instead when the question is too long.
+    assert chat.status_code == 400 and chat.json()["error"]["message"].startswith(f"messages: {problem}")
 
 
 def condition(name: str, operator: str, value: Any) -> dict[str, Any]:
@@ -200,7 +201,7 @@ def condition(name: str, operator: str, value: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("metadata_condition", "words"),
     [
-        (condition("indexed_at", "before", "yesterday"), "'before' needs a date such as 2024-05-01"),
+        (condition("indexed_at", "before", "yesterday"), "'before' needs a date"),
         (condition("source", "contains", "赤" * 20_000), "at most 1024 characters"),
         (condition("source", "contains", "赤" * 600), "'contains' takes at most 256 characters, got 600"),
         (condition("category", "in", ",".join(map(str, range(200)))), "'in' takes at most 100 values, got 200"),

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from core.config import Settings
 from service.graph import ChatTurn, Citation, ClientContext, GivenSource, QueryResult
 from service.http.protocols.openai_wire import ChatMessage, OpenAIError
+from service.inputs import InvalidText, valid_text
 
 SOURCES_MARK = "**来源**"
 SOURCES_HEADING = f"\n\n---\n{SOURCES_MARK}\n"
@@ -90,8 +91,6 @@ def read_conversation(messages: list[ChatMessage]) -> Conversation:
     asked = split_context(sent)
     system = [split_context(m.text()) for m in messages if m.role in ("system", "developer")]
     question = (asked.query or asked.rest).strip()
-    if not question:
-        raise OpenAIError(400, "the last user message is empty", param="messages")
     history = [
         ChatTurn(role="user" if m.role == "user" else "assistant", content=without_sources(split_context(text).rest))
         for m in messages[:last]
@@ -102,18 +101,19 @@ def read_conversation(messages: list[ChatMessage]) -> Conversation:
     return Conversation(question, history, ClientContext(instructions=instructions, given=given), sent)
 
 
-def check_question_length(settings: Settings, question: str) -> None:
-    """The question, not the context the client sent with it, is held to `MAX_QUESTION_CHARS`; the
-    400 says what to do instead (OpenAI's code for input that is too long)."""
-    limit = settings.max_question_chars
-    if len(question) > limit:
-        raise OpenAIError(
-            400,
-            f"the question is {len(question)} characters, more than MAX_QUESTION_CHARS={limit}: ask it in fewer "
-            "words; to ask about a long text, attach it as a file (Open WebUI then sends it as context)",
-            param="messages",
-            code="context_length_exceeded",
+def check_question(settings: Settings, question: str) -> None:
+    """The question, not the context the client sent with it, gets the check every protocol makes
+    (`service.inputs.valid_text`: the same limits and messages), in OpenAI's shape; a question too
+    long is told what to do instead (OpenAI's code for input that is too long)."""
+    try:
+        valid_text(settings, "messages", question)
+    except InvalidText as err:
+        if err.kind != "string_too_long":
+            raise OpenAIError(400, str(err), param="messages") from None
+        hint = (
+            "ask it in fewer words; to ask about a long text, attach it as a file (Open WebUI then sends it as context)"
         )
+        raise OpenAIError(400, f"{err}: {hint}", param="messages", code="context_length_exceeded") from None
 
 
 def without_sources(text: str) -> str:

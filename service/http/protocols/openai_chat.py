@@ -35,7 +35,7 @@ from service.http.protocols.chat_tasks import ChatTask, TaskAnswer
 from service.http.protocols.conversation import (
     Conversation,
     assistant_turn,
-    check_question_length,
+    check_question,
     notes,
     read_conversation,
     source_list,
@@ -158,7 +158,7 @@ def chat_request(body: ChatCompletionRequest, services: ServicesDep, caller: Cal
     conversation = read_conversation(body.messages)
     task = chat_tasks.recognise(conversation.last_message)
     if task is None:
-        check_question_length(services.settings, conversation.question)
+        check_question(services.settings, conversation.question)
     return _Chat(body=body, workflow=answering(services, base), conversation=conversation, task=task)
 
 
