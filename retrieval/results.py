@@ -10,6 +10,15 @@ from core.schema import ChunkFields, Mode
 from retrieval.fusion import ListEvidence
 
 
+class PassageMatch(BaseModel):
+    """A passage of a hit's chunk that matched the query (the nested passage kNN's inner hit):
+    its character offsets in the chunk's `text` (end exclusive) and its score there."""
+
+    start: int
+    end: int
+    score: float
+
+
 class Hit(ChunkFields):
     """A chunk a search returned: its stored fields (`ChunkFields`), id and score."""
 
@@ -21,6 +30,9 @@ class Hit(ChunkFields):
     # Hybrid only, why it was returned: per fused list, its 1-based rank and score there
     # (None: not returned by that list) and the list's contribution; they sum to `score`.
     explain: dict[str, ListEvidence] | None = None
+    # The chunk's passages that matched best, best first (empty when the base has no passage
+    # vectors or the mode ran no passage search): where the extractive answer and the reranker start.
+    passages: list[PassageMatch] = []
 
     @computed_field  # type: ignore[prop-decorator]
     @property
