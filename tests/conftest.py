@@ -1,7 +1,10 @@
 """Shared fixtures: a real Elasticsearch (never a mock), the embedder, unique indices.
 
 Elasticsearch comes from, in order: `ES_URL`; testcontainers when a Docker engine answers;
-otherwise the local node that `scripts/es-local start` fetches and runs.
+otherwise a throwaway node of the session's own, run by `scripts/es-local` on ports of its own
+and in a fresh data folder under /tmp, stopped and deleted at the end whatever the result. So no
+index an earlier run, the demo or a developer left can hide a failure or cause one, and the demo's
+node (9200) and its data are never touched.
 
 Isolation: the developer's shell and `.env` never reach a test. `ES_URL` and `SHARED_DATA` are
 read once, here, at import; then every project variable (each `Settings` field, upper-case)
@@ -37,16 +40,19 @@ from indexing.options import IndexOptions
 from indexing.pipeline import index_documents
 from retrieval.retriever import RetrievalParams
 from service.graph import QueryOptions, QueryResult, WorkflowDeps, run_query
+from tests.es_local_nodes import REPO_ROOT, es_local, throwaway_node
 
 pytest_plugins = ["tests.protocols"]  # the protocol tests' fixtures
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+__all__ = ["REPO_ROOT", "es_local"]  # re-exported: tests import them from here
 SHARED_DATA = shared_data()
 SANGUO_PATH = sanguo_book()
 # The workflow tests' small corpus: chapter -> how many of its first characters are indexed.
 SANGUO_SLICES = {1: 2700, 37: 1500}
 ES_VERSION = "8.19.21"
 _ES_URL = os.environ.get("ES_URL")
+SESSION_NODE_PORT = 9330  # the throwaway node's HTTP port, or the next free block of ten (`claim_ports`)
+SESSION_NODE: list[str] = []  # what starting it cost, for the summary
 PROJECT_VARIABLES = sorted(name.upper() for name in Settings.model_fields)
 # Every service a test starts keeps its jobs, verdicts and question sets in the session's own
 # indices, never in a real `rag-*` of the same cluster (a developer's service would list and resume
@@ -81,8 +87,10 @@ def isolated_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def subprocess_env(**variables: str) -> dict[str, str]:
-    """An explicit environment for a child process: PATH, a UTF-8 locale and `variables`."""
-    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", **variables}
+    """An explicit environment for a child process: PATH, a UTF-8 locale, the session's own service
+    indices (`TEST_INDICES`: a child service never creates or reads a real `rag-*`) and `variables`,
+    which may name other indices."""
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", **TEST_INDICES, **variables}
 
 
 def start_indexing(workdir: Path, *args: str | Path, **variables: str) -> subprocess.Popen[str]:
@@ -170,6 +178,11 @@ def ask(deps: WorkflowDeps, question: str, **options: Any) -> QueryResult:
     return asyncio.run(run_query(deps, question, QueryOptions(**options)))
 
 
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for line in SESSION_NODE:
+        terminalreporter.write_line(line)
+
+
 def _docker_engine_reachable() -> bool:
     try:
         import docker
@@ -192,36 +205,38 @@ def es_url() -> Iterator[str]:
         with ElasticSearchContainer(image, mem_limit="2g") as container:
             yield f"http://{container.get_container_host_ip()}:{container.get_exposed_port(container.port)}"
         return
-    yield es_local("start").strip().splitlines()[-1]
-
-
-def es_local(*args: str, env: dict[str, str] | None = None) -> str:
-    """`scripts/es-local ARGS` (the environment: this process's, or `env`); its stdout, or the test fails."""
-    done = subprocess.run(
-        [str(REPO_ROOT / "scripts" / "es-local"), *args], env=env, capture_output=True, text=True, check=False
-    )
-    if done.returncode != 0:
-        pytest.fail(f"scripts/es-local {' '.join(args)} failed:\n{done.stderr[-4000:]}")
-    return done.stdout
+    with throwaway_node(SESSION_NODE_PORT) as (url, seconds):
+        SESSION_NODE.append(f"the session's own Elasticsearch: {url}, up in {seconds:.1f} s")
+        yield url
 
 
 @pytest.fixture(scope="session")
 def es(es_url: str) -> Iterator[Elasticsearch]:
     client = Elasticsearch(es_url, request_timeout=60)
     client.cluster.health(wait_for_status="yellow", timeout="60s")
-    before = _service_indices(client)
+    before = service_indices(client)
     yield client
     client.options(ignore_status=404).indices.delete(index=",".join(TEST_INDICES.values()))
-    after = _service_indices(client)
+    after = service_indices(client)
     client.close()
-    assert after == before, f"the tests wrote into the service's own indices: {before} -> {after}"
+    assert not service_indices_changed(before, after), service_indices_changed(before, after)
 
 
-def _service_indices(client: Elasticsearch) -> dict[str, int]:
+def service_indices(client: Elasticsearch) -> dict[str, int]:
     """Each `rag-*` index (a real service's jobs, verdicts, question sets) and its document count."""
     response = client.cat.indices(index="rag-*", h="index,docs.count", format="json", expand_wildcards="all")
     rows = cast(list[dict[str, str]], response.body)
     return {row["index"]: int(row["docs.count"] or 0) for row in rows}
+
+
+def service_indices_changed(before: dict[str, int], after: dict[str, int]) -> str:
+    """What the tests did to the service's own indices ("" when nothing): indices created or
+    deleted (their names), and counts that changed."""
+    created, deleted = sorted(after.keys() - before.keys()), sorted(before.keys() - after.keys())
+    counted = {name: (before[name], after[name]) for name in before.keys() & after.keys() if before[name] != after[name]}
+    if not (created or deleted or counted):
+        return ""
+    return f"the tests wrote into the service's own indices: created {created}, deleted {deleted}, counts {counted}"
 
 
 @pytest.fixture(scope="session")

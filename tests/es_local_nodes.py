@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -21,24 +22,33 @@ from typing import TypeVar
 import pytest
 from elasticsearch import Elasticsearch
 
-from tests.conftest import REPO_ROOT, es_local
-
+REPO_ROOT = Path(__file__).resolve().parent.parent
 HEAP = "512m"
 TRANSPORT_OFFSET = 100  # node i: HTTP base+i, transport base+100+i
+
+
+def es_local(*args: str, env: dict[str, str] | None = None) -> str:
+    """`scripts/es-local ARGS` (the environment: this process's, or `env`); its stdout, or the test fails."""
+    done = subprocess.run(
+        [str(REPO_ROOT / "scripts" / "es-local"), *args], env=env, capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        pytest.fail(f"scripts/es-local {' '.join(args)} failed:\n{done.stderr[-4000:]}")
+    return done.stdout
 
 
 class EsLocalNodes:
     """`scripts/es-local` with this test's ports (HTTP `port`+i, transport `transport_port`+i) and data folder."""
 
-    def __init__(self, data: Path, port: int, transport_port: int) -> None:
-        self.data, self.port, self.transport_port = data, port, transport_port
+    def __init__(self, data: Path, port: int, transport_port: int, heap: str = HEAP) -> None:
+        self.data, self.port, self.transport_port, self.heap = data, port, transport_port, heap
 
     def env(self) -> dict[str, str]:
         return {
             **os.environ,
             "ES_LOCAL_PORT": str(self.port),
             "ES_LOCAL_TRANSPORT_PORT": str(self.transport_port),
-            "ES_LOCAL_HEAP": HEAP,
+            "ES_LOCAL_HEAP": self.heap,
             "ES_LOCAL_DATA": str(self.data),
             "ES_LOCAL_TIMEOUT": "600",  # a loaded 2-core machine has taken 250 s to boot 3 nodes
         }
@@ -120,3 +130,15 @@ def own_nodes(make: Callable[[Path], Nodes]) -> Iterator[Nodes]:
         finally:
             nodes.kill_leftovers()
             shutil.rmtree(data, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def throwaway_node(first_port: int, heap: str = "1g") -> Iterator[tuple[str, float]]:
+    """One node of the caller's own (ports from `first_port`, a fresh folder): its URL and the
+    seconds it took to start; stopped and deleted at the end whatever happened."""
+    with contextlib.ExitStack() as stack:
+        port = claim_ports(stack, first_port, 1)
+        nodes = stack.enter_context(own_nodes(lambda data: EsLocalNodes(data, port, port + TRANSPORT_OFFSET, heap)))
+        started = time.monotonic()
+        url = nodes.run("start").strip().splitlines()[-1]
+        yield url, time.monotonic() - started

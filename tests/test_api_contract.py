@@ -3,6 +3,7 @@ operation can answer, uniqueness where it is enforced, security schemes only whe
 and a schemathesis run with every check, against the service under uvicorn on the real
 Elasticsearch, that finds nothing."""
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,13 +18,15 @@ from core.config import Settings
 from core.embeddings import Embedder
 from service.app import create_app
 from tests.conftest import TEST_INDICES, delete_indices, knowledge_base, sanguo_slices
+from tests.es_local_nodes import throwaway_node
 from tests.fakes.openai_server import FakeChatServer
 from tests.protocols import write_keys_file
 from tests.serving import serve
 
 # Fixed seed and derandomized generation: the same cases every run, so CI time is stable.
-SCHEMATHESIS_EXAMPLES = 100
+SCHEMATHESIS_EXAMPLES = int(os.environ.get("SCHEMATHESIS_EXAMPLES", "150"))
 SCHEMATHESIS_SEED = 23
+ADMIN_NODE_PORT = 9380  # the admin run's own node (or the next free block of ten)
 MAX_CHARS = 200
 KEY = "contract-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -228,25 +231,60 @@ checks.positive_data_acceptance.expected-statuses = ["2XX", "401", "403", "404",
 """
 
 
-def test_schemathesis_finds_nothing(writable_url: str, writable_kb: str, tmp_path: Path) -> None:
+def schemathesis(url: str, kb: str, key: str, workdir: Path) -> None:
     """Every check, every phase (the stateful one uploads, lists and deletes documents, follows jobs,
     stores question sets, drafts, evaluates, pins and resets fusions), every operation, /v1 and
-    /retrieval included, `SCHEMATHESIS_EXAMPLES` cases each."""
-    config = tmp_path / "schemathesis.toml"
-    config.write_text(SCHEMATHESIS_CONFIG.format(kb=writable_kb), encoding="utf-8")
+    /retrieval included, `SCHEMATHESIS_EXAMPLES` cases each, with `key` on every request: the run
+    finds nothing."""
+    config = workdir / "schemathesis.toml"
+    config.write_text(SCHEMATHESIS_CONFIG.format(kb=kb), encoding="utf-8")
     command = [str(Path(sys.executable).with_name("st")), "--config-file", str(config), "run"]
-    command += [f"{writable_url}/openapi.json", "--checks", "all", "--max-examples", str(SCHEMATHESIS_EXAMPLES)]
+    command += [f"{url}/openapi.json", "--checks", "all", "--max-examples", str(SCHEMATHESIS_EXAMPLES)]
     command += ["--seed", str(SCHEMATHESIS_SEED), "--generation-deterministic"]
     # The key is sent on every request (`--header`), so removing one of the two alternative
     # schemes leaves the other: tests/test_access.py checks missing and wrong keys instead.
-    command += ["--exclude-checks", "ignored_auth", "--header", f"Authorization: Bearer {KEY}"]
+    command += ["--exclude-checks", "ignored_auth", "--header", f"Authorization: Bearer {key}"]
     # Every check, with a limit that a CI machine shared with Elasticsearch keeps. One worker: with two,
     # Python 3.11's `ast` (hypothesis reads its filters' source) fails now and then across threads
     # ("AST constructor recursion depth mismatch", CPython gh-106905).
     command += ["--workers", "1", "--request-timeout", "60", "--max-response-time", "60", "--no-color"]
-    command += ["--report", "junit", "--report-dir", str(tmp_path)]
+    command += ["--report", "junit", "--report-dir", str(workdir)]
     # cwd: schemathesis keeps a cache of found failures in .schemathesis/ there.
-    run = subprocess.run(command, capture_output=True, text=True, timeout=1800, check=False, cwd=tmp_path)
+    run = subprocess.run(command, capture_output=True, text=True, timeout=2400, check=False, cwd=workdir)
     assert run.returncode == 0, run.stdout[-20000:] + run.stderr[-5000:]
     # A warning may remain: random names of GET /kbs/{kb} are 404s, which is what they should be.
     assert "❌" not in run.stdout and " passed" in run.stdout, run.stdout[-5000:]
+
+
+def test_schemathesis_finds_nothing(writable_url: str, writable_kb: str, tmp_path: Path) -> None:
+    """A writer of one base: everything it may do to that base."""
+    schemathesis(writable_url, writable_kb, KEY, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def admin_url(embedder: Embedder, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """A service whose key is an admin of every base, on a node of its own that holds nothing else:
+    the fuzzer creates bases and deletes every base it finds (never one another test reads, nor the
+    session's node when `ES_URL` names someone else's cluster). Its URL and its one base."""
+    with throwaway_node(ADMIN_NODE_PORT) as (es_url, _):
+        es = Elasticsearch(es_url, request_timeout=60)
+        keys = write_keys_file([{"name": "fuzzing-admin", "key": KEY, "role": "admin"}])
+        with knowledge_base(es, embedder, sanguo_slices(), "test-contract-admin") as kb:
+            settings = Settings(
+                _env_file=None,
+                es_url=es_url,
+                es_index=kb,
+                upload_spool=str(tmp_path_factory.mktemp("admin-spool")),
+                max_question_chars=MAX_CHARS,
+                max_job_chunks=20,
+                extractive_candidates=4,
+                keys_file=keys,
+            )
+            with serve(create_app(settings, embedder=embedder)) as url:
+                yield url, kb
+        es.close()
+
+
+def test_schemathesis_as_an_admin_finds_nothing(admin_url: tuple[str, str], tmp_path: Path) -> None:
+    """An admin of every base: bases created and deleted, the default base missing (`/readyz` 503)."""
+    schemathesis(*admin_url, KEY, tmp_path)

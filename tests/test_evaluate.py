@@ -289,3 +289,17 @@ def test_the_command_reports_and_a_stored_fusion_is_used_by_search_of_that_base_
         write_fusion(es, medical_kb, None)
         retriever.forget(medical_kb)
         assert retriever.search(Scope.whole(medical_kb), "高血糖吃什么", "hybrid", 3).fusion.origin == "default"  # type: ignore[union-attr]
+
+
+def test_the_old_entry_point_says_where_it_went_and_runs_it(tmp_path: Path) -> None:
+    """`python -m retrieval.evaluate` (users' scripts) runs `python -m evaluation` with the same arguments."""
+    done = subprocess.run(
+        [sys.executable, "-m", "retrieval.evaluate", "--help"],
+        cwd=tmp_path,
+        env=subprocess_env(PYTHONPATH=str(REPO_ROOT)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "moved to python -m evaluation" in done.stderr and "--questions" in done.stdout

@@ -50,7 +50,12 @@ class KnowledgeBaseList(BaseModel):
 class CreateKnowledgeBase(StrictModel):
     name: str = Field(pattern=KB_NAME_PATTERN, max_length=100, description="a-z, 0-9, '-', '_', '.'")
     chunk_size: int | None = Field(None, ge=50, le=8000, description="characters per chunk (default CHUNK_SIZE)")
-    chunk_overlap: int | None = Field(None, ge=0, le=2000, description="default CHUNK_OVERLAP")
+    chunk_overlap: int | None = Field(
+        None,
+        ge=0,
+        le=2000,
+        description="smaller than chunk_size; default CHUNK_OVERLAP, at most a quarter of chunk_size",
+    )
     shards: int | None = Field(None, ge=1, le=64, description="default ES_SHARDS")
     replicas: int | None = Field(None, ge=0, le=8, description="default ES_REPLICAS")
     embedder: str | None = Field(
@@ -113,7 +118,8 @@ def create(body: CreateKnowledgeBase, services: ServicesDep, caller: CallerDep) 
     if body.embedder is not None and body.embedder != embedder.name:
         raise invalid("embedder", f"{body.embedder!r}: this service embeds with {embedder.name!r} only")
     size = body.chunk_size or settings.chunk_size
-    overlap = body.chunk_overlap if body.chunk_overlap is not None else settings.chunk_overlap
+    # A small chunk_size given alone is valid: the default overlap shrinks to fit it.
+    overlap = body.chunk_overlap if body.chunk_overlap is not None else min(settings.chunk_overlap, size // 4)
     if overlap >= size:
         raise invalid("chunk_overlap", f"{overlap} must be smaller than chunk_size ({size})")
     created = services.kbs.create(
