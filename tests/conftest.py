@@ -233,7 +233,9 @@ def service_indices_changed(before: dict[str, int], after: dict[str, int]) -> st
     """What the tests did to the service's own indices ("" when nothing): indices created or
     deleted (their names), and counts that changed."""
     created, deleted = sorted(after.keys() - before.keys()), sorted(before.keys() - after.keys())
-    counted = {name: (before[name], after[name]) for name in before.keys() & after.keys() if before[name] != after[name]}
+    counted = {
+        name: (before[name], after[name]) for name in before.keys() & after.keys() if before[name] != after[name]
+    }
     if not (created or deleted or counted):
         return ""
     return f"the tests wrote into the service's own indices: created {created}, deleted {deleted}, counts {counted}"

@@ -36,7 +36,9 @@ def test_a_child_gets_the_sessions_indices_unless_a_test_sets_its_own(es_url: st
     assert run_child(env, tmp_path) == TEST_INDICES["JOBS_INDEX"]
 
 
-def test_the_session_check_names_a_service_index_a_child_created(es: Elasticsearch, es_url: str, tmp_path: Path) -> None:
+def test_the_session_check_names_a_service_index_a_child_created(
+    es: Elasticsearch, es_url: str, tmp_path: Path
+) -> None:
     before = service_indices(es)
     if "rag-jobs" in before:
         pytest.skip("this node already holds rag-jobs (ES_URL names a node of someone else's): nothing to prove here")
