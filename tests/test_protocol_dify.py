@@ -133,6 +133,10 @@ def test_dify_error_codes(url: str, protocol_kb: str) -> None:
 def test_bad_input_is_a_4xx_in_difys_shape(url: str, protocol_kb: str) -> None:
     no_setting = retrieve(url, {"knowledge_id": protocol_kb, "query": "诸葛亮"})
     assert no_setting.status_code == 422 and "retrieval_setting" in no_setting.json()["error_msg"]
+    # JSON types as the schema says (the contract run found `score_threshold: false` taken as 0)
+    for setting in ({"top_k": 1, "score_threshold": False}, {"top_k": True}, {"top_k": "3"}):
+        wrong_type = retrieve(url, {"knowledge_id": protocol_kb, "query": "诸葛亮", "retrieval_setting": setting})
+        assert wrong_type.status_code == 422 and set(wrong_type.json()) == {"error_code", "error_msg"}, setting
     unsupported = ask(
         protocol_kb,
         "诸葛亮",

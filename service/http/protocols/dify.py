@@ -22,6 +22,7 @@ from fastapi import APIRouter, Depends, HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
+from core.contract import StrictModel
 from core.schema import Mode
 from retrieval.results import Hit
 from service.deps import ServicesDep
@@ -37,15 +38,17 @@ from service.principals import EVERYONE, Caller
 INVALID_HEADER, AUTHORIZATION_FAILED, KNOWLEDGE_NOT_FOUND = 1001, 1002, 2001
 
 
-class RetrievalSetting(BaseModel):
+class RetrievalSetting(StrictModel):
+    """JSON types as the schema says them (`score_threshold: false` was taken as 0); fields Dify may add are ignored."""
+
     model_config = ConfigDict(extra="ignore")
 
     top_k: int = Field(ge=1, le=MAX_K, description=f"records at most, 1..{MAX_K}")
     score_threshold: float = Field(0.0, ge=0.0, le=1.0, description="the lowest `score` returned (0: all)")
 
 
-class RetrievalRequest(BaseModel):
-    """Dify's request; fields Dify may add later are ignored."""
+class RetrievalRequest(StrictModel):
+    """Dify's request, its JSON types strict; fields Dify may add later are ignored."""
 
     model_config = ConfigDict(extra="ignore")
 
