@@ -144,7 +144,8 @@ def _add_middleware(app: FastAPI, settings: Settings, metrics: Metrics, policy: 
         allow_methods=["GET", "POST", "PUT", "DELETE"],
         allow_headers=["Authorization", "X-API-Key", "Content-Type", "Mcp-Session-Id", "Mcp-Protocol-Version"],
     )
-    paths = frozenset(path for route in app.routes if "{" not in (path := getattr(route, "path", "{")))
+    routes = [route for module in ROUTERS for route in module.router.routes]
+    paths = frozenset(path for route in routes if "{" not in (path := getattr(route, "path", "{")))
     app.add_middleware(MetricsMiddleware, metrics=metrics, paths=paths)
     app.add_middleware(TrustedOrigin, policy=policy)
     app.add_middleware(ProtocolErrors, shapes=PROTOCOL_ERRORS)

@@ -23,8 +23,9 @@ from langchain_core.messages import HumanMessage
 from pydantic import BaseModel, Field
 
 from core.text import CJK_CHARS, ChineseTokenizer, stopwords
+from retrieval.extractive import CLOSEST
 from service.graph import WorkflowDeps, choose_mode
-from service.http.protocols.conversation import SOURCES_MARK
+from service.http.protocols.conversation import SOURCES_MARK, without_attachments
 from service.llm.client import PlainReply, ask_plain
 from service.llm.structured import OutputError, parse_output
 
@@ -88,9 +89,13 @@ def _is_emoji_task(message: str) -> bool:
 
 
 def _turns(history: str) -> tuple[Turn, ...]:
-    """`USER: …` / `ASSISTANT: …` lines as turns; a line without a speaker continues the turn before."""
+    """`USER: …` / `ASSISTANT: …` lines as turns (without Open WebUI's `<attached_files>` blocks); a
+    line without a speaker continues the turn before."""
     pieces = _TURN.split(history)
-    return tuple((role.lower(), text.strip()) for role, text in zip(pieces[1::2], pieces[2::2], strict=True))
+    return tuple(
+        (role.lower(), without_attachments(text)[0].strip())
+        for role, text in zip(pieces[1::2], pieces[2::2], strict=True)
+    )
 
 
 # --- what the client parses ---------------------------------------------------------------------
@@ -292,7 +297,17 @@ def _tag(word: str) -> str:
 
 
 def _is_subject(term: str) -> bool:
-    return len(term) > 1 and not _NUMERALS.search(term) and term[-1] not in "等曰道云" and _tag(term)[0] == "n"
+    """A name: a term jieba does not know (the corpus taught it: 玄德, 十常侍) or knows as a proper
+    noun; never a common word the corpus repeats (国家, 将军), a count or a phrase's piece."""
+    known = _tag(term) if _known(term) else None
+    plain = known is None or known.startswith(_NAMES)
+    return plain and len(term) > 1 and not _NUMERALS.search(term) and term[-1] not in "等曰道云"
+
+
+def _known(word: str) -> bool:
+    import jieba.posseg
+
+    return word in jieba.posseg.dt.word_tag_tab
 
 
 def title(question: str, tokenizer: ChineseTokenizer) -> str:
@@ -310,21 +325,31 @@ def title(question: str, tokenizer: ChineseTokenizer) -> str:
 def tags(questions: list[str], answers: list[str], tokenizer: ChineseTokenizer) -> list[str]:
     """The dictionary terms the questions mention, then those of the passages the answers quote,
     then the first question's key terms. Never the placeholders of the prompt, never a guessed name."""
-    quoted = [" ".join(_QUOTE.findall(answer[:_READ_CHARS])) for answer in answers]
+    quoted = [evidence(answer) for answer in answers]
     found = [term for text in [*questions, *quoted] for term in subject_terms(text[:_READ_CHARS], tokenizer)]
     found += key_terms(first_sentence(questions[0]), tokenizer) if questions else []
     return list(dict.fromkeys(found))[:MAX_TAGS] or ["General"]
 
 
+def evidence(answer: str) -> str:
+    """What an answer of ours quotes as evidence: its 「…」 quotes (the whole body for a model's
+    answer), nothing when it says it found none (the closest text it shows confirms nothing)."""
+    body = answer.partition(SOURCES_MARK)[0][:_READ_CHARS]
+    if CLOSEST in body:
+        return ""
+    return " ".join(_QUOTE.findall(body)) or body
+
+
 def follow_ups(questions: list[str], last_answer: str, tokenizer: ChineseTokenizer) -> list[str]:
-    """Questions a reader would ask next: about the dictionary terms of the quoted passages the
-    question did not name, in relation to what it asked about; then more about its own subject."""
-    body = last_answer.partition(SOURCES_MARK)[0][:_READ_CHARS]
-    cited = " ".join(_QUOTE.findall(body)) or body
-    asked = first_sentence(questions[-1]) if questions else ""
-    subjects = subject_terms(asked, tokenizer) or key_terms(asked, tokenizer)[:1]
-    subject = subjects[0] if subjects else ""
-    new = [term for term in subject_terms(cited, tokenizer) if term not in asked][: MAX_FOLLOW_UPS - 1]
-    found = [f"{term}和{subject}是什么关系？" if subject else f"{term}是谁？" for term in new]
+    """Questions a reader would ask next: how the names the quoted passages add relate to the name
+    asked about (the latest question's, else an earlier one's); then more about that name."""
+    asked = [first_sentence(question) for question in reversed(questions)]
+    named = [term for text in asked for term in subject_terms(text, tokenizer)]
+    subject = named[0] if named else next(iter(key_terms(asked[0], tokenizer) if asked else []), "")
+    new = [term for term in subject_terms(evidence(last_answer), tokenizer) if term not in "".join(asked)]
+    if named:
+        found = [f"{term}和{subject}是什么关系？" for term in new[: MAX_FOLLOW_UPS - 1]]
+    else:
+        found = [f"资料里关于{term}还说了什么？" for term in new[: MAX_FOLLOW_UPS - 1]]
     found += [f"资料里关于{subject}还有哪些记载？"] if subject else []
     return found[:MAX_FOLLOW_UPS]

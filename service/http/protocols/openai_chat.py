@@ -139,10 +139,11 @@ def _record(metrics: Metrics, result: QueryResult) -> None:
 
 @router.get("/models", response_model=ModelList)
 def list_models(services: ServicesDep, caller: CallerDep) -> ModelList:
-    """The caller's knowledge bases as models."""
+    """The caller's knowledge bases as chat models, then the embedding model (for a caller who may read some base)."""
     created, readable = int(time.time()), services.kbs.readable(caller)
     chat = [Model(id=name, created=created) for name in model_names(services.settings, readable)]
-    return ModelList(data=[*chat, Model(id=embedding_model(services.embedder), created=created, kind="embedding")])
+    embedding = [Model(id=embedding_model(services.embedder), created=created, kind="embedding")] if readable else []
+    return ModelList(data=[*chat, *embedding])
 
 
 # `/v1/models/` (a trailing slash, as some clients write the base URL) lists them too, and is not
