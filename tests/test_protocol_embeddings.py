@@ -3,12 +3,14 @@ base64 by default and decodes it) and LangChain's `OpenAIEmbeddings`, against th
 uvicorn; the vectors must be the service's own embedder's, query and passage sides as E5 wants."""
 
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import numpy as np
 import openai
 import pytest
 from langchain_openai import OpenAIEmbeddings
+from pydantic import SecretStr
 
 from core.embeddings import Embedder
 from tests.protocols import KEY, STRANGER_KEY, protocol_settings, service
@@ -42,7 +44,11 @@ def test_the_sdk_gets_the_embedders_vectors_in_both_encodings(base: str, embedde
 
 def test_langchain_embeds_documents_and_queries(base: str, embedder: Embedder) -> None:
     embeddings = OpenAIEmbeddings(
-        model=embedder.name, base_url=f"{base}/v1", api_key=KEY, check_embedding_ctx_length=False, max_retries=0
+        model=embedder.name,
+        openai_api_base=f"{base}/v1",
+        openai_api_key=SecretStr(KEY),
+        check_embedding_ctx_length=False,
+        max_retries=0,
     )
     assert np.allclose(embeddings.embed_documents(TEXTS), embedder.embed_documents(TEXTS), atol=1e-5)
     vector = embeddings.embed_query("年假有几天？")
@@ -64,7 +70,7 @@ def test_it_is_listed_and_its_errors_are_openais(base: str, embedder: Embedder) 
     sdk = client(base)
     listed = {model.id: (model.model_extra or {}).get("kind") for model in sdk.models.list()}
     assert listed[embedder.name] == "embedding" and listed["rag"] == "chat"
-    cases = [
+    cases: list[tuple[dict[str, Any], type[openai.APIStatusError], str]] = [
         ({"model": "text-embedding-3-small", "input": "x"}, openai.NotFoundError, "embedding model: " + embedder.name),
         ({"model": embedder.name, "input": [[1, 2, 3]]}, openai.BadRequestError, "check_embedding_ctx_length=False"),
         ({"model": embedder.name, "input": ["a"] * 5}, openai.BadRequestError, "MAX_EMBEDDING_INPUTS=4"),
