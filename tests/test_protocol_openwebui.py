@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 
 from bench.client_requests import recorded
@@ -92,6 +93,22 @@ def test_an_attached_files_content_is_quoted_first_without_unrelated_quotes(webu
         assert quotes == ["「员工年假制度：员工每年享有带薪年假十天，入职满五年后每年十五天。年假须提前三天申请。」[1]"]
         assert sources.strip() == f"- [1] {file}（对话中提供）"
         assert "附件" not in answer  # the content came: no note about it
+
+
+def test_a_file_open_webui_embedded_through_the_service_is_answered_from_its_chunks(
+    webui_base: str, embedder: Embedder
+) -> None:
+    """With Open WebUI's embedding engine set to this service: its chunk batch and its query, as it
+    sent them, get the embedder's vectors; then its RAG template with the chosen chunks is answered."""
+    for name in ("embeddings_file", "embeddings_query"):  # without prefixes configured: passages, both
+        body = recorded(name)
+        sent = httpx.post(f"{webui_base}/v1/embeddings", headers=HEADERS, json=body, timeout=120)
+        assert sent.status_code == 200, sent.text
+        vectors = [item["embedding"] for item in sent.json()["data"]]
+        assert np.allclose(vectors, embedder.embed_documents(body["input"]), atol=1e-5)
+    answer = streamed_text(replay(webui_base, "file_embedded"))
+    assert "「员工年假制度：员工每年享有带薪年假十天，入职满五年后每年十五天。年假须提前三天申请。」[1]" in answer
+    assert answer.rstrip().endswith("- [1] annual-leave-3.txt（对话中提供）")
 
 
 def test_a_long_question_is_refused_in_chinese_with_what_to_do_and_counted(webui_base: str) -> None:

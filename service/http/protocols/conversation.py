@@ -153,7 +153,8 @@ def check_question(settings: Settings, conversation: Conversation) -> None:
         if err.kind != "string_too_long":
             raise OpenAIError(400, str(err), param="messages") from None
         limit = settings.max_question_chars
-        raise TooLong("question_too_long", _QUESTION_TOO_LONG[chinese].format(n=len(question), limit=limit)) from None
+        message = _QUESTION_TOO_LONG[chinese].format(n=len(question), limit=limit, shared=err)
+        raise TooLong("question_too_long", message) from None
     if conversation.given_chars > settings.max_given_chars:
         message = _CONTEXT_TOO_LONG[chinese].format(n=conversation.given_chars, limit=settings.max_given_chars)
         raise TooLong("context_too_long", message)
@@ -179,12 +180,12 @@ _QUESTION_TOO_LONG = {
     True: (
         "问题有 {n} 字，超过上限 MAX_QUESTION_CHARS={limit}：请把问题缩短；要就一篇长文提问，请把它作为文件附上"
         "（Open WebUI 打开“绕过嵌入和检索”时文件全文随问题发来，或把嵌入模型设为本服务的 /v1/embeddings），"
-        "或把它加入知识库"
+        "或把它加入知识库（{shared}）"
     ),
     False: (
-        "messages: the question has {n} characters, more than MAX_QUESTION_CHARS={limit}: ask it in fewer words; "
-        "to ask about a long text, attach it as a file (Open WebUI sends it as context with Bypass Embedding and "
-        "Retrieval on, or with this service's /v1/embeddings as its embedding engine) or add it to the knowledge base"
+        "{shared}: ask it in fewer words; to ask about a long text, attach it as a file (Open WebUI sends it as "
+        "context with Bypass Embedding and Retrieval on, or with this service's /v1/embeddings as its embedding "
+        "engine) or add it to the knowledge base"
     ),
 }
 _CONTEXT_TOO_LONG = {
