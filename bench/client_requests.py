@@ -4,13 +4,20 @@ Open WebUI sends the model of a chat, besides the user's questions, its backgrou
 `### Task:` prompt with `### Guidelines:`, an `### Output:` naming the JSON object it will parse
 and the conversation inside `<chat_history>` (`USER: …` / `ASSISTANT: …` lines). With a file
 attached or its own web search on, it puts its RAG template (the context as `<source id="1"
-name="…">` inside `<context>`) in front of the user's message. The texts below follow that shape
-in our own words: what a client may send, never what the service answers.
+name="…">` inside `<context>`) in front of the user's message. The title, tags, follow-ups and
+queries prompts are Open WebUI 0.12.4's own, as recorded from it (`recorded`), over any
+conversation; autocomplete, emoji and the RAG template helpers follow its shape in our words.
 """
 
+import json
+import re
 from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
 Turns = Sequence[tuple[str, str]]  # (role, text): "user" or "assistant"
+RECORDED = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "openwebui"
+_HISTORY = re.compile(r"<chat_history>.*?</chat_history>", re.DOTALL)
 
 
 def chat_history(turns: Turns) -> str:
@@ -18,47 +25,32 @@ def chat_history(turns: Turns) -> str:
     return "\n".join(f"{role.upper()}: {text}" for role, text in turns)
 
 
-def _task(task: str, guidelines: str, output: str, turns: Turns) -> str:
-    return (
-        f"### Task:\n{task}\n### Guidelines:\n{guidelines}\n### Output:\n{output}\n"
-        f"### Chat History:\n<chat_history>\n{chat_history(turns)}\n</chat_history>"
-    )
+def recorded(name: str) -> dict[str, Any]:
+    """A request body Open WebUI 0.12.4 sent (tests/fixtures/openwebui/, README there says how)."""
+    return dict(json.loads((RECORDED / f"{name}.json").read_text(encoding="utf-8")))
+
+
+def _task(name: str, turns: Turns) -> str:
+    """Open WebUI's own task prompt as it sent it, over the conversation `turns`."""
+    prompt = str(recorded(name)["messages"][0]["content"])
+    history = f"<chat_history>\n{chat_history(turns)}\n</chat_history>"
+    return _HISTORY.sub(lambda _: history, prompt, count=1)
 
 
 def title_task(turns: Turns) -> str:
-    return _task(
-        "Give the conversation a short title.",
-        "- Two to four words, no emoji, no quotation marks.\n- Use the conversation's language.",
-        'JSON format: { "title": "your concise title here" }',
-        turns,
-    )
+    return _task("title", turns)
 
 
 def tags_task(turns: Turns) -> str:
-    return _task(
-        "Tag the conversation: one to three broad tags, then one to three narrower ones.",
-        '- Broad domains first (Science, History, Health, ...).\n- If unsure, only ["General"].',
-        'JSON format: { "tags": ["tag1", "tag2", "tag3"] }',
-        turns,
-    )
+    return _task("tags", turns)
 
 
 def follow_ups_task(turns: Turns) -> str:
-    return _task(
-        "Suggest three to five questions the user might ask next.",
-        "- Written as the user, to the assistant.\n- Short, on the topic, nothing already answered.",
-        'JSON format: { "follow_ups": ["Question 1?", "Question 2?", "Question 3?"] }',
-        turns,
-    )
+    return _task("follow_ups", turns)
 
 
 def queries_task(turns: Turns) -> str:
-    return _task(
-        "Decide whether a search would help and write one to three search queries.",
-        '- Only the JSON object.\n- If no search can help, return { "queries": [] }.',
-        'Strictly return in JSON format:\n{\n  "queries": ["query1", "query2"]\n}',
-        turns,
-    )
+    return _task("queries", turns)
 
 
 def autocomplete_task(turns: Turns, text: str, kind: str = "General") -> str:

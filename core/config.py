@@ -141,6 +141,13 @@ class Settings(BaseSettings):
     allowed_origins: Annotated[list[str], NoDecode] = []
     max_question_chars: int = 2000
     max_request_bytes: int = 64 * 1024
+    # OpenAI's routes (/v1/chat/completions, /v1/embeddings) take larger bodies: a chat client sends
+    # its tool definitions (Open WebUI: ~28, 20-25 KB), the history, attached files and batches to embed.
+    max_openai_request_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="body limit of the /v1 routes")
+    # The context a chat client sends with a question (attached files, its web search), all sources together.
+    max_given_chars: int = Field(200_000, ge=1, description="most characters of context sent with a question")
+    # POST /v1/embeddings: texts per request, characters per text.
+    max_embedding_inputs: int = Field(256, ge=1, description="most texts in one /v1/embeddings request")
     log_level: str = "INFO"
 
     # Other tools' protocols (service/protocols/): /v1 (OpenAI chat), /retrieval (Dify), /mcp

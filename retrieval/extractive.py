@@ -78,13 +78,15 @@ class PartAnswer(BaseModel):
 
 @dataclass(frozen=True)
 class Source:
-    """A text sentences may be quoted from: a local passage or a web result."""
+    """A text sentences may be quoted from: a local passage, a web result, or a text the client sent
+    with the question (`given`: a file attached in a chat client)."""
 
     id: str
     text: str
     chapter: int = 0
     chunk: int = 0
     web: bool = False
+    given: bool = False
 
 
 @dataclass(frozen=True)
@@ -296,7 +298,13 @@ def select(
         scored.append((window, extract))
     scored.sort(key=lambda pair: -pair[1].score)
     best = [pair for rank, pair in enumerate(scored[: limits.sentences]) if rank == 0 or pair[1].coverage > 0]
-    kept = sorted(_merge(best), key=lambda e: e.order)
+    if any(source.given for source in sources):
+        # The client's text competes with the base on relevance: quotes best first, and no quote that
+        # could not answer on its own (an unrelated passage of the base) pads the best one.
+        best = [pair for rank, pair in enumerate(best) if rank == 0 or pair[1].similarity >= limits.min_similarity]
+        kept = sorted(_merge(best), key=lambda e: -e.score)
+    else:
+        kept = sorted(_merge(best), key=lambda e: e.order)
     union = coverage(terms, "".join(e.text for e in kept))
     top_similarity = max(extract.similarity for _, extract in scored)
     answered = union >= limits.min_coverage and top_similarity >= limits.min_similarity

@@ -29,7 +29,7 @@ from service.http.errors import add_error_handlers
 from service.http.metrics import Metrics, MetricsMiddleware
 from service.http.middleware import BodySizeLimit, OriginPolicy, TrustedOrigin
 from service.http.openapi import document_statuses
-from service.http.protocols import dify, mcp_server, openai_chat
+from service.http.protocols import dify, mcp_server, openai_chat, openai_embeddings
 from service.http.protocols.errors import ProtocolErrors
 from service.http.protocols.openai_wire import render_error as render_openai_error
 from service.http.routes import documents, evaluation, health, jobs, kbs, query
@@ -43,7 +43,7 @@ from service.principals import Keys, load_principals
 logger = logging.getLogger(__name__)
 
 WEB_DIR = Path(__file__).resolve().parent / "http" / "web"
-ROUTERS = (health, query, kbs, documents, jobs, evaluation, openai_chat, dify)
+ROUTERS = (health, query, kbs, documents, jobs, evaluation, openai_chat, openai_embeddings, dify)
 # Each protocol's paths and the shape of its errors (service/http/protocols/errors.py).
 PROTOCOL_ERRORS = (("/v1", render_openai_error), ("/retrieval", dify.render_error), ("/mcp", mcp_server.render_error))
 
@@ -136,13 +136,16 @@ def origin_policy(settings: Settings) -> OriginPolicy:
 def _add_middleware(app: FastAPI, settings: Settings, metrics: Metrics, policy: OriginPolicy) -> None:
     """Outermost last: the Host/Origin check runs before anything else reads the request, and every
     refusal made before a route (that check's too) is rendered in the shape of the protocol it was sent to."""
-    app.add_middleware(BodySizeLimit, limit=settings.max_request_bytes, larger=documents.upload_body_limits(settings))
+    larger = [*documents.upload_body_limits(settings), *openai_chat.body_limits(settings)]
+    app.add_middleware(BodySizeLimit, limit=settings.max_request_bytes, larger=larger)
     app.add_middleware(
         CORSMiddleware,
         allow_origins=settings.cors_origins,
         allow_methods=["GET", "POST", "PUT", "DELETE"],
         allow_headers=["Authorization", "X-API-Key", "Content-Type", "Mcp-Session-Id", "Mcp-Protocol-Version"],
     )
-    app.add_middleware(MetricsMiddleware, metrics=metrics)
+    routes = [route for module in ROUTERS for route in module.router.routes]
+    paths = frozenset(path for route in routes if "{" not in (path := getattr(route, "path", "{")))
+    app.add_middleware(MetricsMiddleware, metrics=metrics, paths=paths)
     app.add_middleware(TrustedOrigin, policy=policy)
     app.add_middleware(ProtocolErrors, shapes=PROTOCOL_ERRORS)

@@ -119,7 +119,11 @@ def test_every_body_can_be_malformed_too_large_or_invalid_and_the_stream_is_even
     with_body = [(name, op) for name, op in operations(schema) if "requestBody" in op]
     assert {name for name, _ in with_body} >= {"POST /search", "POST /compare", "POST /query", "POST /query/stream"}
     # Each operation's 400 body is its protocol's error shape: ours, OpenAI's or Dify's.
-    shapes = {"POST /v1/chat/completions": "/OpenAIErrorBody", "POST /retrieval": "/DifyErrorBody"}
+    shapes = {
+        "POST /v1/chat/completions": "/OpenAIErrorBody",
+        "POST /v1/embeddings": "/OpenAIErrorBody",
+        "POST /retrieval": "/DifyErrorBody",
+    }
     for name, op in with_body:
         assert {"400", "413", "422", "503"} <= set(op["responses"]), name
         body = op["responses"]["400"]["content"]["application/json"]["schema"]["$ref"]

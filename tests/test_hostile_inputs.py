@@ -190,8 +190,8 @@ def test_every_protocol_refuses_a_question_or_query_with_the_same_limit_and_mess
     assert search == tool_search == dify.json()["error_msg"] == f"query: {problem}"
     assert query == tool_ask == f"question: {problem}"
     assert (dify.status_code, dify.json()["error_code"]) == (422, 422)
-    # OpenAI's message is the same, with what to do instead when the question is too long.
-    assert chat.status_code == 400 and chat.json()["error"]["message"].startswith(f"messages: {problem}")
+    # OpenAI's message holds the same, in the user's language, with what to do when the question is too long.
+    assert chat.status_code == 400 and f"messages: {problem}" in chat.json()["error"]["message"]
 
 
 def condition(name: str, operator: str, value: Any) -> dict[str, Any]:

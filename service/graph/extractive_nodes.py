@@ -58,7 +58,7 @@ def _sources(state: WorkflowState, part: str, passages: int) -> list[Source]:
     known = state.get("passages", {})
     local = [known[chunk_id] for chunk_id in state.get("found", {}).get(part, [])[:passages] if chunk_id in known]
     web = [Source(w.url, w.text, 0, i, web=True) for i, w in enumerate(state.get("web_results", []))]
-    given = [Source(f"given:{g.id}", g.text, 0, i, web=True) for i, g in enumerate(state.get("given", []))]
+    given = [Source(f"given:{g.id}", g.text, 0, i, web=True, given=True) for i, g in enumerate(state.get("given", []))]
     return extractive.local_sources(local) + web + given
 
 

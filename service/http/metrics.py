@@ -48,6 +48,12 @@ class Metrics:
             ["route", "web_used"],
             registry=self.registry,
         )
+        self.refusals = Counter(
+            "rag_refusals",
+            "Requests refused for what they sent, by endpoint and reason (body_too_large, question_too_long, ...)",
+            ["endpoint", "reason"],
+            registry=self.registry,
+        )
         self.llm_calls = Counter("rag_llm_calls", "Chat-model calls made by the workflow", registry=self.registry)
         self.web_calls = Counter("rag_web_calls", "Web-search calls made by the workflow", registry=self.registry)
 
@@ -58,6 +64,9 @@ class Metrics:
 
     def record_error(self, endpoint: str, kind: str) -> None:
         self.errors.labels(endpoint=endpoint, kind=kind).inc()
+
+    def record_refusal(self, endpoint: str, reason: str) -> None:
+        self.refusals.labels(endpoint=endpoint, reason=reason).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -70,11 +79,14 @@ def endpoint_label(scope: Scope) -> str:
 
 
 class MetricsMiddleware:
-    """Pure ASGI (streams pass through untouched): counts and times every HTTP request."""
+    """Pure ASGI (streams pass through untouched): counts and times every HTTP request, and counts a
+    413 as a refusal (`body_too_large`) of its route, known by `paths` (the app's fixed paths) when the
+    body limit refused it before any route matched."""
 
-    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+    def __init__(self, app: ASGIApp, metrics: Metrics, paths: frozenset[str] = frozenset()) -> None:
         self.app = app
         self.metrics = metrics
+        self.paths = paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -93,6 +105,9 @@ class MetricsMiddleware:
             await self.app(scope, receive, send_with_status)
         finally:
             endpoint = endpoint_label(scope)
+            if status == 413:
+                known = scope["path"] if scope["path"] in self.paths else endpoint
+                self.metrics.record_refusal(known, "body_too_large")
             self.metrics.requests.labels(endpoint=endpoint, method=scope["method"], status=str(status)).inc()
             self.metrics.latency.labels(endpoint=endpoint, method=scope["method"]).observe(
                 time.perf_counter() - started

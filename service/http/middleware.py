@@ -12,13 +12,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 @dataclass(frozen=True)
 class LargerBody:
     """Requests (`method`, a path matching `path`, a body of `media` type) whose bodies may reach
-    `limit` bytes; `named` is how the 413 names that limit (the settings it comes from)."""
+    `limit` bytes; `named` is how the 413 names that limit (the settings it comes from), `advice`
+    what the sender can do instead."""
 
     method: str
     path: re.Pattern[str]
     media: str
     limit: int
     named: str
+    advice: str = ""
 
     def matches(self, scope: Scope) -> bool:
         if scope["method"] != self.method or not self.path.fullmatch(scope["path"]):
@@ -50,6 +52,7 @@ class BodySizeLimit:
         declared = dict(scope["headers"]).get(b"content-length")
         larger = next((body for body in self.larger if body.matches(scope)), None)
         limit, named = (larger.limit, larger.named) if larger else (self.limit, f"MAX_REQUEST_BYTES={self.limit}")
+        named += f" bytes: {larger.advice}" if larger and larger.advice else " bytes"
         if declared is not None and declared.isdigit() and int(declared) > limit:
             await self._refuse(send, named)
             return
@@ -82,7 +85,7 @@ class BodySizeLimit:
 
 
 def _too_large(named: str) -> str:
-    return f"request body larger than {named} bytes"
+    return f"request body larger than {named}"
 
 
 def _counted(receive: Receive, limit: int, named: str) -> Receive:

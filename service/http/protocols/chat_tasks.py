@@ -22,9 +22,10 @@ import openai
 from langchain_core.messages import HumanMessage
 from pydantic import BaseModel, Field
 
-from core.text import CJK_CHARS, ChineseTokenizer
+from core.text import CJK_CHARS, ChineseTokenizer, stopwords
+from retrieval.extractive import CLOSEST
 from service.graph import WorkflowDeps, choose_mode
-from service.http.protocols.conversation import SOURCES_MARK
+from service.http.protocols.conversation import SOURCES_MARK, without_attachments
 from service.llm.client import PlainReply, ask_plain
 from service.llm.structured import OutputError, parse_output
 
@@ -88,9 +89,13 @@ def _is_emoji_task(message: str) -> bool:
 
 
 def _turns(history: str) -> tuple[Turn, ...]:
-    """`USER: …` / `ASSISTANT: …` lines as turns; a line without a speaker continues the turn before."""
+    """`USER: …` / `ASSISTANT: …` lines as turns (without Open WebUI's `<attached_files>` blocks); a
+    line without a speaker continues the turn before."""
     pieces = _TURN.split(history)
-    return tuple((role.lower(), text.strip()) for role, text in zip(pieces[1::2], pieces[2::2], strict=True))
+    return tuple(
+        (role.lower(), without_attachments(text)[0].strip())
+        for role, text in zip(pieces[1::2], pieces[2::2], strict=True)
+    )
 
 
 # --- what the client parses ---------------------------------------------------------------------
@@ -152,9 +157,10 @@ class TaskAnswer:
 
 async def answer(task: ChatTask, workflow: WorkflowDeps) -> TaskAnswer:
     """With a reachable model (`ANSWER_MODE`), one plain call on the client's prompt; without one, or
-    when its reply does not parse (or in `auto` the call fails), the local answer. Never a retrieval."""
+    when its reply does not parse (or in `auto` the call fails), or when the prompt is too long for a
+    judgement model (a huge text pasted in the chat), the local answer. Never a retrieval."""
     mode, _ = await choose_mode(workflow)
-    if mode == "llm":
+    if mode == "llm" and len(task.prompt) <= TASK_MODEL_MAX_CHARS:
         reply = await _ask_model(task, workflow)
         content = as_parsed(task, reply.text) if reply is not None else None
         if reply is not None and content is not None:
@@ -201,40 +207,149 @@ def local_answer(task: ChatTask, tokenizer: ChineseTokenizer) -> str:
 # --- local answers ------------------------------------------------------------------------------
 
 TITLE_TERMS, MAX_TAGS, MAX_FOLLOW_UPS = 4, 3, 3
+TASK_MODEL_MAX_CHARS = 24_000  # a longer task prompt (a huge pasted text in the history) is answered locally
+_READ_CHARS = 2000  # of each turn, what the local answers read: a title comes from the first sentence
 _QUOTE = re.compile(r"「(.+?)」")
-_SOURCE_LINE = re.compile(r"^- \[\d+\] \[?([^\]\n]+?)(?:\]\(.*\))?$", re.MULTILINE)
 _CJK_WORD = re.compile(rf"[{CJK_CHARS}]+")
+_FIRST_SENTENCE = re.compile(r"[^。！？!?；;\n]+")
+_NAMES = ("nr", "ns", "nt", "nz")  # proper nouns: a title keeps them first
+_NOT_KEY = "mrdcpuqeyoz"  # numerals, pronouns, adverbs, conjunctions, particles, ...: never a key term
+_NUMERALS = re.compile(r"[0-9一二三四五六七八九十百千万两余数几]")
+# What a question word asks for, as a title names it: 「年假有几天」 is titled 「年假天数」.
+_ASKED_FOR = {
+    "几天": "天数",
+    "多少天": "天数",
+    "多久": "时长",
+    "多长时间": "时长",
+    "几年": "年数",
+    "多少年": "年数",
+    "几次": "次数",
+    "多少次": "次数",
+    "多少钱": "费用",
+    "多重": "重量",
+    "多高": "高度",
+    "多远": "距离",
+    "几岁": "年龄",
+    "多大": "年龄",
+    "几个": "数量",
+    "多少": "数量",
+    "几人": "人数",
+    "多少人": "人数",
+    "何时": "时间",
+    "什么时候": "时间",
+    "哪年": "时间",
+    "哪里": "地点",
+    "何处": "地点",
+    "哪儿": "地点",
+    "为什么": "原因",
+    "为何": "原因",
+    "何故": "原因",
+    "如何": "方法",
+    "怎么办": "方法",
+}
 
 
-def _key_terms(text: str, tokenizer: ChineseTokenizer) -> list[str]:
-    return list(dict.fromkeys(word for word in tokenizer.content_words(text) if len(word) > 1))
+def first_sentence(text: str) -> str:
+    found = _FIRST_SENTENCE.search(text[:_READ_CHARS])
+    return found[0].strip() if found else ""
+
+
+def key_terms(text: str, tokenizer: ChineseTokenizer) -> list[str]:
+    """The question's key terms in order: its words without stop words, runs of single characters
+    glued (年/假 → 年假), a question word as what it asks for (几天 → 天数)."""
+    stop = stopwords()
+    terms: list[str] = []
+    glue = ""
+    for word in tokenizer.words(text):
+        if len(word) == 1 and _CJK_WORD.fullmatch(word) is not None and word not in stop:
+            glue += word
+            continue
+        if len(glue) > 1:
+            terms.append(glue)
+        glue = ""
+        if word in _ASKED_FOR:
+            terms.append(_ASKED_FOR[word])
+        elif len(word) > 1 and word not in stop and _tag(word)[0] not in _NOT_KEY and not _NUMERALS.search(word):
+            terms.append(word)
+    if len(glue) > 1:
+        terms.append(glue)
+    return list(dict.fromkeys(terms))
+
+
+def subject_terms(text: str, tokenizer: ChineseTokenizer) -> list[str]:
+    """The base's dictionary terms `text` mentions that can be what a question is about, in order of
+    first mention: names and nouns (玄德, 十常侍, 洛阳), never a count (十余), an adverb (厉声), a
+    verb (却说) or a piece of a phrase (张让等). Read through the index's tokenizer (its corpus
+    dictionary), so whatever dictionary the base carries is used as it is."""
+    found: dict[str, int] = {}
+    for term in sorted(tokenizer.corpus_terms, key=len, reverse=True):
+        at = text.find(term)
+        if at >= 0 and _is_subject(term) and not any(term in longer for longer in found):
+            found[term] = at
+    return sorted(found, key=found.__getitem__)
+
+
+def _tag(word: str) -> str:
+    """jieba's part of speech of `word` in its own dictionary; "n" for a word it does not know."""
+    import jieba.posseg  # its tables load on import: only the local answers pay for them
+
+    return str(jieba.posseg.dt.word_tag_tab.get(word) or "n")
+
+
+def _is_subject(term: str) -> bool:
+    """A name: a term jieba does not know (the corpus taught it: 玄德, 十常侍) or knows as a proper
+    noun; never a common word the corpus repeats (国家, 将军), a count or a phrase's piece."""
+    known = _tag(term) if _known(term) else None
+    plain = known is None or known.startswith(_NAMES)
+    return plain and len(term) > 1 and not _NUMERALS.search(term) and term[-1] not in "等曰道云"
+
+
+def _known(word: str) -> bool:
+    import jieba.posseg
+
+    return word in jieba.posseg.dt.word_tag_tab
 
 
 def title(question: str, tokenizer: ChineseTokenizer) -> str:
-    """The question's main terms (its words without stop words), glued as Chinese writes them."""
-    terms = _key_terms(question, tokenizer)[:TITLE_TERMS]
+    """The first sentence's key terms (what it asks for included), glued as Chinese writes them."""
+    sentence = first_sentence(question)
+    terms = key_terms(sentence, tokenizer)
+    named = set(subject_terms(sentence, tokenizer)) | set(_ASKED_FOR.values())
+    kept = set(sorted(terms, key=lambda term: term not in named and _tag(term)[:2] not in _NAMES)[:TITLE_TERMS])
+    terms = [term for term in terms if term in kept]
     if not terms:
-        return question.strip()[:20] or "对话"
+        return sentence[:20] or "对话"
     return ("" if all(_CJK_WORD.fullmatch(term) for term in terms) else " ").join(terms)
 
 
 def tags(questions: list[str], answers: list[str], tokenizer: ChineseTokenizer) -> list[str]:
-    """The names the conversation mentions (the base's dictionary terms and proper nouns), the
-    questions' first; then the first question's terms. Never the placeholders of the prompt."""
-    found = [name for text in [*questions, *answers] for name in tokenizer.names(text)]
-    found += _key_terms(questions[0], tokenizer) if questions else []
+    """The dictionary terms the questions mention, then those of the passages the answers quote,
+    then the first question's key terms. Never the placeholders of the prompt, never a guessed name."""
+    quoted = [evidence(answer) for answer in answers]
+    found = [term for text in [*questions, *quoted] for term in subject_terms(text[:_READ_CHARS], tokenizer)]
+    found += key_terms(first_sentence(questions[0]), tokenizer) if questions else []
     return list(dict.fromkeys(found))[:MAX_TAGS] or ["General"]
 
 
+def evidence(answer: str) -> str:
+    """What an answer of ours quotes as evidence: its 「…」 quotes (the whole body for a model's
+    answer), nothing when it says it found none (the closest text it shows confirms nothing)."""
+    body = answer.partition(SOURCES_MARK)[0][:_READ_CHARS]
+    if CLOSEST in body:
+        return ""
+    return " ".join(_QUOTE.findall(body)) or body
+
+
 def follow_ups(questions: list[str], last_answer: str, tokenizer: ChineseTokenizer) -> list[str]:
-    """Questions the cited passages invite: about the names they mention that were not asked about,
-    and about the rest of the passages cited; else about the question's own terms."""
-    body, _, sources = last_answer.partition(SOURCES_MARK)
-    cited = " ".join(_QUOTE.findall(body)) or body
-    asked = "".join(questions)
-    names = [name for name in tokenizer.names(cited) if name not in asked][: MAX_FOLLOW_UPS - 1]
-    found = [f"资料里关于{name}还说了什么？" for name in names]
-    found += [f"{label.split(' · ')[0]}还讲了哪些内容？" for label in _SOURCE_LINE.findall(sources)[:1]]
-    if not found and questions:
-        found = [f"资料里关于{term}还有哪些记载？" for term in _key_terms(questions[-1], tokenizer)[:MAX_FOLLOW_UPS]]
+    """Questions a reader would ask next: how the names the quoted passages add relate to the name
+    asked about (the latest question's, else an earlier one's); then more about that name."""
+    asked = [first_sentence(question) for question in reversed(questions)]
+    named = [term for text in asked for term in subject_terms(text, tokenizer)]
+    subject = named[0] if named else next(iter(key_terms(asked[0], tokenizer) if asked else []), "")
+    new = [term for term in subject_terms(evidence(last_answer), tokenizer) if term not in "".join(asked)]
+    if named:
+        found = [f"{term}和{subject}是什么关系？" for term in new[: MAX_FOLLOW_UPS - 1]]
+    else:
+        found = [f"资料里关于{term}还说了什么？" for term in new[: MAX_FOLLOW_UPS - 1]]
+    found += [f"资料里关于{subject}还有哪些记载？"] if subject else []
     return found[:MAX_FOLLOW_UPS]

@@ -9,13 +9,18 @@ search on, sends its RAG template (the context as `<source id="1" name="…">` i
 in front of the user's message, or (`RAG_SYSTEM_CONTEXT`) at the end of the system message. The
 template is cut out: its sources become the client's sources (`GivenSource`, cited under their
 own numbers), and the question is what the user wrote (`<user_query>` when the template names it).
+Open WebUI 0.12 (native function calling, its default) also puts an `<attached_files>` block of file
+references (`<file type="file" id=… name=…/>`) before the question: cut out too, never part of the
+question; when it names files whose content did not come, the answer's note says so and which
+setting sends it (`FILE_NOT_SENT`).
 
 Writing: the answer with its `[n]`, a short note of what the workflow warned about that the
 answer does not already say, then the numbered source list (a chat UI renders it as Markdown).
 """
 
 import re
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from core.config import Settings
 from service.graph import ChatTurn, Citation, ClientContext, GivenSource, QueryResult
@@ -32,6 +37,13 @@ _SOURCE = re.compile(r"<source\b([^>]*)>(.*?)</source>", re.DOTALL)
 _ATTRIBUTE = re.compile(r'(\w+)\s*=\s*"([^"]*)"')
 _TAGGED_QUERY = re.compile(r"<(user_query|query)>(.*?)</\1>", re.DOTALL)
 _TEMPLATE_HEAD = "### Task:"
+_ATTACHED = re.compile(r"<attached_files>(.*?)</attached_files>\s*", re.DOTALL)
+_FILE = re.compile(r"<file\b([^>]*?)/?>")
+FILE_NOT_SENT = (
+    "附件{names}的内容没有发到本服务（Open WebUI 只发来了文件引用）：请在 Open WebUI 的 管理员面板 → 设置 → 文档 "
+    "打开“绕过嵌入和检索”（Bypass Embedding and Retrieval），或把嵌入模型设为本服务的 /v1/embeddings"
+    "（RAG_EMBEDDING_ENGINE=openai），文件内容才会随问题发来"
+)
 
 
 @dataclass(frozen=True)
@@ -42,6 +54,18 @@ class Conversation:
     history: list[ChatTurn]
     client: ClientContext
     last_message: str  # the last user message as sent: a housekeeping task is recognised on it
+    attached: list[str] = field(default_factory=list)  # files the question references (`<attached_files>`)
+
+    @property
+    def notes(self) -> list[str]:
+        """What the answer's note says about the request itself: files whose content never came."""
+        if not self.attached or self.client.given:
+            return []
+        return [FILE_NOT_SENT.format(names="、".join(f"「{name}」" for name in self.attached))]
+
+    @property
+    def given_chars(self) -> int:
+        return sum(len(source.text) for source in self.client.given)
 
 
 @dataclass(frozen=True)
@@ -67,6 +91,16 @@ def split_context(text: str) -> _Split:
     return _Split((text[:start] + text[end:]).strip(), _sources(found[1]), query)
 
 
+def without_attachments(text: str) -> tuple[str, list[str]]:
+    """`text` without Open WebUI's `<attached_files>` blocks, and the names of the files they reference."""
+    names = [
+        dict(_ATTRIBUTE.findall(attributes)).get("name") or dict(_ATTRIBUTE.findall(attributes)).get("id", "")
+        for block in _ATTACHED.findall(text)
+        for attributes in _FILE.findall(block)
+    ]
+    return _ATTACHED.sub("", text), [name for name in names if name]
+
+
 def _sources(context: str) -> list[GivenSource]:
     merged: dict[str, GivenSource] = {}
     for number, (attributes, body) in enumerate(_SOURCE.findall(context), start=1):
@@ -88,32 +122,83 @@ def read_conversation(messages: list[ChatMessage]) -> Conversation:
     if last is None:
         raise OpenAIError(400, "messages hold no user message: the last user message is the question", param="messages")
     sent = messages[last].text()
-    asked = split_context(sent)
+    text, attached = without_attachments(sent)
+    asked = split_context(text)
     system = [split_context(m.text()) for m in messages if m.role in ("system", "developer")]
-    question = (asked.query or asked.rest).strip()
+    question = without_attachments(asked.query or asked.rest)[0].strip()
     history = [
-        ChatTurn(role="user" if m.role == "user" else "assistant", content=without_sources(split_context(text).rest))
+        ChatTurn(role="user" if m.role == "user" else "assistant", content=earlier)
         for m in messages[:last]
-        if m.role in ("user", "assistant") and (text := m.text()).strip()
+        if m.role in ("user", "assistant") and (earlier := _earlier(m.text()))
     ]
     instructions = "\n".join(part.rest for part in system if part.rest.strip())
     given = [source for part in (asked, *system) for source in part.sources]
-    return Conversation(question, history, ClientContext(instructions=instructions, given=given), sent)
+    return Conversation(question, history, ClientContext(instructions=instructions, given=given), sent, attached)
 
 
-def check_question(settings: Settings, question: str) -> None:
+def _earlier(text: str) -> str:
+    """An earlier turn as the history keeps it: no file references, no RAG template, no source list of ours."""
+    return without_sources(split_context(without_attachments(text)[0]).rest).strip()
+
+
+def check_question(settings: Settings, conversation: Conversation) -> None:
     """The question, not the context the client sent with it, gets the check every protocol makes
-    (`service.inputs.valid_text`: the same limits and messages), in OpenAI's shape; a question too
-    long is told what to do instead (OpenAI's code for input that is too long)."""
+    (`service.inputs.valid_text`: the same limits), in OpenAI's shape; what is too long (the question,
+    or the context sent with it over `MAX_GIVEN_CHARS`) is refused in the user's language, saying what
+    to do instead (OpenAI's code for input that is too long; `TooLong.reason` labels it in `/metrics`)."""
+    question, chinese = conversation.question, speaks_chinese(conversation.question)
     try:
         valid_text(settings, "messages", question)
     except InvalidText as err:
         if err.kind != "string_too_long":
             raise OpenAIError(400, str(err), param="messages") from None
-        hint = (
-            "ask it in fewer words; to ask about a long text, attach it as a file (Open WebUI then sends it as context)"
-        )
-        raise OpenAIError(400, f"{err}: {hint}", param="messages", code="context_length_exceeded") from None
+        limit = settings.max_question_chars
+        message = _QUESTION_TOO_LONG[chinese].format(n=len(question), limit=limit, shared=err)
+        raise TooLong("question_too_long", message) from None
+    if conversation.given_chars > settings.max_given_chars:
+        message = _CONTEXT_TOO_LONG[chinese].format(n=conversation.given_chars, limit=settings.max_given_chars)
+        raise TooLong("context_too_long", message)
+
+
+class TooLong(OpenAIError):
+    """A 400 for input over a limit (`code: context_length_exceeded`); `reason` is its `/metrics` label."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(400, message, param="messages", code="context_length_exceeded")
+        self.reason = reason
+
+
+def speaks_chinese(text: str) -> bool:
+    """Whether the user writes Chinese: a refusal is written in the user's language."""
+    sample = text[:2000]
+    letters = [char for char in sample if char.isalpha()]
+    return bool(letters) and sum(bool(_HAN.match(char)) for char in letters) * 5 >= len(letters)
+
+
+_HAN = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+_QUESTION_TOO_LONG = {
+    True: (
+        "问题有 {n} 字，超过上限 MAX_QUESTION_CHARS={limit}：请把问题缩短；要就一篇长文提问，请把它作为文件附上"
+        "（Open WebUI 打开“绕过嵌入和检索”时文件全文随问题发来，或把嵌入模型设为本服务的 /v1/embeddings），"
+        "或把它加入知识库（{shared}）"
+    ),
+    False: (
+        "{shared}: ask it in fewer words; to ask about a long text, attach it as a file (Open WebUI sends it as "
+        "context with Bypass Embedding and Retrieval on, or with this service's /v1/embeddings as its embedding "
+        "engine) or add it to the knowledge base"
+    ),
+}
+_CONTEXT_TOO_LONG = {
+    True: (
+        "随问题发来的资料（附件或网页）共 {n} 字，超过上限 MAX_GIVEN_CHARS={limit}：请只附上相关的部分，"
+        "或关掉 Open WebUI 的“绕过嵌入和检索”让它只发来相关的片段，或把文件加入知识库"
+    ),
+    False: (
+        "messages: the context sent with the question (attached files, web pages) has {n} characters, more than "
+        "MAX_GIVEN_CHARS={limit}: attach only the relevant part, or switch Open WebUI's Bypass Embedding and "
+        "Retrieval off so it sends the relevant chunks only, or add the file to the knowledge base"
+    ),
+}
 
 
 def without_sources(text: str) -> str:
@@ -135,12 +220,13 @@ def source_list(citations: list[Citation]) -> str:
     return SOURCES_HEADING + "\n".join(lines)
 
 
-def notes(result: QueryResult) -> str:
-    """The workflow's warnings the answer does not already say, as one short note."""
-    unsaid = [warning for warning in result.warnings if warning not in result.answer]
+def notes(result: QueryResult, about_request: Sequence[str] = ()) -> str:
+    """What the request lacked (`Conversation.notes`) and the workflow's warnings the answer does not
+    already say, as one short note."""
+    unsaid = [*about_request, *(warning for warning in result.warnings if warning not in result.answer)]
     return f"{NOTES_HEADING}{'；'.join(unsaid)}" if unsaid else ""
 
 
-def assistant_turn(result: QueryResult) -> str:
+def assistant_turn(result: QueryResult, about_request: Sequence[str] = ()) -> str:
     """Our whole turn: the answer, the note, the sources."""
-    return result.answer + notes(result) + source_list(result.citations)
+    return result.answer + notes(result, about_request) + source_list(result.citations)

@@ -15,6 +15,7 @@ chat UIs show apart and which never enter the answer. `usage` sums the tokens of
 """
 
 import json
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -28,12 +29,14 @@ from core.config import Settings
 from service.deps import CallerDep, ServicesDep, answering, get_caller
 from service.graph import QueryOptions, QueryResult, WorkflowDeps, run_query, stream_query
 from service.http.metrics import Metrics
+from service.http.middleware import LargerBody
 from service.http.openapi import error_responses
 from service.http.protocols import chat_tasks
 from service.http.protocols.access import open_base
 from service.http.protocols.chat_tasks import ChatTask, TaskAnswer
 from service.http.protocols.conversation import (
     Conversation,
+    TooLong,
     assistant_turn,
     check_question,
     notes,
@@ -41,6 +44,7 @@ from service.http.protocols.conversation import (
     source_list,
 )
 from service.http.protocols.errors import protocol_route
+from service.http.protocols.openai_embeddings import embedding_model
 from service.http.protocols.openai_wire import (
     AssistantMessage,
     ChatCompletion,
@@ -60,6 +64,21 @@ from service.kbs import BaseAccess, KnowledgeBases, UnknownKnowledgeBase
 from service.principals import Caller
 
 KB_PREFIX = "kb:"
+_LARGER_BODY_ADVICE = (
+    "send a shorter question or less attached text (MAX_QUESTION_CHARS and MAX_GIVEN_CHARS say how much is "
+    "answered) / 请缩短问题或少附些资料"
+)
+
+
+def body_limits(settings: Settings) -> list[LargerBody]:
+    """The /v1 routes' body limit: a chat client's tool definitions, history and attached files (and
+    a batch to embed) are far over MAX_REQUEST_BYTES; what is answered is limited by the question's
+    and the given context's length instead (`check_question`)."""
+    limit = settings.max_openai_request_bytes
+    named = f"MAX_OPENAI_REQUEST_BYTES={limit}"
+    path = re.compile(r"/v1/(chat/completions|embeddings)")
+    return [LargerBody("POST", path, "application/json", limit, named, _LARGER_BODY_ADVICE)]
+
 
 router = APIRouter(
     prefix="/v1",
@@ -120,9 +139,11 @@ def _record(metrics: Metrics, result: QueryResult) -> None:
 
 @router.get("/models", response_model=ModelList)
 def list_models(services: ServicesDep, caller: CallerDep) -> ModelList:
-    """The caller's knowledge bases as models."""
+    """The caller's knowledge bases as chat models, then the embedding model (for a caller who may read some base)."""
     created, readable = int(time.time()), services.kbs.readable(caller)
-    return ModelList(data=[Model(id=name, created=created) for name in model_names(services.settings, readable)])
+    chat = [Model(id=name, created=created) for name in model_names(services.settings, readable)]
+    embedding = [Model(id=embedding_model(services.embedder), created=created, kind="embedding")] if readable else []
+    return ModelList(data=[*chat, *embedding])
 
 
 # `/v1/models/` (a trailing slash, as some clients write the base URL) lists them too, and is not
@@ -132,6 +153,8 @@ router.add_api_route("/models/", list_models, methods=["GET"], response_model=Mo
 
 @router.get("/models/{model:path}", response_model=Model)
 def get_model(model: str, services: ServicesDep, caller: CallerDep) -> Model:
+    if model == embedding_model(services.embedder):
+        return Model(id=model, created=int(time.time()), kind="embedding")
     knowledge_base(services.settings, services.kbs, caller, model)
     return Model(id=model, created=int(time.time()))
 
@@ -158,7 +181,11 @@ def chat_request(body: ChatCompletionRequest, services: ServicesDep, caller: Cal
     conversation = read_conversation(body.messages)
     task = chat_tasks.recognise(conversation.last_message)
     if task is None:
-        check_question(services.settings, conversation.question)
+        try:
+            check_question(services.settings, conversation)
+        except TooLong as refused:
+            services.metrics.record_refusal("/v1/chat/completions", refused.reason)
+            raise
     return _Chat(body=body, workflow=answering(services, base), conversation=conversation, task=task)
 
 
@@ -185,7 +212,8 @@ async def chat_completions(chat: ChatDep, services: ServicesDep) -> ChatCompleti
     steps = "".join(step_line("node", step.model_dump()) for step in result.trace)
     reasoning = step_line("mode", {"mode": result.answer_mode, "reason": result.mode_reason}) + steps
     message = AssistantMessage(
-        content=assistant_turn(result), reasoning_content=reasoning if settings.chat_reasoning else None
+        content=assistant_turn(result, chat.conversation.notes),
+        reasoning_content=reasoning if settings.chat_reasoning else None,
     )
     usage = _usage(result.usage.prompt_tokens, result.usage.completion_tokens)
     return reply.completion(message, usage, result)
@@ -251,7 +279,7 @@ async def _stream(chat: _Chat, settings: Settings, metrics: Metrics, reply: _Rep
         elif event.event == "final":
             result = QueryResult.model_validate(event.data)
             _record(metrics, result)
-            if tail := notes(result) + source_list(result.citations):
+            if tail := notes(result, conversation.notes) + source_list(result.citations):
                 yield reply.chunk(Delta(content=tail))
             yield reply.chunk(Delta(), "stop", sources=result.citations)
             for line in reply.usage_chunk(_usage(result.usage.prompt_tokens, result.usage.completion_tokens)):

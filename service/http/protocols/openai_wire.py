@@ -194,6 +194,9 @@ class Model(BaseModel):
     object: Literal["model"] = "model"
     created: int
     owned_by: str = OWNER
+    kind: Literal["chat", "embedding"] = Field(
+        "chat", description="extension: a chat model (a knowledge base) or the embedding model (/v1/embeddings)"
+    )
 
 
 class ModelList(BaseModel):
