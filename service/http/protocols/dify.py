@@ -42,6 +42,7 @@ class RetrievalSetting(BaseModel):
 
     top_k: int = Field(ge=1, le=MAX_K, description=f"records at most, 1..{MAX_K}")
     score_threshold: float = Field(0.0, ge=0.0, le=1.0, description="the lowest `score` returned (0: all)")
+    rerank: bool = Field(True, description="ours, beside Dify's: rerank the hybrid candidates (RERANKER)")
 
 
 class RetrievalRequest(BaseModel):
@@ -64,6 +65,8 @@ class DifyRecord(BaseModel):
 
 class RetrievalResponse(BaseModel):
     records: list[DifyRecord]
+    # Beside Dify's `records` (Dify ignores it): e.g. a failed reranker, the fused order kept.
+    warnings: list[str] = []
 
 
 class DifyError(HTTPException):
@@ -145,8 +148,16 @@ async def retrieval(
     setting = body.retrieval_setting
     result = await run_in_threadpool(
         lambda: services.retriever.search(
-            base.scope, body.query, Mode.HYBRID, setting.top_k, body.metadata_condition, similarity=True
+            base.scope,
+            body.query,
+            Mode.HYBRID,
+            setting.top_k,
+            body.metadata_condition,
+            similarity=True,
+            rerank=setting.rerank,
         )
     )
     records = [record(hit) for hit in result.hits]
-    return RetrievalResponse(records=[r for r in records if r.score >= setting.score_threshold])
+    return RetrievalResponse(
+        records=[r for r in records if r.score >= setting.score_threshold], warnings=result.warnings
+    )
