@@ -208,8 +208,9 @@ class Retriever:
             reranker = self.reranker if rerank else None
             weight = self.rerank_weight(setting)
             # Only hits fetched through the caller's reader (their groups checked again) are ever sent.
+            # The candidates are the same fusion's next hits: its lists as deep as without reranking.
             top = max(k, reranker.limits.candidates) if reranker and weight > 0 else k
-            hits = self._hybrid(reader, query, top, filters, vector, params)
+            hits = self._hybrid(reader, query, k, filters, vector, params, top)
             fusion = fusion_used(params, setting)
             if reranker is not None:
                 hits, reranked = reranker.rerank(query, hits, k, weight)
@@ -247,9 +248,11 @@ class Retriever:
         filters: SearchFilter | None,
         vector: _QueryVector,
         params: RetrievalParams,
+        top: int,
     ) -> list[Hit]:
+        """The fused `top` (k, or the reranker's candidates) of lists `max(k, depth)` deep."""
         ranked = self._lists(reader, query, params.hybrid_lists, max(k, params.depth), filters, vector)
-        fused = fuse(ranked, params.fusion_params, top=k)
+        fused = fuse(ranked, params.fusion_params, top=top)
         # The winners came from filtered lists; the fetch checks their groups again (a chunk's
         # access may change between the search and the fetch).
         sources = reader.fetch([hit.id for hit in fused], HIT_SOURCE_FIELDS)
