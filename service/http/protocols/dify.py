@@ -19,7 +19,7 @@ not for this key) with 404. Other failures carry their HTTP status as the code (
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 from starlette.concurrency import run_in_threadpool
 
 from core.schema import Mode
@@ -65,8 +65,15 @@ class DifyRecord(BaseModel):
 
 class RetrievalResponse(BaseModel):
     records: list[DifyRecord]
-    # Beside Dify's `records` (Dify ignores it): e.g. a failed reranker, the fused order kept.
-    warnings: list[str] = []
+    # Beside Dify's `records` (Dify ignores it), only when there is one: e.g. a failed reranker.
+    warnings: list[str] = Field(default_factory=list)
+
+    @model_serializer(mode="wrap")
+    def _exactly_difys_shape(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if not self.warnings:
+            data.pop("warnings", None)
+        return data
 
 
 class DifyError(HTTPException):
