@@ -45,6 +45,8 @@ class RerankStub:
         stub = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as rerank servers (uvicorn, TEI) answer
+
             def log_message(self, *args: Any) -> None:
                 return
 
