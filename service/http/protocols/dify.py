@@ -19,7 +19,7 @@ not for this key) with 404. Other failures carry their HTTP status as the code (
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Request
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from core.schema import Mode
@@ -67,13 +67,6 @@ class RetrievalResponse(BaseModel):
     records: list[DifyRecord]
     # Beside Dify's `records` (Dify ignores it), only when there is one: e.g. a failed reranker.
     warnings: list[str] = Field(default_factory=list)
-
-    @model_serializer(mode="wrap")
-    def _exactly_difys_shape(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data: dict[str, Any] = handler(self)
-        if not self.warnings:
-            data.pop("warnings", None)
-        return data
 
 
 class DifyError(HTTPException):
@@ -147,7 +140,7 @@ def _knowledge(
         raise DifyError(404, KNOWLEDGE_NOT_FOUND, f"The knowledge does not exist: {body.knowledge_id!r}") from None
 
 
-@router.post("/retrieval", response_model=RetrievalResponse)
+@router.post("/retrieval", response_model=RetrievalResponse, response_model_exclude_defaults=True)
 async def retrieval(
     body: RetrievalRequest, base: Annotated[BaseAccess, Depends(_knowledge)], services: ServicesDep
 ) -> RetrievalResponse:
