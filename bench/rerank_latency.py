@@ -25,6 +25,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+from elasticsearch import Elasticsearch
 
 from bench.datasets import load_named
 from bench.latency import percentile
@@ -89,6 +90,22 @@ def measure(retriever: Retriever, scope: Scope, queries: list[str], k: int, repe
     return samples
 
 
+def summarize(samples: dict[str, list[float]]) -> dict[str, Any]:
+    return {
+        name: {"p50_ms": round(statistics.median(v), 2), "p95_ms": round(percentile(v, 95), 2), "n": len(v)}
+        for name, v in samples.items()
+    }
+
+
+def _retriever(
+    settings: Settings, es: Elasticsearch, embedder: Embedder, stub: RerankStub, limits: RerankLimits
+) -> Retriever:
+    """The service's retriever, reranking through the stub."""
+    scorer = HttpScorer(RerankApi.COHERE, stub.base_url, "stub", None, settings.rerank_batch, httpx.Client())
+    params = RetrievalParams.from_settings(settings)
+    return Retriever(es, embedder, get_tokenizer(), params, Reranker(scorer, limits))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.rerank_latency", description=__doc__.splitlines()[0])
     parser.add_argument("--delay-ms", type=float, default=50.0, help="the stub reranker's time per request")
@@ -105,26 +122,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     alias = args.index or f"bench-rerank-{uuid.uuid4().hex[:8]}"
     if args.index is None:
         options = IndexOptions.from_settings(settings)
+        tokenizer = get_tokenizer()
         index_documents(
             es,
             dataset.documents,
             alias=alias,
             embedder=embedder,
-            tokenizer=get_tokenizer(),
+            tokenizer=tokenizer,
             options=options,
             visible=ALL_DOCUMENTS,
         )
     stub = RerankStub(overlap, args.delay_ms / 1000)
     try:
         limits = replace(RerankLimits.from_settings(settings), timeout_s=args.delay_ms / 1000 + 5, weight=0.7)
-        scorer = HttpScorer(RerankApi.COHERE, stub.base_url, "stub", None, settings.rerank_batch, httpx.Client())
-        retriever = Retriever(
-            es,
-            KnownQueries(embedder, queries),
-            get_tokenizer(),
-            RetrievalParams.from_settings(settings),
-            Reranker(scorer, limits),
-        )
+        retriever = _retriever(settings, es, KnownQueries(embedder, queries), stub, limits)
         load_before = os.getloadavg()
         samples = measure(retriever, Scope.whole(alias), queries, args.k, args.repeat)
         load_after = os.getloadavg()
@@ -132,14 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         stub.close()
         if args.index is None:
             es.options(ignore_status=404).indices.delete(index=f"{alias}*", expand_wildcards="all")
-    figures: dict[str, Any] = {
-        name: {
-            "p50_ms": round(statistics.median(values), 2),
-            "p95_ms": round(percentile(values, 95), 2),
-            "n": len(values),
-        }
-        for name, values in samples.items()
-    }
+    figures = summarize(samples)
     report = {
         "delay_ms": args.delay_ms,
         "candidates": limits.candidates,
