@@ -36,6 +36,15 @@ class FusionMethod(StrEnum):
         return parse_name(cls, value, "fusion method")
 
 
+class RerankApi(StrEnum):
+    """The request shape of a rerank endpoint (retrieval/rerank.py): `cohere` (Cohere, Jina,
+    Xinference, vLLM, SiliconFlow), `tei` (Hugging Face text-embeddings-inference), `dashscope`."""
+
+    COHERE = "cohere"
+    TEI = "tei"
+    DASHSCOPE = "dashscope"
+
+
 # How judgements ask for structured output (service/structured.py): auto tries them in this order.
 StructuredOutput = Literal["auto", "tools", "json_schema", "json_object", "prompt"]
 
@@ -85,6 +94,24 @@ class Settings(BaseSettings):
     rrf_depth: int = 10  # each list's hits fused; chosen on dev with the fusion (docs/retrieval.md)
     num_candidates: int = 100
     title_boost: float = 2.0  # weight of a title match in the jieba BM25 list
+
+    # Reranking the fused hybrid candidates (retrieval/rerank.py, docs/retrieval.md "Reranking"):
+    # none, a rerank endpoint (http) or the configured chat model (llm). It never fails a query.
+    reranker: Literal["none", "http", "llm"] = "none"
+    rerank_base_url: str | None = None  # e.g. http://127.0.0.1:9997/v1 (Xinference); {base}/rerank is called
+    rerank_model: str | None = None
+    rerank_api_key: SecretStr | None = None
+    rerank_api: RerankApi = RerankApi.COHERE
+    rerank_candidates: int = Field(30, ge=1, le=200, description="fused hits sent to the reranker")
+    # final = weight * reranker + (1 - weight) * fused, each min-max normalised over the candidates;
+    # a base's evaluation chooses its own weight (stored with its fusion).
+    rerank_weight: float = Field(0.7, ge=0, le=1, description="share of the reranker in the final score")
+    rerank_timeout_s: float = Field(3.0, gt=0, description="the whole stage's time, retries included")
+    rerank_max_chars: int = Field(400, ge=50, description="characters sent per candidate (its best passages)")
+    rerank_batch: int = Field(32, ge=1, description="candidates per request (the endpoint's batch limit)")
+    rerank_llm_window: int = Field(10, ge=2, le=30, description="candidates per listwise call of the llm reranker")
+    rerank_breaker_failures: int = Field(3, ge=1, description="failures in a row that pause the stage")
+    rerank_breaker_pause_s: float = Field(30.0, ge=0, description="how long the stage pauses after them")
 
     # LLM (any OpenAI-compatible endpoint)
     openai_base_url: str | None = None

@@ -55,6 +55,8 @@ class FusionSetting:
     depth: int = 10
     lists: tuple[Mode, ...] = LIST_MODES
     weights: dict[str, float] = field(default_factory=dict)
+    # The reranker's share of the final score on this base (None: RERANK_WEIGHT; 0: no reranking).
+    rerank_weight: float | None = None
     origin: Literal["evaluation", "pinned"] = "pinned"
     chosen_at: str = ""
     note: str = ""  # e.g. the evaluation's report or the person who pinned it
@@ -70,6 +72,7 @@ class FusionSetting:
             depth=int(meta.get("depth", 10)),
             lists=tuple(Mode.from_str(name) for name in meta.get("lists", LIST_MODES)),
             weights={str(k): float(v) for k, v in (meta.get("weights") or {}).items()},
+            rerank_weight=None if meta.get("rerank_weight") is None else float(meta["rerank_weight"]),
             origin=meta.get("origin", "pinned"),
             chosen_at=str(meta.get("chosen_at", "")),
             note=str(meta.get("note", "")),

@@ -7,7 +7,8 @@ A `Policy` is how often and how long to try, and which errors are worth another 
 - `OPENAI`: chat models (`service/llm.py`) and the remote embedder (`core/embeddings.py`);
 - `ES_SEARCH`: one failed search of an `_msearch` (`core.reader`);
 - `ES_BULK`: bulk writes of the indexing job (`indexing/write.py`);
-- `WEB_SEARCH`: the Bocha web search (`service/websearch.py`).
+- `WEB_SEARCH`: the Bocha web search (`service/websearch.py`);
+- `RERANK`: a rerank endpoint (`retrieval/rerank.py`).
 
 The transient tests say which failures may pass when tried later; the API answers those with
 503 and Retry-After (`service/errors.py`).
@@ -107,6 +108,9 @@ ES_SEARCH = Policy(2, wait_fixed(0.5), marked_transient)
 ES_BULK = Policy(6, wait_exponential(multiplier=1, max=16), es_write_transient)
 # One retry on a time-out or a 5xx; none on 4xx (429 means slow down) nor on a refused connection.
 WEB_SEARCH = Policy(2, wait_fixed(0.2), marked_transient)
+# One retry on a refused or reset connection or a 5xx; none on a time-out (the stage has a time
+# budget) nor on 429: the query goes on with the fused order (retrieval/rerank.py).
+RERANK = Policy(2, wait_fixed(0.05), marked_transient)
 
 
 def log_retry(log: logging.Logger, what: str) -> Callable[[RetryCallState], None]:

@@ -19,6 +19,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,8 @@ from evaluation.metrics import (
     setting_of,
 )
 from evaluation.questions import BadLine, Question, QuestionSet, base_corpus, parse_questions, resolve
+from evaluation.rerank import markdown as rerank_markdown
+from evaluation.rerank import rerank_row, score_questions
 from retrieval.retriever import Retriever, build_retriever
 
 MODES = (*LISTS, "hybrid")
@@ -123,6 +126,10 @@ def run_evaluation(
         if progress:
             progress(done, len(ready))
     report = report_of(kb, questions, ready, bad, lists, config_of(retriever.params), tolerance, cost_tolerance)
+    if retriever.reranker is not None:  # the reranking row, on the chosen fusion's candidates
+        reader, reranker = Reader(retriever.es, scope), retriever.reranker
+        scored, took = score_questions(reranker, scope, reader, ready, lists, report["chosen"], progress)
+        report["rerank"] = rerank_row(reranker.scorer.name, ready, scored, took)
     return report | {"seconds": round(time.perf_counter() - started, 2)}
 
 
@@ -222,6 +229,8 @@ def markdown(report: dict[str, Any]) -> str:
     lines += ["| mode | " + " | ".join(METRICS) + " |", "|---|" + "---:|" * len(METRICS)]
     for mode, figures in report["dev"].items():
         lines.append(f"| {mode} | " + " | ".join(f"{figures[m]:.3f}" for m in METRICS) + " |")
+    if report.get("rerank"):
+        lines += rerank_markdown(report["rerank"])
     if q["bad_lines"]:
         lines += ["", "## Bad lines", ""] + [f"- line {b['line']}: {b['error']}" for b in q["bad_lines"]]
     lines += ["", f"## Test questions hybrid does not rank first ({len(report['misses'])})", ""]
@@ -279,8 +288,11 @@ def write_report(report: dict[str, Any], out: Path) -> list[Path]:
 
 
 def chosen_setting(report: dict[str, Any], note: str) -> FusionSetting:
-    """The report's chosen fusion as a base's setting (stored, every hybrid search of the base uses it)."""
-    return setting_of(report["chosen"], chosen_at=datetime.now(UTC).isoformat(), note=note)
+    """The report's chosen fusion, and reranking weight when it has a reranking row, as a base's
+    setting (stored, every hybrid search of the base uses it)."""
+    setting = setting_of(report["chosen"], chosen_at=datetime.now(UTC).isoformat(), note=note)
+    rerank = report.get("rerank")
+    return replace(setting, rerank_weight=rerank["chosen_weight"]) if rerank else setting
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -19,6 +19,27 @@ class PassageMatch(BaseModel):
     score: float
 
 
+class RerankEvidence(BaseModel):
+    """A reranked hit's part: the reranker's own score, and its 1-based rank and score after fusion
+    (before reranking); the hit's `score` is then the combined one (retrieval/rerank.py)."""
+
+    score: float
+    fused_rank: int
+    fused_score: float
+
+
+class RerankUsed(BaseModel):
+    """Whether a hybrid search was reranked, by what, at which weight; `warning` when the reranker
+    failed or is paused and the fused order was returned instead."""
+
+    reranker: str
+    weight: float
+    candidates: int
+    applied: bool = False
+    took_ms: float | None = None
+    warning: str | None = None
+
+
 class Hit(ChunkFields):
     """A chunk a search returned: its stored fields (`ChunkFields`), id and score."""
 
@@ -33,6 +54,8 @@ class Hit(ChunkFields):
     # The chunk's passages that matched best, best first (empty when the base has no passage
     # vectors or the mode ran no passage search): where the extractive answer and the reranker start.
     passages: list[PassageMatch] = Field(default_factory=list)
+    # Reranked hybrid hits only: the reranker's score and the fused rank and score before it.
+    rerank: RerankEvidence | None = None
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -71,3 +94,10 @@ class SearchResult(BaseModel):
     took_ms: float
     hits: list[Hit]
     fusion: FusionUsed | None = None  # hybrid only
+    rerank: RerankUsed | None = None  # hybrid with a reranker configured and not turned off
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def warnings(self) -> list[str]:
+        """What went wrong without failing the search (a reranker's failure: the fused order was kept)."""
+        return [self.rerank.warning] if self.rerank and self.rerank.warning else []

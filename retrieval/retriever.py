@@ -32,6 +32,7 @@ from retrieval import lists
 from retrieval.compare import Comparison, relate
 from retrieval.fusion import FusionParams, fuse
 from retrieval.lists import SearchFilter
+from retrieval.rerank import Reranker, build_reranker
 from retrieval.results import FusionUsed, Hit, SearchResult
 
 _META_TTL_S = 30.0  # how long an index's embedder and dictionary are trusted before re-reading
@@ -115,11 +116,13 @@ class Retriever:
         embedder: Embedder,
         tokenizer: ChineseTokenizer,
         params: RetrievalParams,
+        reranker: Reranker | None = None,
     ) -> None:
         self.es = es
         self.embedder = embedder
         self.tokenizer = tokenizer
         self.params = params
+        self.reranker = reranker  # hybrid's last stage (retrieval/rerank.py); None: RERANKER=none
         self._indices: dict[str, tuple[float, IndexMeta, ChineseTokenizer]] = {}
 
     def search(
@@ -131,11 +134,12 @@ class Retriever:
         filters: SearchFilter | None = None,
         *,
         similarity: bool = False,
+        rerank: bool = True,
     ) -> SearchResult:
         """The top `k` of `mode` among the chunks `scope` may read; with `similarity`, each hit's
-        cosine to the query too (one more `mget`)."""
+        cosine to the query too (one more `mget`); hybrid is reranked unless `rerank` is False."""
         vector = _QueryVector(self.embedder, query)
-        result = self._search(Reader(self.es, scope), query, Mode.from_str(mode), k, filters, vector)
+        result = self._search(Reader(self.es, scope), query, Mode.from_str(mode), k, filters, vector, rerank)
         if similarity:
             self._similarities(Reader(self.es, scope), result.hits, vector)
         return result
@@ -186,23 +190,46 @@ class Retriever:
         }
 
     def _search(
-        self, reader: Reader, query: str, mode: Mode, k: int, filters: SearchFilter | None, vector: _QueryVector
+        self,
+        reader: Reader,
+        query: str,
+        mode: Mode,
+        k: int,
+        filters: SearchFilter | None,
+        vector: _QueryVector,
+        rerank: bool = True,
     ) -> SearchResult:
         _validate(query, k)
         started = time.perf_counter()
-        fusion = None
+        fusion = reranked = None
         if mode == Mode.HYBRID:
             setting = self.fusion_of(reader.scope.kb)
             params = self.params.with_fusion(setting)
-            hits = self._hybrid(reader, query, k, filters, vector, params)
+            reranker = self.reranker if rerank else None
+            weight = self.rerank_weight(setting)
+            # Only hits fetched through the caller's reader (their groups checked again) are ever sent.
+            # The candidates are the same fusion's next hits: its lists as deep as without reranking.
+            top = max(k, reranker.limits.candidates) if reranker and weight > 0 else k
+            hits = self._hybrid(reader, query, k, filters, vector, params, top)
             fusion = fusion_used(params, setting)
+            if reranker is not None:
+                hits, reranked = reranker.rerank(query, hits, k, weight)
         else:
             body = self._body(reader.scope.kb, mode, query, k, _clauses(filters), vector, source=True)
             hits = [
                 Hit.from_source(raw["_source"], id=raw["_id"], score=raw["_score"])
                 for raw in reader.msearch([body])[0]["hits"]["hits"]
             ]
-        return SearchResult(mode=mode, took_ms=(time.perf_counter() - started) * 1000, hits=hits, fusion=fusion)
+        took = (time.perf_counter() - started) * 1000
+        return SearchResult(mode=mode, took_ms=took, hits=hits, fusion=fusion, rerank=reranked)
+
+    def rerank_weight(self, setting: FusionSetting | None) -> float:
+        """The reranker's share of the final score on a base: its own (evaluated or pinned), else the service's."""
+        if self.reranker is None:
+            return 0.0
+        if setting is not None and setting.rerank_weight is not None:
+            return setting.rerank_weight
+        return self.reranker.limits.weight
 
     def fusion_of(self, index: str) -> FusionSetting | None:
         """The base's own fusion setting (None: the service's applies), as read at most `_META_TTL_S` ago."""
@@ -221,9 +248,11 @@ class Retriever:
         filters: SearchFilter | None,
         vector: _QueryVector,
         params: RetrievalParams,
+        top: int,
     ) -> list[Hit]:
+        """The fused `top` (k, or the reranker's candidates) of lists `max(k, depth)` deep."""
         ranked = self._lists(reader, query, params.hybrid_lists, max(k, params.depth), filters, vector)
-        fused = fuse(ranked, params.fusion_params, top=k)
+        fused = fuse(ranked, params.fusion_params, top=top)
         # The winners came from filtered lists; the fetch checks their groups again (a chunk's
         # access may change between the search and the fetch).
         sources = reader.fetch([hit.id for hit in fused], HIT_SOURCE_FIELDS)
@@ -240,14 +269,19 @@ class Retriever:
         k: int = 10,
         modes: Sequence[Mode | str] = (Mode.VECTOR, Mode.HYBRID),
         filters: SearchFilter | None = None,
+        *,
+        rerank: bool = True,
     ) -> Comparison:
-        """Run `query` in each of `modes` (each timed on its own; the query embedded once) and relate their top-k ids."""
+        """Run `query` in each of `modes` (each timed on its own; the query embedded once) and relate their
+        top-k ids; a reranked hybrid's hits show their fused rank, hybrid before reranking."""
         chosen = list(dict.fromkeys(Mode.from_str(mode) for mode in modes))
         if len(chosen) < 2:
             raise ValueError(f"compare needs at least two distinct modes, got {chosen}")
         vector = _QueryVector(self.embedder, query)
         reader = Reader(self.es, scope)
-        return relate(query, k, {mode: self._search(reader, query, mode, k, filters, vector) for mode in chosen})
+        return relate(
+            query, k, {mode: self._search(reader, query, mode, k, filters, vector, rerank) for mode in chosen}
+        )
 
     def chunk(self, scope: Scope, chunk_id: str) -> Hit | None:
         """One chunk by id, whole (None when the base has no such chunk, or `scope` may not read it)."""
@@ -297,6 +331,11 @@ def _validate(query: str, k: int) -> None:
         raise ValueError("query is empty")
 
 
-def build_retriever(settings: Settings, es: Elasticsearch, embedder: Embedder) -> Retriever:
-    """The retriever the service and the CLI use: parameters and user dictionary from `settings`."""
-    return Retriever(es, embedder, get_tokenizer(settings.jieba_user_dict), RetrievalParams.from_settings(settings))
+def build_retriever(
+    settings: Settings, es: Elasticsearch, embedder: Embedder, reranker: Reranker | None = None
+) -> Retriever:
+    """The retriever the service and the CLI use: parameters, user dictionary and reranker from
+    `settings` (the service passes its own `reranker` for `RERANKER=llm`)."""
+    tokenizer = get_tokenizer(settings.jieba_user_dict)
+    stage = reranker if reranker is not None else build_reranker(settings)
+    return Retriever(es, embedder, tokenizer, RetrievalParams.from_settings(settings), stage)

@@ -22,6 +22,7 @@ from core.config import Settings
 from core.embeddings import BatchingEmbedder, Embedder, load_embedder
 from core.redact import redact_url
 from core.store import create_client
+from retrieval.rerank import Reranker, build_reranker
 from retrieval.retriever import build_retriever
 from service.deps import Services
 from service.graph import build_deps
@@ -38,6 +39,7 @@ from service.jobs.runner import JobRunner, RunnerLimits
 from service.jobs.store import JobStore
 from service.jobs.upload import Uploads
 from service.kbs import KnowledgeBases
+from service.llm.rerank import LlmScorer
 from service.principals import Keys, load_principals
 
 logger = logging.getLogger(__name__)
@@ -46,6 +48,14 @@ WEB_DIR = Path(__file__).resolve().parent / "http" / "web"
 ROUTERS = (health, query, kbs, documents, jobs, evaluation, openai_chat, openai_embeddings, dify)
 # Each protocol's paths and the shape of its errors (service/http/protocols/errors.py).
 PROTOCOL_ERRORS = (("/v1", render_openai_error), ("/retrieval", dify.render_error), ("/mcp", mcp_server.render_error))
+
+
+def build_stage(settings: Settings, metrics: Metrics) -> Reranker | None:
+    """The reranking stage `RERANKER` names (the chat model's for `llm`), counted in /metrics."""
+    reranker = build_reranker(settings, LlmScorer(settings) if settings.reranker == "llm" else None)
+    if reranker is not None:
+        reranker.listeners.append(metrics.record_rerank)
+    return reranker
 
 
 @asynccontextmanager
@@ -57,7 +67,7 @@ async def open_services(
     es = create_client(settings)
     loaded = embedder if embedder is not None else await run_in_threadpool(load_embedder, settings.embedder, settings)
     batching = BatchingEmbedder(loaded, settings.query_batch_window_ms / 1000, settings.query_batch_max)
-    retriever = build_retriever(settings, es, batching)
+    retriever = build_retriever(settings, es, batching, build_stage(settings, metrics))
     # Load jieba's dictionary and run the embedder once now, not on the first user's query.
     await run_in_threadpool(retriever.tokenizer.query_terms, "预热")
     await run_in_threadpool(batching.embed_query, "预热")

@@ -48,8 +48,8 @@ async def session(client: Client, protocol_kb: str) -> dict[str, Any]:
 
 def check(seen: dict[str, Any], protocol_kb: str) -> None:
     assert set(seen["tools"]) == TOOLS
-    assert set(seen["tools"]["search"].input_schema["properties"]) == {"query", "kb", "mode", "k", "filters"}
-    assert set(seen["tools"]["ask"].input_schema["properties"]) == {"question", "kb", "web"}
+    assert set(seen["tools"]["search"].input_schema["properties"]) == {"query", "kb", "mode", "k", "filters", "rerank"}
+    assert set(seen["tools"]["ask"].input_schema["properties"]) == {"question", "kb", "web", "rerank"}
     assert seen["bases"] == {"knowledge_bases": [{"name": protocol_kb, "default": True, "chunks": len(DOCS)}]}
     top = seen["hits"][0]
     assert len(seen["hits"]) == 2 and "孟获" in top["text"] and top["label"] == "第90章 七擒孟获 · sanguo"

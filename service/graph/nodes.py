@@ -162,7 +162,8 @@ async def retrieve(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeRe
     cursor = state.get("cursor", 0)
     sub_question = state["sub_questions"][cursor]
     query = state.get("search_texts", state["sub_questions"])[cursor]
-    result = await asyncio.to_thread(ctx.deps.retriever.search, ctx.deps.scope, query, ctx.retrieval_mode, ctx.k)
+    search = ctx.deps.retriever.search
+    result = await asyncio.to_thread(search, ctx.deps.scope, query, ctx.retrieval_mode, ctx.k, rerank=ctx.rerank)
     passages = dict(state.get("passages", {}))
     found = {**state.get("found", {}), sub_question: [hit.id for hit in result.hits]}
     new = 0
@@ -177,6 +178,8 @@ async def retrieve(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeRe
             )
     top = result.hits[0].label if result.hits else "无"
     update: WorkflowState = {"passages": passages, "found": found, "cursor": cursor + 1, "retrievals": 1}
+    if result.warnings:  # a failed reranker: the fused order was used, and the answer says so
+        update["warnings"] = result.warnings
     return update, f"子问题 {cursor + 1}「{sub_question}」：{len(result.hits)} 条（新增 {new}），首条：{top}"
 
 

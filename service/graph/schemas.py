@@ -122,6 +122,7 @@ class QueryOptions(StrictModel):
     )
     k: int = Field(8, ge=1, le=50)
     web: bool = True
+    rerank: bool = Field(True, description="rerank hybrid's fused candidates when a reranker is configured")
     max_retrievals: int | None = Field(None, ge=1, le=20)
     max_web_searches: int | None = Field(None, ge=0, le=5)
     history: list[ChatTurn] = Field(default_factory=list)

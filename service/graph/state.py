@@ -98,6 +98,7 @@ class RunContext:
     retrieval_mode: Mode
     k: int
     web: bool
+    rerank: bool
     max_retrievals: int
     max_web_searches: int
     max_llm_calls: int

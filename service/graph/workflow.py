@@ -246,6 +246,7 @@ async def _run_in_mode(
         retrieval_mode=options.retrieval_mode,
         k=options.k,
         web=options.web,
+        rerank=options.rerank,
         max_retrievals=options.max_retrievals or settings.max_retrievals,
         max_web_searches=settings.max_web_searches if options.max_web_searches is None else options.max_web_searches,
         max_llm_calls=settings.max_llm_calls,

@@ -56,11 +56,28 @@ class Metrics:
         )
         self.llm_calls = Counter("rag_llm_calls", "Chat-model calls made by the workflow", registry=self.registry)
         self.web_calls = Counter("rag_web_calls", "Web-search calls made by the workflow", registry=self.registry)
+        self.reranks = Counter(
+            "rag_rerank",
+            "Reranked searches by outcome: applied, or the fused order kept (timeout, error, rate_limited, "
+            "malformed, paused)",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.rerank_latency = Histogram(
+            "rag_rerank_duration_seconds",
+            "Time the reranking stage took",
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
 
     def record_workflow(self, route: str, web_used: bool, llm_calls: int, web_calls: int) -> None:
         self.workflow_paths.labels(route=route or "unknown", web_used=str(web_used).lower()).inc()
         self.llm_calls.inc(llm_calls)
         self.web_calls.inc(web_calls)
+
+    def record_rerank(self, outcome: str, seconds: float) -> None:
+        self.reranks.labels(outcome=outcome).inc()
+        self.rerank_latency.observe(seconds)
 
     def record_error(self, endpoint: str, kind: str) -> None:
         self.errors.labels(endpoint=endpoint, kind=kind).inc()

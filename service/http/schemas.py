@@ -43,6 +43,7 @@ class SearchRequest(StrictModel):
     mode: Choice[Mode] = Mode.HYBRID
     k: K = 10
     filters: Filters | None = None
+    rerank: bool = Field(True, description="rerank hybrid's fused candidates when a reranker is configured (RERANKER)")
 
 
 class CompareRequest(StrictModel):
@@ -53,6 +54,9 @@ class CompareRequest(StrictModel):
         default=[Mode.VECTOR, Mode.HYBRID], min_length=2, max_length=5, json_schema_extra={"uniqueItems": True}
     )
     filters: Filters | None = None
+    rerank: bool = Field(
+        True, description="rerank the hybrid column (RERANKER); each of its hits shows its rank before reranking"
+    )
 
     @field_validator("modes")
     @classmethod

@@ -121,10 +121,18 @@ class ChatModel:
             logger.info("model %s at %s reasons in the form %s (kept out of answers)", self.name, self.endpoint, form)
 
 
-def chat_model(settings: Settings, model: str, temperature: float, habits: Habits | None = None) -> ChatModel:
-    """One client of the configured endpoint; a keyless local server gets a placeholder key."""
+def chat_model(
+    settings: Settings,
+    model: str,
+    temperature: float,
+    habits: Habits | None = None,
+    http_async_client: httpx.AsyncClient | None = None,
+) -> ChatModel:
+    """One client of the configured endpoint; a keyless local server gets a placeholder key.
+    `http_async_client`: a client of one event loop (the reranker's own), not the shared default."""
     base = settings.openai_base_url or "https://api.openai.com/v1"
     client = ChatDeepSeek(
+        http_async_client=http_async_client,
         model_name=model,
         temperature=temperature,
         api_base=base,

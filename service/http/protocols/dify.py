@@ -45,6 +45,7 @@ class RetrievalSetting(StrictModel):
 
     top_k: int = Field(ge=1, le=MAX_K, description=f"records at most, 1..{MAX_K}")
     score_threshold: float = Field(0.0, ge=0.0, le=1.0, description="the lowest `score` returned (0: all)")
+    rerank: bool = Field(True, description="ours, beside Dify's: rerank the hybrid candidates (RERANKER)")
 
 
 class RetrievalRequest(StrictModel):
@@ -67,6 +68,8 @@ class DifyRecord(BaseModel):
 
 class RetrievalResponse(BaseModel):
     records: list[DifyRecord]
+    # Beside Dify's `records` (Dify ignores it), only when there is one: e.g. a failed reranker.
+    warnings: list[str] = Field(default_factory=list)
 
 
 class DifyError(HTTPException):
@@ -140,7 +143,7 @@ def _knowledge(
         raise DifyError(404, KNOWLEDGE_NOT_FOUND, f"The knowledge does not exist: {body.knowledge_id!r}") from None
 
 
-@router.post("/retrieval", response_model=RetrievalResponse)
+@router.post("/retrieval", response_model=RetrievalResponse, response_model_exclude_defaults=True)
 async def retrieval(
     body: RetrievalRequest, base: Annotated[BaseAccess, Depends(_knowledge)], services: ServicesDep
 ) -> RetrievalResponse:
@@ -148,8 +151,16 @@ async def retrieval(
     setting = body.retrieval_setting
     result = await run_in_threadpool(
         lambda: services.retriever.search(
-            base.scope, body.query, Mode.HYBRID, setting.top_k, body.metadata_condition, similarity=True
+            base.scope,
+            body.query,
+            Mode.HYBRID,
+            setting.top_k,
+            body.metadata_condition,
+            similarity=True,
+            rerank=setting.rerank,
         )
     )
     records = [record(hit) for hit in result.hits]
-    return RetrievalResponse(records=[r for r in records if r.score >= setting.score_threshold])
+    return RetrievalResponse(
+        records=[r for r in records if r.score >= setting.score_threshold], warnings=result.warnings
+    )

@@ -81,6 +81,7 @@ class SearchHits(BaseModel):
     kb: str
     mode: Mode
     hits: list[SearchHit]
+    warnings: list[str] = Field(default_factory=list, description="e.g. a failed reranker: the fused order was kept")
 
 
 class Answer(BaseModel):
@@ -163,6 +164,7 @@ def _add_search_tools(server: MCPServer, services: ServicesOf) -> None:
         mode: Annotated[Mode, Field(description="hybrid (default), vector, bm25, bigram or standard")] = Mode.HYBRID,
         k: Annotated[int, Field(ge=1, le=MAX_K, description="number of hits")] = 5,
         filters: Annotated[Filters | None, Field(description="sources, chapter_from, chapter_to")] = None,
+        rerank: Annotated[bool, Field(description="rerank hybrid's candidates (when RERANKER is set)")] = True,
     ) -> SearchHits:
         """Search a knowledge base; each hit has its citation label, page and section."""
 
@@ -170,8 +172,10 @@ def _add_search_tools(server: MCPServer, services: ServicesOf) -> None:
             app = services()
             text = valid_text(app.settings, "query", query)  # the limits and messages of every protocol
             base = await asyncio.to_thread(open_base, app.kbs, _caller(app, ctx), kb)
-            result = await asyncio.to_thread(app.retriever.search, base.scope, text, mode, k, filters)
-            return SearchHits(kb=base.kb, mode=result.mode, hits=[_hit(hit) for hit in result.hits])
+            search = app.retriever.search
+            result = await asyncio.to_thread(search, base.scope, text, mode, k, filters, rerank=rerank)
+            hits = [_hit(hit) for hit in result.hits]
+            return SearchHits(kb=base.kb, mode=result.mode, hits=hits, warnings=result.warnings)
 
         return await _explained(run())
 
@@ -187,6 +191,7 @@ def _add_answer_tools(server: MCPServer, services: ServicesOf) -> None:
         ],
         kb: Annotated[str | None, Field(description="knowledge base (default: the service's default)")] = None,
         web: Annotated[bool, Field(description="allow a web search when the knowledge base is not enough")] = True,
+        rerank: Annotated[bool, Field(description="rerank hybrid's candidates (when RERANKER is set)")] = True,
     ) -> Answer:
         """Answer from a knowledge base with the agentic workflow, citing sources; says what it cannot confirm."""
 
@@ -194,7 +199,7 @@ def _add_answer_tools(server: MCPServer, services: ServicesOf) -> None:
             app = services()
             text = valid_text(app.settings, "question", question)
             base = await asyncio.to_thread(open_base, app.kbs, _caller(app, ctx), kb)
-            result = await run_query(answering(app, base), text, QueryOptions(web=web))
+            result = await run_query(answering(app, base), text, QueryOptions(web=web, rerank=rerank))
             app.metrics.record_workflow(result.route, result.web_used, result.llm_calls, result.web_calls)
             return Answer(
                 answer=result.answer + source_list(result.citations),

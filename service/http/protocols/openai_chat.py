@@ -170,7 +170,7 @@ class _Chat:
 
     @property
     def options(self) -> QueryOptions:
-        return QueryOptions(history=self.conversation.history)
+        return QueryOptions(history=self.conversation.history, rerank=self.body.rerank)
 
 
 def chat_request(body: ChatCompletionRequest, services: ServicesDep, caller: CallerDep) -> _Chat:

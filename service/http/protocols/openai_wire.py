@@ -108,6 +108,7 @@ class ChatCompletionRequest(BaseModel):
     functions: list[Any] | None = None
     function_call: str | dict[str, Any] | None = None
     response_format: dict[str, Any] | None = None
+    rerank: bool = True  # ours (an SDK's `extra_body`): False answers without the reranking stage
 
     def refuse_unsupported(self) -> None:
         """A 400 naming the first option that asks for what a knowledge base's answer cannot be."""

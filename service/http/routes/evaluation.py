@@ -118,6 +118,9 @@ class FusionPin(StrictModel):
     weights: dict[ListName, Annotated[float, Field(ge=0, le=100)]] = Field(
         default_factory=dict, description="per list; 1 when absent"
     )
+    rerank_weight: float | None = Field(
+        None, ge=0, le=1, description="the reranker's share of the final score (0: off; null: RERANK_WEIGHT)"
+    )
     note: str = Field("", max_length=200)
 
     @field_validator("lists")
@@ -351,6 +354,7 @@ def pin_fusion(
         depth=body.depth,
         lists=tuple(body.lists),
         weights={str(name): weight for name, weight in body.weights.items()},
+        rerank_weight=body.rerank_weight,
         origin="pinned",
         chosen_at=datetime.now(UTC).isoformat(),
         note=body.note,

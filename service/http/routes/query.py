@@ -35,7 +35,7 @@ def search(
 ) -> SearchResult:
     """One retrieval mode over a knowledge base (hybrid: kNN + jieba BM25 + bigram + standard, fused),
     among the documents the caller may read."""
-    return services.retriever.search(base.scope, body.query, body.mode, body.k, body.filters)
+    return services.retriever.search(base.scope, body.query, body.mode, body.k, body.filters, rerank=body.rerank)
 
 
 @router.post("/compare", response_model=Comparison, tags=["retrieval"])
@@ -43,7 +43,7 @@ def compare(
     body: CompareBody, base: Annotated[BaseAccess, Depends(base_in_body(valid_compare))], services: ServicesDep
 ) -> Comparison:
     """The same query in several modes side by side, with overlap and rank differences."""
-    return services.retriever.compare(base.scope, body.query, body.k, body.modes, body.filters)
+    return services.retriever.compare(base.scope, body.query, body.k, body.modes, body.filters, rerank=body.rerank)
 
 
 @router.post("/query", response_model=QueryResult, tags=["answers"], responses=error_responses(429))

@@ -231,11 +231,20 @@ function renderHits(list, hits, mode, other, shared, ranks) {
       const text = part.rank ? `${label} 第${part.rank}名 +${part.contribution.toFixed(4)}` : `${label} 未召回`;
       meta.append(el("span", { class: `rank ${list}` }, text));
     }
+    // A reranked hit: the reranker's score and where fusion had it before (hybrid vs hybrid + reranking).
+    if (hit.rerank) meta.append(el("span", { class: "rank rerank" }, `重排 ${Number(hit.rerank.score).toFixed(3)} · 融合第${hit.rerank.fused_rank}名`));
     const otherRank = (ranks.get(hit.id) || {})[other];
     if (shared.has(hit.id)) meta.append(el("span", { class: "rank both" }, `两者皆有 · 另一列第${otherRank}名`));
     list.append(el("li", { class: shared.has(hit.id) ? "hit overlap" : "hit", "data-id": hit.id }, meta, el("span", { class: "text" }, hit.text)));
   }
   if (!hits.length) list.append(el("li", {}, "（无结果）"));
+}
+
+// What the reranking stage did to a column: applied (its weight), or why the fused order was kept.
+function rerankNote(result) {
+  const used = result.rerank;
+  if (!used) return "";
+  return used.applied ? ` · 已重排（权重 ${used.weight}）` : used.warning ? ` · ${used.warning}` : "";
 }
 
 async function compare() {
@@ -257,7 +266,8 @@ async function compare() {
     $("compare-summary").textContent =
       `前 ${comparison.k} 条中重合 ${overlap.shared.length} 条（overlap@${comparison.k} = ${overlap.overlap_at_k.toFixed(2)}）` +
       ` · ${MODE_NAMES[left] || left} ${Math.round(comparison.results[left].took_ms)} ms，` +
-      `${MODE_NAMES[right] || right} ${Math.round(comparison.results[right].took_ms)} ms`;
+      `${MODE_NAMES[right] || right} ${Math.round(comparison.results[right].took_ms)} ms` +
+      rerankNote(comparison.results[right]);
     $("compare-section").hidden = false;
   } catch (err) {
     showError(`连接中断：${err.message}`);

@@ -171,6 +171,20 @@ function renderMisses(misses) {
   }));
 }
 
+// The reranking row (a reranker configured): test figures at each weight, the one chosen on dev.
+function renderRerank(row) {
+  evalEl("eval-rerank").hidden = !row;
+  if (!row) return;
+  evalEl("eval-rerank-summary").textContent =
+    `${row.reranker} · 开发集选出的权重 ${row.chosen_weight}（0 为不重排）· 增加延迟 p50 ${row.added_ms.p50} ms · 失败 ${row.failed}/${row.questions}`;
+  const head = evalNode("tr", {}, evalNode("th", {}, "重排权重"), ...EVAL_METRICS.map((m) => evalNode("th", {}, m)));
+  evalEl("eval-rerank-table").replaceChildren(
+    evalNode("thead", {}, head),
+    evalNode("tbody", {}, ...row.weights.map((entry) =>
+      figureRow(`${entry.weight}${entry.weight === 0 ? "（不重排）" : ""}`, entry.test, entry.weight === row.chosen_weight))),
+  );
+}
+
 async function renderReport(status) {
   const report = status.report;
   const q = report.questions;
@@ -192,6 +206,7 @@ async function renderReport(status) {
   );
   evalEl("eval-chosen").textContent =
     `开发集选出的融合：${report.chosen.label}${status.stored ? "（已保存为该知识库的融合设置）" : "（仅报告，未保存）"}`;
+  renderRerank(report.rerank);
   renderMisses(report.misses);
   const plot = await fetch(status.plot_url.replace(/^\//, ""), { headers: kbHeaders(false) });
   if (plot.ok) evalEl("eval-plot").src = URL.createObjectURL(await plot.blob());
