@@ -23,6 +23,7 @@ from core.embeddings import BatchingEmbedder, Embedder, load_embedder
 from core.redact import redact_url
 from core.store import create_client
 from retrieval.retriever import build_retriever
+from service.answers import AnswerLog
 from service.deps import Services
 from service.graph import build_deps
 from service.http.errors import add_error_handlers
@@ -32,7 +33,7 @@ from service.http.openapi import document_statuses
 from service.http.protocols import dify, mcp_server, openai_chat
 from service.http.protocols.errors import ProtocolErrors
 from service.http.protocols.openai_wire import render_error as render_openai_error
-from service.http.routes import documents, evaluation, health, jobs, kbs, query
+from service.http.routes import answers, documents, evaluation, health, jobs, kbs, query
 from service.jobs.evaluation import Evaluations
 from service.jobs.runner import JobRunner, RunnerLimits
 from service.jobs.store import JobStore
@@ -43,7 +44,7 @@ from service.principals import Keys, load_principals
 logger = logging.getLogger(__name__)
 
 WEB_DIR = Path(__file__).resolve().parent / "http" / "web"
-ROUTERS = (health, query, kbs, documents, jobs, evaluation, openai_chat, dify)
+ROUTERS = (health, query, kbs, documents, jobs, evaluation, answers, openai_chat, dify)
 # Each protocol's paths and the shape of its errors (service/http/protocols/errors.py).
 PROTOCOL_ERRORS = (("/v1", render_openai_error), ("/retrieval", dify.render_error), ("/mcp", mcp_server.render_error))
 
@@ -77,6 +78,7 @@ async def open_services(
         kbs=bases,
         workflow=build_deps(settings, es, retriever),
         jobs=runner,
+        answers=AnswerLog(es, settings),
     )
     if run_jobs:
         runner.start()  # resuming what a previous process left unfinished
