@@ -118,6 +118,8 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
     app.router.routes.append(Route("/mcp", endpoint, methods=["GET", "POST", "DELETE"], include_in_schema=False))
     app.mount("/static", StaticFiles(directory=WEB_DIR), name="static")
     app.add_api_route("/", lambda: FileResponse(WEB_DIR / "index.html"), include_in_schema=False)
+    icon = WEB_DIR / "favicon.ico"  # what a browser asks for on every page
+    app.add_api_route("/favicon.ico", lambda: FileResponse(icon, media_type="image/x-icon"), include_in_schema=False)
     _add_middleware(app, settings, metrics, policy)
     limit = settings.max_question_chars
     embedder_name = embedder.name if embedder is not None else settings.embedder  # what `load_embedder` names it

@@ -193,6 +193,7 @@ async function renderReport(status) {
   evalEl("eval-chosen").textContent =
     `开发集选出的融合：${report.chosen.label}${status.stored ? "（已保存为该知识库的融合设置）" : "（仅报告，未保存）"}`;
   renderMisses(report.misses);
+  showChange(status);
   const plot = await fetch(status.plot_url.replace(/^\//, ""), { headers: kbHeaders(false) });
   if (plot.ok) evalEl("eval-plot").src = URL.createObjectURL(await plot.blob());
   evalEl("evaluation-results").hidden = false;
