@@ -68,7 +68,7 @@ async function sendVote(vote, chunkId = null) {
 
 // --- the admin's review (评测 tab) ---------------------------------------------------------
 
-const REVIEW_VOTES = { up: "👍 点赞", down: "👎 点踩" };
+const REVIEW_VOTES = { up: "点赞", down: "点踩" };
 
 function reviewItem(answer) {
   const rating = answer.rating || {};
