@@ -177,9 +177,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "ANSWER_MODE": "extractive",
         **own,
     }
-    service = ServiceProcess(
-        env, Path(tempfile.mkdtemp(prefix="feedback-loop-")), args.out.with_suffix(".log"), ready_path="/readyz"
-    )
+    workdir = Path(tempfile.mkdtemp(prefix="feedback-loop-"))  # its log too
+    service = ServiceProcess(env, workdir, workdir / "service.log", ready_path="/readyz")
     try:
         service.start()
         with httpx.Client(base_url=service.url, timeout=300) as client:
