@@ -94,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
             "BOCHA_API_KEY": "",
             "JOBS_INDEX": f"bench-chat-tasks-jobs-{run_id}",
             "JUDGEMENTS_INDEX": f"bench-chat-tasks-judgements-{run_id}",
+            "ANSWERS_INDEX": f"bench-chat-tasks-answers-{run_id}",
             "LOG_LEVEL": "WARNING",
         }
         service = ServiceProcess(env, Path(scratch), Path(scratch) / "service.log", ready_path="/readyz")
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
                 timed = {name: time_case(client, message, args.repeat) for name, message in cases().items()}
         finally:
             service.stop()
-            for index in (env["JOBS_INDEX"], env["JUDGEMENTS_INDEX"]):
+            for index in (env["JOBS_INDEX"], env["JUDGEMENTS_INDEX"], env["ANSWERS_INDEX"]):
                 httpx.delete(f"{settings.es_url.split(',')[0]}/{index}", timeout=30)
     result = {
         "chapters": args.chapters,

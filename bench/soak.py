@@ -218,7 +218,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def service_env(book: str) -> dict[str, str]:
-    own = {name: f"soak-{name.split('_')[0].lower()}" for name in ("JOBS_INDEX", "JUDGEMENTS_INDEX", "QUESTIONS_INDEX")}
+    own = {
+        name: f"soak-{name.split('_')[0].lower()}"
+        for name in ("JOBS_INDEX", "JUDGEMENTS_INDEX", "QUESTIONS_INDEX", "ANSWERS_INDEX")
+    }
     no_model = {"OPENAI_BASE_URL": "", "OPENAI_API_KEY": "", "MODEL_NAME": ""}
     return {**os.environ, **own, **no_model, "ES_INDEX": book, "API_KEYS": "", "LOG_LEVEL": "WARNING"}
 

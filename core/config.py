@@ -141,6 +141,12 @@ class Settings(BaseSettings):
     judgement_cache_ttl_s: float = 3600.0  # a cached verdict older than this is asked again
     judgement_cache_size: int = Field(1024, ge=1, description="verdicts the cache keeps (least recently used go)")
     context_token_budget: int = 6000  # numbered contexts in one prompt; lowest-ranked trimmed first
+    # The answer log (service/answers.py): every answer's id, citations, verdicts and its asker's rating
+    answers_index: str = Field("rag-answers", description="Elasticsearch index of the answer log")
+    answer_retention_days: float = Field(90, ge=0, description="answers older than this are deleted; 0: kept forever")
+    answer_log_questions: bool = Field(
+        True, description="keep the question and answer text (false: ids and figures only)"
+    )
 
     # Answers: the model when configured and reachable (auto), always the model, or never (extractive)
     answer_mode: Literal["auto", "llm", "extractive"] = "auto"

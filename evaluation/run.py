@@ -109,8 +109,10 @@ def run_evaluation(
     *,
     tolerance: float = TOLERANCE,
     cost_tolerance: float = COST_TOLERANCE,
+    before: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The report of `questions` on the base `kb` (see the module docstring); stores nothing."""
+    """The report of `questions` on the base `kb` (see the module docstring); stores nothing.
+    `before`: the fusion the base uses now (grid form), to say what choosing anew would change."""
     started = time.perf_counter()
     kb = scope.kb
     ready, bad = resolve(questions, base_corpus(Reader(retriever.es, scope)))
@@ -130,7 +132,24 @@ def run_evaluation(
         reader, reranker = Reader(retriever.es, scope), retriever.reranker
         scored, took = score_questions(reranker, scope, reader, ready, lists, report["chosen"], progress)
         report["rerank"] = rerank_row(reranker.scorer.name, ready, scored, took)
+    if before is not None:
+        test = [q for q in ready if q.split == "test"]
+        report["before"] = change(test, {q.id: lists[q.id] for q in test}, before, report["chosen"])
     return report | {"seconds": round(time.perf_counter() - started, 2)}
+
+
+def change(
+    test: list[Question], lists: dict[str, Lists], before: dict[str, Any], chosen: dict[str, Any]
+) -> dict[str, Any]:
+    """What the chosen fusion changes on test against `before`: each metric's figures before and
+    after, and the paired-bootstrap 95 % interval of after minus before."""
+    old = per_query(test, lists, before)["hybrid"]
+    new = per_query(test, lists, chosen)["hybrid"]
+    changes = {}
+    for metric in METRICS:
+        diff, low, high = paired_bootstrap([q[metric] for q in new], [q[metric] for q in old])
+        changes[metric] = {"diff": diff, "interval": [low, high]}
+    return before | {"label": label(before), "test": mean_metrics(old), "change": changes}
 
 
 def report_of(

@@ -24,6 +24,7 @@ from core.redact import redact_url
 from core.store import create_client
 from retrieval.rerank import Reranker, build_reranker
 from retrieval.retriever import build_retriever
+from service.answers import AnswerLog
 from service.deps import Services
 from service.graph import build_deps
 from service.http.errors import add_error_handlers
@@ -33,7 +34,7 @@ from service.http.openapi import document_statuses
 from service.http.protocols import dify, mcp_server, openai_chat, openai_embeddings
 from service.http.protocols.errors import ProtocolErrors
 from service.http.protocols.openai_wire import render_error as render_openai_error
-from service.http.routes import documents, evaluation, health, jobs, kbs, query
+from service.http.routes import answers, documents, evaluation, health, jobs, kbs, query
 from service.jobs.evaluation import Evaluations
 from service.jobs.runner import JobRunner, RunnerLimits
 from service.jobs.store import JobStore
@@ -45,7 +46,7 @@ from service.principals import Keys, load_principals
 logger = logging.getLogger(__name__)
 
 WEB_DIR = Path(__file__).resolve().parent / "http" / "web"
-ROUTERS = (health, query, kbs, documents, jobs, evaluation, openai_chat, openai_embeddings, dify)
+ROUTERS = (health, query, kbs, documents, jobs, evaluation, answers, openai_chat, openai_embeddings, dify)
 # Each protocol's paths and the shape of its errors (service/http/protocols/errors.py).
 PROTOCOL_ERRORS = (("/v1", render_openai_error), ("/retrieval", dify.render_error), ("/mcp", mcp_server.render_error))
 
@@ -87,6 +88,7 @@ async def open_services(
         kbs=bases,
         workflow=build_deps(settings, es, retriever),
         jobs=runner,
+        answers=AnswerLog(es, settings),
     )
     if run_jobs:
         runner.start()  # resuming what a previous process left unfinished
@@ -126,6 +128,8 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
     app.router.routes.append(Route("/mcp", endpoint, methods=["GET", "POST", "DELETE"], include_in_schema=False))
     app.mount("/static", StaticFiles(directory=WEB_DIR), name="static")
     app.add_api_route("/", lambda: FileResponse(WEB_DIR / "index.html"), include_in_schema=False)
+    icon = WEB_DIR / "favicon.ico"  # what a browser asks for on every page
+    app.add_api_route("/favicon.ico", lambda: FileResponse(icon, media_type="image/x-icon"), include_in_schema=False)
     _add_middleware(app, settings, metrics, policy)
     limit = settings.max_question_chars
     embedder_name = embedder.name if embedder is not None else settings.embedder  # what `load_embedder` names it

@@ -11,22 +11,26 @@ The protocols (OpenAI, Dify, MCP) open their base through the same `KnowledgeBas
 module imports no router and no app: routers import it, and `service.app` builds `Services`.
 """
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from typing import Annotated, Protocol, TypeVar
 
-from elasticsearch import Elasticsearch
+from elastic_transport import TransportError as ESTransportError
+from elasticsearch import ApiError, Elasticsearch
 from fastapi import Depends, Query, Request
 from fastapi import Path as PathParam
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
+from starlette.concurrency import run_in_threadpool
 
 from core.config import Settings
 from core.embeddings import Embedder
 from core.kbs import KB_NAME_PATTERN
 from retrieval.retriever import Retriever
-from service.graph import WorkflowDeps, WorkflowTools, ensure_answerable
+from service.answers import AnswerLog, Asked, Channel, logged_answer, new_answer_id
+from service.graph import QueryResult, WorkflowDeps, WorkflowTools, ensure_answerable
 from service.http.auth import unauthorized
 from service.http.metrics import Metrics
 from service.http.schemas import CompareRequest, QueryRequest, SearchRequest
@@ -34,6 +38,8 @@ from service.inputs import valid_text
 from service.jobs.runner import JobRunner
 from service.kbs import BaseAccess, KnowledgeBases
 from service.principals import Caller, Keys, Role
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -49,6 +55,7 @@ class Services:
     kbs: KnowledgeBases
     workflow: WorkflowTools
     jobs: JobRunner
+    answers: AnswerLog
 
 
 async def get_services(request: Request) -> Services:
@@ -179,3 +186,26 @@ def workflow_for_question(
 
 
 WorkflowDep = Annotated[WorkflowDeps, Depends(workflow_for_question)]
+
+
+async def log_answer(
+    services: Services,
+    base: BaseAccess,
+    result: QueryResult,
+    channel: Channel,
+    *,
+    retrieval_mode: str = "hybrid",
+    answer_id: str | None = None,
+) -> QueryResult:
+    """`result` with its id, kept in the answer log (every protocol's answers go there, so any can be
+    rated). A log that cannot be written costs the answer nothing: it is answered, and warned about."""
+    answer_id = answer_id or new_answer_id()
+    asked = Asked(base.caller, base.kb, base.scope.documents.key, channel, retrieval_mode)
+    try:
+        await run_in_threadpool(
+            services.answers.record, logged_answer(answer_id, asked, result, services.settings.answer_log_questions)
+        )
+        services.metrics.record_answer(base.kb)
+    except (ApiError, ESTransportError) as err:  # the answer stands; only its rating will be unavailable
+        logger.warning("answer %s not logged: %s", answer_id, type(err).__name__)
+    return result.model_copy(update={"answer_id": answer_id})

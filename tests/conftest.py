@@ -62,6 +62,7 @@ TEST_INDICES = {
     "JOBS_INDEX": f"test-jobs-session-{_SESSION}",
     "JUDGEMENTS_INDEX": f"test-judgements-session-{_SESSION}",
     "QUESTIONS_INDEX": f"test-questions-session-{_SESSION}",
+    "ANSWERS_INDEX": f"test-answers-session-{_SESSION}",
 }
 TEST_JOBS_INDEX = TEST_INDICES["JOBS_INDEX"]
 os.environ.update(TEST_INDICES)

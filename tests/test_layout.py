@@ -39,6 +39,7 @@ READERS = {
     "service/jobs/store.py": "JOBS_INDEX",
     "service/graph/memory.py": "JUDGEMENTS_INDEX",
     "evaluation/store.py": "QUESTIONS_INDEX",
+    "service/answers.py": "ANSWERS_INDEX",
 }
 
 # Run in a fresh interpreter: import every core module, then report what got loaded and built.

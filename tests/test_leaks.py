@@ -61,6 +61,7 @@ class World:
     llm: FakeChatServer
     jobs_index: str
     keys: dict[str, str] = field(default_factory=dict)
+    hidden_chunks: list[str] = field(default_factory=list)
 
     def secrets_for(self, principal: str) -> list[str]:
         """Base A's name is a secret too for those who may not read it."""
@@ -128,13 +129,13 @@ def _admin_jobs(world: World) -> list[str]:
 ABSENT_JOB = "0" * 32
 
 
-def _as_if_absent(client: httpx.Client, world: World, method: str, path: str) -> list[str]:
+def _as_if_absent(client: httpx.Client, world: World, method: str, path: str, **request: Any) -> list[str]:
     """`path` for each of the admin's jobs (`{job}`), answered exactly as for a job that does not exist:
     else the answer keeps the job id, which counts as a leak."""
-    absent = client.request(method, path.format(kb=world.kb, job=ABSENT_JOB))
+    absent = client.request(method, path.format(kb=world.kb, job=ABSENT_JOB), **request)
     texts = []
     for job in _admin_jobs(world):
-        response = client.request(method, path.format(kb=world.kb, job=job))
+        response = client.request(method, path.format(kb=world.kb, job=job), **request)
         same = (response.status_code, response.text.replace(job, ABSENT_JOB)) == (absent.status_code, absent.text)
         texts.append(as_text(response, world) if same else f"{job}: {response.status_code} {response.text}")
     return texts
@@ -155,6 +156,21 @@ def _cancel_jobs(client: httpx.Client, world: World) -> list[str]:
     return _as_if_absent(client, world, "DELETE", "/jobs/{job}")
 
 
+def _rate(client: httpx.Client, world: World) -> list[str]:
+    """The admin's answers rated, and the caller's own answer rated with the hidden chunk as its
+    passage: each answered exactly as an answer that does not exist."""
+    texts = _as_if_absent(client, world, "POST", "/answers/{job}/feedback", json={"vote": "down"})
+    own = client.post("/query", json={"question": QUESTION, "kb": world.kb, "web": False})
+    if own.status_code != 200:
+        return [*texts, as_text(own, world)]
+    answer_id = own.json()["answer_id"]
+    for chunk in world.hidden_chunks:
+        named = client.post(f"/answers/{answer_id}/feedback", json={"vote": "down", "chunk_id": chunk})
+        same = (named.status_code, named.json()) == (404, {"detail": f"no answer {answer_id!r}"})
+        texts.append(as_text(named, world) if same else f"{chunk[:8]}: {named.status_code} {named.text}")
+    return texts
+
+
 CHAT = {"model": "kb:{kb}", "messages": [{"role": "user", "content": QUESTION}]}
 # One entry per route (method and path as FastAPI declares them), and per mount.
 PROBES: dict[str, Probe] = {
@@ -164,6 +180,7 @@ PROBES: dict[str, Probe] = {
     "MOUNT /static-offline-docs": _one("GET", "/static-offline-docs/swagger-ui.css"),
     "MOUNT /static": _one("GET", "/static/app.js"),
     "GET /": _one("GET", "/"),
+    "GET /favicon.ico": _one("GET", "/favicon.ico"),
     "GET /healthz": _one("GET", "/healthz"),
     "GET /modes": _one("GET", "/modes"),
     "GET /readyz": _one("GET", "/readyz"),
@@ -194,6 +211,20 @@ PROBES: dict[str, Probe] = {
     "POST /kbs/{kb}/evaluate": _one("POST", "/kbs/{kb}/evaluate", json={"dry_run": True}),
     "GET /kbs/{kb}/evaluations/{job_id}": _evaluations,
     "GET /kbs/{kb}/evaluations/{job_id}/report.png": _evaluations,
+    "POST /kbs/{kb}/evaluations/{job_id}/undo": lambda c, w: _as_if_absent(
+        c, w, "POST", "/kbs/{kb}/evaluations/{job}/undo"
+    ),
+    "GET /answers/{answer_id}": lambda c, w: _as_if_absent(c, w, "GET", "/answers/{job}"),
+    "POST /answers/{answer_id}/feedback": _rate,
+    "GET /kbs/{kb}/answers": lambda c, w: [
+        text for kind in ("all", "down", "up", "gap") for text in _one("GET", f"/kbs/{{kb}}/answers?kind={kind}")(c, w)
+    ],
+    "POST /kbs/{kb}/answers/{answer_id}/accept": lambda c, w: _as_if_absent(
+        c, w, "POST", "/kbs/{kb}/answers/{job}/accept", json={}
+    ),
+    "DELETE /kbs/{kb}/answers/{answer_id}/accept": lambda c, w: _as_if_absent(
+        c, w, "DELETE", "/kbs/{kb}/answers/{job}/accept"
+    ),
     "GET /kbs/{kb}/fusion": _one("GET", "/kbs/{kb}/fusion"),
     "PUT /kbs/{kb}/fusion": _one("PUT", "/kbs/{kb}/fusion", json={"method": "rrf"}),
     "DELETE /kbs/{kb}/fusion": _one("DELETE", "/kbs/{kb}/fusion"),
@@ -234,6 +265,9 @@ async def _mcp_probes(session: Client, world: World) -> dict[str, str]:
         "ask": sent(await session.call_tool("ask", {"question": QUESTION, "kb": world.kb, "web": False}), world.kb),
         "ask (default base)": repr(await session.call_tool("ask", {"question": QUESTION, "web": False})),
     }
+    for answer_id in _admin_jobs(world):  # the admin's answer (and job ids): as an answer that does not exist
+        rated = await session.call_tool("rate_answer", {"answer_id": answer_id, "vote": "down"})
+        answers[f"rate_answer {answer_id[:8]}"] = sent(rated, answer_id)
     for secret in world.secrets:
         try:
             read: object = await session.read_resource(f"chunk://{world.kb}/{secret}")
@@ -281,6 +315,7 @@ def world(es: Elasticsearch, es_url: str, embedder: Embedder) -> Iterator[World]
         es_index=kb,
         jobs_index=jobs,
         judgements_index=f"{kb}-judgements",
+        answers_index=f"{kb}-answers",
         keys_file=write_keys_file(principals),
         openai_base_url=llm.base_url,
         model_name="fake-model",
@@ -300,15 +335,18 @@ def world(es: Elasticsearch, es_url: str, embedder: Embedder) -> Iterator[World]
             assert admin.put(f"/kbs/{kb}/questions", json={"text": ADMIN_QUESTIONS}).status_code == 200
             evaluation = admin.post(f"/kbs/{kb}/evaluate", json={"dry_run": True}).json()["job"]
             wait_for_job(admin, evaluation)
+            asked = admin.post("/query", json={"question": QUESTION, "kb": kb, "web": False}).json()
+            admin.post(f"/answers/{asked['answer_id']}/feedback", json={"vote": "down", "comment": PHRASE})
             es.indices.refresh(index=kb)
             found = es.search(index=kb, query={"term": {"doc_id": HIDDEN_ID}}, source_includes=["indexed_at"])
             chunk_ids = [hit["_id"] for hit in found["hits"]["hits"]]
             upload_time = found["hits"]["hits"][0]["_source"]["indexed_at"]
             secrets = [PHRASE, HIDDEN_ID, HIDDEN_TITLE, *chunk_ids, upload_time[:19], secret_upload["id"], evaluation]
-            yield World(url, kb, other, secrets, llm, jobs, keys)
+            secrets.append(asked["answer_id"])
+            yield World(url, kb, other, secrets, llm, jobs, keys, chunk_ids)
     finally:
         llm.__exit__(None, None, None)
-        for name in (kb, other, jobs, f"{kb}-judgements"):
+        for name in (kb, other, jobs, f"{kb}-judgements", f"{kb}-answers"):
             es.options(ignore_status=404).indices.delete(index=f"{name}*", expand_wildcards="all")
 
 
@@ -329,7 +367,13 @@ def test_every_route_and_tool_has_a_probe(world: World) -> None:
             templates = {t.uri_template for t in (await session.list_resource_templates()).resource_templates}
             return tools | templates
 
-    assert asyncio.run(listed()) == {"list_knowledge_bases", "search", "ask", "chunk://{kb}/{chunk_id}"}
+    assert asyncio.run(listed()) == {
+        "list_knowledge_bases",
+        "search",
+        "ask",
+        "rate_answer",
+        "chunk://{kb}/{chunk_id}",
+    }
 
 
 @pytest.mark.parametrize("principal", PRINCIPALS)

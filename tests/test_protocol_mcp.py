@@ -20,11 +20,11 @@ from mcp.shared.exceptions import MCPError
 from mcp.types import INVALID_REQUEST
 
 from service.jobs.store import Job, JobStore, new_job_id
-from tests.conftest import subprocess_env
+from tests.conftest import TEST_INDICES, subprocess_env
 from tests.fakes.openai_server import FakeChatServer
 from tests.protocols import ANSWER_TEXT, DOCS, KEY, QUESTION, STRANGER_KEY, protocol_settings
 
-TOOLS = {"list_knowledge_bases", "search", "ask"}
+TOOLS = {"list_knowledge_bases", "search", "ask", "rate_answer"}
 
 
 async def session(client: Client, protocol_kb: str) -> dict[str, Any]:
@@ -145,6 +145,7 @@ def test_stdio_python_m_service_mcp(
         ES_URL=es_url,
         ES_INDEX=protocol_kb,
         JUDGEMENTS_INDEX=f"{protocol_kb}-judgements",
+        ANSWERS_INDEX=TEST_INDICES["ANSWERS_INDEX"],  # its answers go to the session's answer log
         OPENAI_BASE_URL=protocol_llm.base_url,
         MODEL_NAME="fake-model",
         LOG_LEVEL="WARNING",

@@ -105,6 +105,7 @@ def citations(answer: str, contexts: list[NumberedContext]) -> list[Citation]:
                     page=p.page,
                     section=p.section,
                     label=p.label,
+                    chunk_id=p.id,
                 )
             )
         elif context.web:

@@ -162,6 +162,7 @@ class Citation(BaseModel):
     page: int | str | None = None
     section: str | None = None
     label: str = ""
+    chunk_id: str | None = Field(None, description="local passages: the cited chunk's id (rate an answer with it)")
 
 
 class TraceStep(BaseModel):
@@ -182,6 +183,9 @@ class TokenUsage(BaseModel):
 
 
 class QueryResult(BaseModel):
+    answer_id: str = Field(
+        "", description="the answer's id in the answer log: POST /answers/{answer_id}/feedback rates it"
+    )
     question: str
     answer: str
     reasoning: str = Field(
@@ -225,6 +229,15 @@ class GapAspect(BaseModel):
     count: int
 
 
+class ReportedGap(BaseModel):
+    """An answer its asker voted down without naming a passage that answers it: the base may lack one."""
+
+    answer_id: str
+    question: str
+    comment: str
+    rated_at: str
+
+
 class GapReport(BaseModel):
     index: str  # the judgement log
     knowledge_base: str
@@ -233,3 +246,7 @@ class GapReport(BaseModel):
     web_share: float
     evaluations: int
     top_missing: list[GapAspect]
+    reported: list[ReportedGap] = Field(
+        default_factory=list,
+        description="answers voted down with no passage picked (the answer log: the caller's own, an admin's all)",
+    )

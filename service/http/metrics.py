@@ -4,17 +4,22 @@ Each app owns its `CollectorRegistry` (not the process-global one) so several ap
 process (tests) never clash, and `/metrics` shows exactly this app's figures.
 """
 
+import re
+import threading
 import time
+from collections.abc import Callable
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     generate_latest,
 )
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+_KB_LABEL = re.compile(r'[{,]kb="((?:[^"\\]|\\.)*)"')
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
 
@@ -23,6 +28,8 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        self._tally: dict[str, tuple[int, int]] = {}  # per base: answers, answers rated
+        self._lock = threading.Lock()
         self.requests = Counter(
             "rag_http_requests",
             "HTTP requests by endpoint, method and status",
@@ -52,6 +59,19 @@ class Metrics:
             "rag_refusals",
             "Requests refused for what they sent, by endpoint and reason (body_too_large, question_too_long, ...)",
             ["endpoint", "reason"],
+            registry=self.registry,
+        )
+        self.answers = Counter("rag_answers", "Answers kept in the answer log, by base", ["kb"], registry=self.registry)
+        self.votes = Counter(
+            "rag_answer_votes", "Ratings of answers, by base and vote", ["kb", "vote"], registry=self.registry
+        )
+        self.rated = Counter(
+            "rag_answers_rated", "Answers rated at least once, by base", ["kb"], registry=self.registry
+        )
+        self.rated_share = Gauge(
+            "rag_answers_rated_share",
+            "Share of this process's answers that were rated, by base",
+            ["kb"],
             registry=self.registry,
         )
         self.llm_calls = Counter("rag_llm_calls", "Chat-model calls made by the workflow", registry=self.registry)
@@ -85,8 +105,29 @@ class Metrics:
     def record_refusal(self, endpoint: str, reason: str) -> None:
         self.refusals.labels(endpoint=endpoint, reason=reason).inc()
 
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
+    def record_answer(self, kb: str) -> None:
+        self.answers.labels(kb=kb).inc()
+        self._share(kb, answers=1)
+
+    def record_vote(self, kb: str, vote: str, *, first: bool) -> None:
+        """A rating (`first`: the answer had none; a new rating replaces the old, and counts as a vote)."""
+        self.votes.labels(kb=kb, vote=vote).inc()
+        if first:
+            self.rated.labels(kb=kb).inc()
+        self._share(kb, rated=int(first))
+
+    def _share(self, kb: str, answers: int = 0, rated: int = 0) -> None:
+        with self._lock:
+            total, done = self._tally.get(kb, (0, 0))
+            self._tally[kb] = (total + answers, done + rated)
+            total, done = self._tally[kb]
+        self.rated_share.labels(kb=kb).set(min(done / total, 1.0) if total else 0.0)
+
+    def render(self, readable: Callable[[str], bool] = lambda kb: True) -> bytes:
+        """The registry in Prometheus text, without the series of bases the caller may not read
+        (their names are not the caller's to learn)."""
+        lines = generate_latest(self.registry).decode().splitlines(keepends=True)
+        return "".join(line for line in lines if (kb := _KB_LABEL.search(line)) is None or readable(kb[1])).encode()
 
 
 def endpoint_label(scope: Scope) -> str:

@@ -21,6 +21,7 @@ from elasticsearch import Elasticsearch
 from pydantic import BaseModel
 
 from core.access import Scope
+from evaluation.metrics import config_of
 from evaluation.run import EvaluationError, chosen_setting, plot_png, run_evaluation
 from evaluation.store import StoredQuestions, load_questions
 from retrieval.retriever import Retriever
@@ -60,6 +61,11 @@ def unfinished_evaluation(store: JobStore, kb: str) -> Job | None:
     return found[0] if found else None
 
 
+def stored_note(job: Job) -> str:
+    """The note of the fusion an evaluation stored: it names the job, so an undo knows it is still that one."""
+    return f"POST /kbs/{job.kb}/evaluate, job {job.id}"
+
+
 def plot(report: dict[str, Any]) -> bytes:
     """The report's PNG plot, drawn anew (the report is what is kept)."""
     with tempfile.TemporaryDirectory(prefix="evaluation-plot-") as folder:
@@ -92,13 +98,20 @@ class Evaluations:
             if done % 20 == 0:
                 progress.check()  # cancelled, out of time or taken over: stop between questions
 
+        previous = self.kbs.read(job.kb).fusion  # what the base uses now: the report says what would change
+        before = config_of(self.retriever.params.with_fusion(previous))
         with self._one_at_a_time:
             try:
-                report = run_evaluation(self.retriever, Scope(job.kb, params.reader.access), stored.parsed, advance)
+                scope = Scope(job.kb, params.reader.access)
+                report = run_evaluation(self.retriever, scope, stored.parsed, advance, before=before)
             except EvaluationError as err:
                 raise JobFailed(str(err)) from None
         keep = not params.dry_run
         if keep:
-            self.kbs.write_fusion(job.kb, chosen_setting(report, note=f"POST /kbs/{job.kb}/evaluate, job {job.id}"))
-        # As report.json has it: list names are JSON keys, tuples lists.
-        progress.result = {"report": json.loads(json.dumps(report)), "stored": keep}
+            self.kbs.write_fusion(job.kb, chosen_setting(report, note=stored_note(job)))
+        # As report.json has it: list names are JSON keys, tuples lists. `previous`: what an undo restores.
+        progress.result = {
+            "report": json.loads(json.dumps(report)),
+            "stored": keep,
+            "previous": previous.to_meta() if previous else None,
+        }

@@ -32,7 +32,9 @@ from core.schema import Mode
 from core.store import EmbedderMismatchError, IndexNotFoundError, SearchError
 from retrieval.lists import Filters
 from retrieval.results import Hit
-from service.deps import Services, answering
+from service.answers import Vote
+from service.deps import Services, answering, log_answer
+from service.feedback import AbsentAnswer, NotTheAsker, rate
 from service.graph import Citation, QueryOptions, run_query
 from service.http.auth import presented_key, unauthorized
 from service.http.middleware import OriginPolicy
@@ -85,6 +87,7 @@ class SearchHits(BaseModel):
 
 
 class Answer(BaseModel):
+    answer_id: str = Field(description="the answer's id: rate it with the rate_answer tool")
     answer: str = Field(description="the answer with [n] citations and the numbered source list")
     citations: list[Citation]
     mode: str = Field(description="llm: written by the model; extractive: quoted sentences only")
@@ -126,6 +129,7 @@ def build_mcp_server(services: ServicesOf) -> MCPServer:
     server: MCPServer = MCPServer(name="es-agentic-rag", instructions=INSTRUCTIONS)
     _add_search_tools(server, services)
     _add_answer_tools(server, services)
+    _add_rating_tool(server, services)
     return server
 
 
@@ -201,7 +205,9 @@ def _add_answer_tools(server: MCPServer, services: ServicesOf) -> None:
             base = await asyncio.to_thread(open_base, app.kbs, _caller(app, ctx), kb)
             result = await run_query(answering(app, base), text, QueryOptions(web=web, rerank=rerank))
             app.metrics.record_workflow(result.route, result.web_used, result.llm_calls, result.web_calls)
+            result = await log_answer(app, base, result, "mcp")
             return Answer(
+                answer_id=result.answer_id,
                 answer=result.answer + source_list(result.citations),
                 citations=result.citations,
                 mode=result.answer_mode,
@@ -223,6 +229,44 @@ def _add_answer_tools(server: MCPServer, services: ServicesOf) -> None:
         if hit is None:
             raise ResourceNotFoundError(f"no chunk {chunk_id!r} in {kb!r}")
         return json.dumps(hit.model_dump(mode="json", exclude={"explain", "similarity"}), ensure_ascii=False)
+
+
+class Rated(BaseModel):
+    answer_id: str
+    vote: Vote
+    comment: str
+    chunk_id: str | None
+
+
+def _add_rating_tool(server: MCPServer, services: ServicesOf) -> None:
+    """`rate_answer`: the asker's rating of an answer `ask` gave (as `POST /answers/{id}/feedback`)."""
+
+    @server.tool()
+    async def rate_answer(
+        ctx: Context,
+        answer_id: Annotated[str, Field(pattern=r"^[0-9a-f]{32}$", description="the answer_id that ask returned")],
+        vote: Annotated[Vote, Field(description="up: the answer was right; down: it was not")],
+        comment: Annotated[str, Field(max_length=2000, description="what was wrong or missing")] = "",
+        chunk_id: Annotated[
+            str | None,
+            Field(
+                min_length=1, max_length=200, description="the id of the passage that answers it (a search hit's id)"
+            ),
+        ] = None,
+    ) -> Rated:
+        """Rate an answer you asked for; a new rating replaces the old. An admin may turn a downvote
+        with the right passage into a question of the base's evaluation set."""
+        app = services()
+        try:
+            rated = await asyncio.to_thread(
+                rate, app.answers, app.retriever, _caller(app, ctx), answer_id, vote, comment, chunk_id
+            )
+        except (AbsentAnswer, NotTheAsker) as err:
+            raise ToolError(str(err)) from err
+        app.metrics.record_vote(rated.answer.kb, vote, first=rated.first)
+        rating = rated.answer.rating
+        assert rating is not None
+        return Rated(answer_id=rated.answer.id, vote=rating.vote, comment=rating.comment, chunk_id=rating.chunk_id)
 
 
 class KeyRequired:

@@ -17,7 +17,6 @@ chat UIs show apart and which never enter the answer. `usage` sums the tokens of
 import json
 import re
 import time
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
@@ -26,7 +25,9 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import StreamingResponse
 
 from core.config import Settings
-from service.deps import CallerDep, ServicesDep, answering, get_caller
+from service.answers import new_answer_id
+from service.deps import CallerDep, Services, ServicesDep, answering, get_caller, log_answer
+from service.feedback import CHAT_PREFIX, answer_key
 from service.graph import QueryOptions, QueryResult, WorkflowDeps, run_query, stream_query
 from service.http.metrics import Metrics
 from service.http.middleware import LargerBody
@@ -164,6 +165,7 @@ class _Chat:
     """A valid request, resolved: the base's workflow, the conversation, and the client's task if it is one."""
 
     body: ChatCompletionRequest
+    base: BaseAccess
     workflow: WorkflowDeps
     conversation: Conversation
     task: ChatTask | None
@@ -186,7 +188,7 @@ def chat_request(body: ChatCompletionRequest, services: ServicesDep, caller: Cal
         except TooLong as refused:
             services.metrics.record_refusal("/v1/chat/completions", refused.reason)
             raise
-    return _Chat(body=body, workflow=answering(services, base), conversation=conversation, task=task)
+    return _Chat(body=body, base=base, workflow=answering(services, base), conversation=conversation, task=task)
 
 
 ChatDep = Annotated[_Chat, Depends(chat_request)]
@@ -198,17 +200,19 @@ ChatDep = Annotated[_Chat, Depends(chat_request)]
 async def chat_completions(chat: ChatDep, services: ServicesDep) -> ChatCompletion | StreamingResponse:
     """The workflow's answer as a chat completion; `stream: true` sends `chat.completion.chunk`s, then `[DONE]`."""
     settings, metrics = services.settings, services.metrics
-    reply = _Reply(chat, f"chatcmpl-{uuid.uuid4().hex}", int(time.time()))
+    answer_id = new_answer_id()
+    reply = _Reply(chat, CHAT_PREFIX + answer_id, int(time.time()))
     if chat.task is not None:
         done = await chat_tasks.answer(chat.task, chat.workflow)
         if chat.body.stream:
             return _event_stream(reply.task_chunks(done))
         return reply.task_completion(done)
     if chat.body.stream:
-        return _event_stream(_stream(chat, settings, metrics, reply))
+        return _event_stream(_stream(chat, services, reply))
     question, client = chat.conversation.question, chat.conversation.client
     result = await run_query(chat.workflow, question, chat.options, client)
     _record(metrics, result)
+    await log_answer(services, chat.base, result, "openai", answer_id=answer_id)
     steps = "".join(step_line("node", step.model_dump()) for step in result.trace)
     reasoning = step_line("mode", {"mode": result.answer_mode, "reason": result.mode_reason}) + steps
     message = AssistantMessage(
@@ -268,7 +272,9 @@ class _Reply:
         yield "data: [DONE]\n\n"
 
 
-async def _stream(chat: _Chat, settings: Settings, metrics: Metrics, reply: _Reply) -> AsyncIterator[str]:
+async def _stream(chat: _Chat, services: Services, reply: _Reply) -> AsyncIterator[str]:
+    """The answer as chunks; the finished answer goes to the answer log under the completion's id."""
+    settings, metrics = services.settings, services.metrics
     yield reply.chunk(Delta(role="assistant", content=""))
     conversation = chat.conversation
     async for event in stream_query(chat.workflow, conversation.question, chat.options, conversation.client):
@@ -279,6 +285,7 @@ async def _stream(chat: _Chat, settings: Settings, metrics: Metrics, reply: _Rep
         elif event.event == "final":
             result = QueryResult.model_validate(event.data)
             _record(metrics, result)
+            await log_answer(services, chat.base, result, "openai", answer_id=answer_key(reply.id))
             if tail := notes(result, conversation.notes) + source_list(result.citations):
                 yield reply.chunk(Delta(content=tail))
             yield reply.chunk(Delta(), "stop", sources=result.citations)

@@ -6,6 +6,7 @@ the background, read its status, report and plot, and see, pin or reset the base
     POST   /kbs/{kb}/questions/draft                 questions drafted by the model from sampled chunks
     POST   /kbs/{kb}/evaluate                        202 {"job"}: runs evaluation.run in the background
     GET    /kbs/{kb}/evaluations/{job}               status, progress and, once done, the report
+    POST   /kbs/{kb}/evaluations/{job}/undo          the base's fusion back to what it was before that evaluation
     GET    /kbs/{kb}/evaluations/{job}/report.png    the plot
     GET    /kbs/{kb}/fusion                          the base's own fusion (404 when it uses the default)
     PUT    /kbs/{kb}/fusion                          pin one; DELETE: back to the service default
@@ -34,7 +35,14 @@ from service.deps import ReadBase, Services, ServicesDep, WriteBase, base_in_pat
 from service.http.openapi import error_responses
 from service.http.routes.kbs import invalid
 from service.http.schemas import ErrorResponse, JobAccepted
-from service.jobs.evaluation import EVALUATION, EvaluationParams, find_evaluation, plot, unfinished_evaluation
+from service.jobs.evaluation import (
+    EVALUATION,
+    EvaluationParams,
+    find_evaluation,
+    plot,
+    stored_note,
+    unfinished_evaluation,
+)
 from service.jobs.store import Job, Reach
 from service.kbs import BaseAccess
 from service.llm.client import LLMNotConfiguredError
@@ -101,6 +109,9 @@ class EvaluationStatus(BaseModel):
     total: int
     dry_run: bool
     stored: bool = Field(description="the chosen fusion is now the base's")
+    previous: dict[str, Any] | None = Field(
+        None, description="the base's own fusion before this evaluation stored its choice (null: the default)"
+    )
     error: str | None
     created_at: str
     finished_at: str | None
@@ -137,7 +148,7 @@ class FusionState(BaseModel):
     stored: dict[str, Any] | None = Field(description="the base's own setting (null: the service default)")
 
 
-def _questions_summary(services: Services, base: BaseAccess, stored: StoredQuestions) -> QuestionsSummary:
+def questions_summary(services: Services, base: BaseAccess, stored: StoredQuestions) -> QuestionsSummary:
     """The set checked against what the caller may read of the base: evidence in a document hidden
     from the caller is "not found", exactly as evidence that is nowhere."""
     parsed = parse_questions(stored.text.splitlines())
@@ -204,7 +215,7 @@ def put_questions(
         stored = save_questions(services.es, services.settings.questions_index, base.kb, body.text, base.caller.name)
     except UnreadableQuestions as err:
         raise invalid("text", str(err)) from None
-    return _questions_summary(services, base, stored)
+    return questions_summary(services, base, stored)
 
 
 @router.get("/kbs/{kb}/questions", response_model=QuestionsSummary)
@@ -213,7 +224,7 @@ def get_questions(base: ReadBase, services: ServicesDep) -> QuestionsSummary:
     stored = _stored(services, base)
     if stored is None:
         raise _no_set(base.kb)
-    return _questions_summary(services, base, stored)
+    return questions_summary(services, base, stored)
 
 
 @router.post(
@@ -249,7 +260,7 @@ async def draft(
         )
     except UnreadableQuestions as err:  # a set stored before such lines were refused: never appended to
         raise HTTPException(409, f"the stored question set is refused as it is ({err}): replace it first") from None
-    summary = await run_in_threadpool(_questions_summary, services, base, saved)
+    summary = await run_in_threadpool(questions_summary, services, base, saved)
     return DraftResponse(drafted=drafted, questions=summary)
 
 
@@ -302,6 +313,7 @@ def evaluation_status(base: ReadBase, job_id: JobId, services: ServicesDep) -> E
         total=job.counts.get("total", 0),
         dry_run=bool(job.params.get("dry_run")),
         stored=bool(result.get("stored")),
+        previous=result.get("previous"),
         error=job.error,
         created_at=job.created_at,
         finished_at=job.finished_at,
@@ -321,6 +333,20 @@ def evaluation_plot(base: ReadBase, job_id: JobId, services: ServicesDep) -> Res
     if report is None:
         raise HTTPException(404, f"evaluation {job_id!r} has no plot yet: it is not done")
     return Response(plot(report), media_type="image/png")
+
+
+@router.post("/kbs/{kb}/evaluations/{job_id}/undo", response_model=FusionState, responses=error_responses(409))
+def undo_evaluation(job_id: JobId, base: WriteBase, services: ServicesDep) -> FusionState:
+    """Undo what an evaluation changed: the base's fusion goes back to what it was before it (a 409
+    when the evaluation stored nothing, or the fusion has changed since)."""
+    job = _job(services, base, job_id)
+    result = job.result or {}
+    current = services.kbs.read(base.kb).fusion
+    if not result.get("stored") or current is None or current.note != stored_note(job):
+        raise HTTPException(409, f"evaluation {job_id!r} is not what {base.kb!r} uses now: nothing to undo")
+    previous = result.get("previous")
+    services.kbs.write_fusion(base.kb, FusionSetting.from_meta(previous) if previous else None)
+    return _fusion_state(services, base.kb)
 
 
 def _fusion_state(services: Services, kb: str) -> FusionState:

@@ -8,7 +8,7 @@ admin of the default base.
 from elastic_transport import ConnectionError as ESConnectionError
 from elastic_transport import ConnectionTimeout as ESConnectionTimeout
 from elasticsearch import ApiError, Elasticsearch
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Request, Response
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
 
@@ -18,7 +18,7 @@ from core.reader import Reader
 from core.redact import redact_url
 from core.schema import Mode
 from core.store import IndexNotFoundError, read_index_meta
-from service.deps import Services, ServicesDep, get_caller
+from service.deps import CallerDep, Services, ServicesDep
 from service.http.auth import presented_key
 from service.http.schemas import ElasticsearchStatus, HealthResponse, IndexStatus, ModesResponse, ReadyResponse
 
@@ -92,9 +92,9 @@ def readyz(request: Request, services: ServicesDep) -> JSONResponse:
 @router.get(
     "/metrics",
     response_class=Response,
-    dependencies=[Depends(get_caller)],
     responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Prometheus metrics"}},
 )
-def metrics_endpoint(services: ServicesDep) -> Response:
-    """Prometheus text format."""
-    return Response(services.metrics.render(), media_type=services.metrics.content_type)
+def metrics_endpoint(services: ServicesDep, caller: CallerDep) -> Response:
+    """Prometheus text format; per-base series only of the bases the caller may read."""
+    rendered = services.metrics.render(lambda kb: caller.may(kb, "read"))
+    return Response(rendered, media_type=services.metrics.content_type)

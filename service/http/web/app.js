@@ -185,6 +185,7 @@ async function ask(event) {
   $("citations").replaceChildren();
   $("warnings").hidden = true;
   $("answer-mode").hidden = true;
+  $("feedback").hidden = true;
   renderAnswer("");
   showReasoning("");
   $("ask-button").disabled = true;
@@ -203,6 +204,7 @@ async function ask(event) {
         showReasoning(data.reasoning ?? thought);
         renderCitations(data.citations);
         finishTimeline(data);
+        showFeedback(data);
         if (data.warnings && data.warnings.length) { $("warnings").textContent = `提示：${data.warnings.join("；")}`; $("warnings").hidden = false; }
       } else if (kind === "error") showError(`回答失败（${data.type}）：${data.message}`);
     }
@@ -303,6 +305,13 @@ document.addEventListener("DOMContentLoaded", () => {
   $("api-key").value = localStorage.getItem("rag-api-key") || "";
   $("api-key").addEventListener("change", () => localStorage.setItem("rag-api-key", $("api-key").value.trim()));
   $("ask").addEventListener("submit", ask);
+  // As chat pages do: Enter sends, Shift+Enter starts a new line (not while an IME is composing).
+  $("question").addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      $("ask").requestSubmit();
+    }
+  });
   $("compare-button").addEventListener("click", compare);
   loadModes().catch((err) => showError(`无法读取检索方式：${err.message}`));
   checkReady();

@@ -208,6 +208,7 @@ async function renderReport(status) {
     `开发集选出的融合：${report.chosen.label}${status.stored ? "（已保存为该知识库的融合设置）" : "（仅报告，未保存）"}`;
   renderRerank(report.rerank);
   renderMisses(report.misses);
+  showChange(status);
   const plot = await fetch(status.plot_url.replace(/^\//, ""), { headers: kbHeaders(false) });
   if (plot.ok) evalEl("eval-plot").src = URL.createObjectURL(await plot.blob());
   evalEl("evaluation-results").hidden = false;
