@@ -36,7 +36,7 @@ from core.store import create_index, ensure_index, read_index_meta, swap_alias, 
 from core.text import ChineseTokenizer
 from indexing.dictionary import corpus_tokenizer
 from indexing.embed import Embedding, embed_and_write
-from indexing.options import Chunking, IndexOptions, Layout, RunScope
+from indexing.options import Chunking, IndexOptions, RunScope
 from indexing.plan import Plan, checked_documents, orphans, plan_chunks
 from indexing.write import ErrorLog, Progress, Writer, clean_up
 
@@ -47,9 +47,11 @@ NOTHING_ELSE = RunScope()  # a run that only adds and updates its documents' chu
 
 class Observer(Protocol):
     """Follows a run from another thread's point of view (the service's job status): the plan's
-    figures once known, then the chunks finished (written, or failed) as each batch ends."""
+    figures once known, then the chunks embedded, and finished (written, or failed), as each batch ends."""
 
     def planned(self, chunks: int, new: int, unchanged: int) -> None: ...
+
+    def embedded(self, chunks: int) -> None: ...
 
     def finished(self, chunks: int) -> None: ...
 
@@ -109,16 +111,19 @@ class _Written:
     write_seconds: float
 
 
-def _open_index(es: Elasticsearch, alias: str, embedder: Embedder, scope: RunScope, layout: Layout) -> str:
+def _open_index(es: Elasticsearch, alias: str, embedder: Embedder, scope: RunScope, options: IndexOptions) -> str:
     """The index to write: a new versioned one (`recreate`) or the one behind `alias`.
 
     Partition workers that find no index all create the same name, so they share one.
     """
+    layout, passages = options.layout, options.passages
     if not scope.recreate:
         name = f"{alias}-v0" if scope.partition is not None else None
-        return ensure_index(es, alias, embedder, shards=layout.shards, replicas=layout.replicas, name=name)
+        return ensure_index(
+            es, alias, embedder, shards=layout.shards, replicas=layout.replicas, name=name, passages=passages
+        )
     index = versioned_name(alias)
-    create_index(es, index, embedder, shards=layout.shards, replicas=layout.replicas)
+    create_index(es, index, embedder, shards=layout.shards, replicas=layout.replicas, passages=passages)
     # Nobody searches the new index before the swap: skip periodic refreshes while loading.
     es.indices.put_settings(index=index, settings={"index": {"refresh_interval": "-1"}})
     return index
@@ -175,7 +180,12 @@ def _write(run: _Run, documents: list[Document], tokenizer: ChineseTokenizer) ->
         run.observer.planned(plan.chunks, len(plan.new), plan.unchanged)
         progress = _Observed(bar, run.observer)
     with bar:
-        embedding = Embedding(run.embedder, run.errors, progress)
+        # The index's own passages (a base built before passage vectors keeps one vector per chunk).
+        windows = read_index_meta(es, index).passages
+        if run.observer is not None:
+            embedding = Embedding(run.embedder, windows, run.errors, progress, run.observer.embedded)
+        else:
+            embedding = Embedding(run.embedder, windows, run.errors, progress)
         writer = Writer(es, index, tokenizer, run.errors, progress)
         embed_and_write(plan.new, run.options.throughput, embedding, writer)
     deleted = clean_up(es, index, plan, orphans(reader, documents, run.scope), run.errors)
@@ -211,7 +221,7 @@ def index_documents(
     """
     started = time.perf_counter()
     documents = checked_documents(documents, scope.partition)
-    index = _open_index(es, alias, embedder, scope, options.layout)
+    index = _open_index(es, alias, embedder, scope, options)
     _record_chunking(es, index, options.chunking)
     run = _Run(es, index, alias, embedder, options, scope, visible, ErrorLog(error_file), progress, observer)
     try:

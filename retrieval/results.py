@@ -2,7 +2,7 @@
 
 from typing import Literal
 
-from pydantic import BaseModel, computed_field
+from pydantic import BaseModel, Field, computed_field
 
 from core.config import FusionMethod
 from core.documents import page_label, source_label
@@ -32,7 +32,7 @@ class Hit(ChunkFields):
     explain: dict[str, ListEvidence] | None = None
     # The chunk's passages that matched best, best first (empty when the base has no passage
     # vectors or the mode ran no passage search): where the extractive answer and the reranker start.
-    passages: list[PassageMatch] = []
+    passages: list[PassageMatch] = Field(default_factory=list)
 
     @computed_field  # type: ignore[prop-decorator]
     @property

@@ -32,7 +32,7 @@ from retrieval import lists
 from retrieval.compare import Comparison, relate
 from retrieval.fusion import FusionParams, fuse
 from retrieval.lists import SearchFilter
-from retrieval.results import FusionUsed, Hit, SearchResult
+from retrieval.results import FusionUsed, Hit, PassageMatch, SearchResult
 
 _META_TTL_S = 30.0  # how long an index's embedder and dictionary are trusted before re-reading
 
@@ -48,6 +48,7 @@ class RetrievalParams:
     title_boost: float
     hybrid_lists: tuple[Mode, ...]
     weights: Mapping[str, float]  # per list; 1 when absent
+    passage_hits: int = 3  # matched passages a hit of the vector list carries (PASSAGE_HITS)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "RetrievalParams":
@@ -60,6 +61,7 @@ class RetrievalParams:
             title_boost=settings.title_boost,
             hybrid_lists=LIST_MODES,
             weights={},
+            passage_hits=settings.passage_hits,
         )
 
     @property
@@ -160,7 +162,8 @@ class Retriever:
     ) -> dict[str, list[tuple[str, float]]]:
         """(chunk id, score) of each list, `size` deep, in one `_msearch` without `_source`."""
         _validate(query, size)
-        return self._lists(Reader(self.es, scope), query, lists, size, filters, _QueryVector(self.embedder, query))
+        reader = Reader(self.es, scope)
+        return self._lists(reader, query, lists, size, filters, _QueryVector(self.embedder, query))[0]
 
     def _lists(
         self,
@@ -170,8 +173,9 @@ class Retriever:
         size: int,
         filters: SearchFilter | None,
         vector: _QueryVector,
-    ) -> dict[str, list[tuple[str, float]]]:
-        """Every list of `lists` in one `_msearch`, which Elasticsearch runs concurrently.
+    ) -> tuple[dict[str, list[tuple[str, float]]], dict[str, list[PassageMatch]]]:
+        """Every list of `lists` in one `_msearch`, which Elasticsearch runs concurrently, and the
+        passages each chunk of the vector list matched with (by chunk id).
 
         The query is embedded first: searching the keyword lists on a thread while embedding
         was slower on two cores, where the embedder's threads and Elasticsearch compete.
@@ -180,10 +184,15 @@ class Retriever:
         responses = reader.msearch(
             [self._body(index, name, query, size, clauses, vector, source=False) for name in lists]
         )
-        return {
-            name: [(chunk_id_from_fields(raw["fields"]), raw["_score"]) for raw in response["hits"]["hits"]]
-            for name, response in zip(lists, responses, strict=True)
-        }
+        ranked: dict[str, list[tuple[str, float]]] = {}
+        matched: dict[str, list[PassageMatch]] = {}
+        for name, response in zip(lists, responses, strict=True):
+            ranked[name] = []
+            for raw in response["hits"]["hits"]:
+                ranked[name].append((chunk_id := chunk_id_from_fields(raw["fields"]), raw["_score"]))
+                if "inner_hits" in raw:
+                    matched[chunk_id] = passage_matches(raw)
+        return ranked, matched
 
     def _search(
         self, reader: Reader, query: str, mode: Mode, k: int, filters: SearchFilter | None, vector: _QueryVector
@@ -199,7 +208,7 @@ class Retriever:
         else:
             body = self._body(reader.scope.kb, mode, query, k, _clauses(filters), vector, source=True)
             hits = [
-                Hit.from_source(raw["_source"], id=raw["_id"], score=raw["_score"])
+                Hit.from_source(raw["_source"], id=raw["_id"], score=raw["_score"], passages=passage_matches(raw))
                 for raw in reader.msearch([body])[0]["hits"]["hits"]
             ]
         return SearchResult(mode=mode, took_ms=(time.perf_counter() - started) * 1000, hits=hits, fusion=fusion)
@@ -222,13 +231,19 @@ class Retriever:
         vector: _QueryVector,
         params: RetrievalParams,
     ) -> list[Hit]:
-        ranked = self._lists(reader, query, params.hybrid_lists, max(k, params.depth), filters, vector)
+        ranked, matched = self._lists(reader, query, params.hybrid_lists, max(k, params.depth), filters, vector)
         fused = fuse(ranked, params.fusion_params, top=k)
         # The winners came from filtered lists; the fetch checks their groups again (a chunk's
         # access may change between the search and the fetch).
         sources = reader.fetch([hit.id for hit in fused], HIT_SOURCE_FIELDS)
         return [  # a chunk deleted between the search and the fetch is left out
-            Hit.from_source(sources[found.id], id=found.id, score=found.score, explain=found.explain)
+            Hit.from_source(
+                sources[found.id],
+                id=found.id,
+                score=found.score,
+                explain=found.explain,
+                passages=matched.get(found.id, []),
+            )
             for found in fused
             if found.id in sources
         ]
@@ -280,9 +295,24 @@ class Retriever:
         """One list's search body (retrieval/lists.py), with the index's embedder checked or tokenizer used."""
         body = lists.envelope(size, source=source)
         if name == Mode.VECTOR:
-            check_embedder_meta(self._index(index)[0], index, self.embedder)
-            return body | lists.knn(vector.get(), size, self.params.num_candidates, clauses)
+            meta = self._index(index)[0]
+            check_embedder_meta(meta, index, self.embedder)
+            if meta.passages is None:  # a base built before passage vectors
+                return body | lists.knn(vector.get(), size, self.params.num_candidates, clauses)
+            hits = self.params.passage_hits
+            return body | lists.passage_knn(vector.get(), size, self.params.num_candidates, clauses, hits)
         return body | lists.keyword(name, query, self._index(index)[1], self.params.title_boost, clauses)
+
+
+def passage_matches(raw: dict[str, Any]) -> list[PassageMatch]:
+    """The passages a hit of the passage kNN matched with, best first (none for any other hit)."""
+    inner = raw.get("inner_hits", {}).get("passages", {}).get("hits", {}).get("hits", [])
+    return [
+        PassageMatch(
+            start=found["fields"]["passages.start"][0], end=found["fields"]["passages.end"][0], score=found["_score"]
+        )
+        for found in inner
+    ]
 
 
 def _clauses(filters: SearchFilter | None) -> Clauses:
