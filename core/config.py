@@ -46,6 +46,9 @@ class FusionMethod(StrEnum):
 StructuredOutput = Literal["auto", "tools", "json_schema", "json_object", "prompt"]
 
 
+DEFAULT_ALIAS_WEIGHT = 0.5  # chosen on the 三国 dev questions (docs/retrieval.md, "Aliases")
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_file=".env", env_file_encoding="utf-8", extra="ignore")
 
@@ -94,6 +97,8 @@ class Settings(BaseSettings):
     rrf_k: int = Field(60, ge=1, description="rank constant of rrf and rrf-gap")
     rrf_depth: int = 10  # each list's hits fused; chosen on dev with the fusion (docs/retrieval.md)
     num_candidates: int = 100
+    # Weight of the aliases a query's names expand to (core/aliases.py) in the keyword lists; 0: none.
+    alias_weight: float = Field(DEFAULT_ALIAS_WEIGHT, ge=0, le=10, description="weight of alias expansions (0: off)")
     passage_hits: int = Field(3, ge=1, le=20, description="matched passages a hit carries (vector list inner hits)")
     title_boost: float = 2.0  # weight of a title match in the jieba BM25 list
 

@@ -12,6 +12,7 @@ from typing import Any
 from elasticsearch import BadRequestError, Elasticsearch, NotFoundError
 from elasticsearch.serializer import OrjsonSerializer
 
+from core.aliases import Alias
 from core.chunking import PassageWindows
 from core.config import Settings
 from core.embeddings import Embedder
@@ -69,6 +70,8 @@ class IndexMeta:
     kb: dict[str, Any] = field(default_factory=dict)
     # The passage windows its chunks hold vectors of (`_meta.passages`); None: one vector per chunk.
     passages: PassageWindows | None = None
+    # The aliases mined from its documents (`_meta.aliases`, core/aliases.py).
+    aliases: tuple[Alias, ...] = ()
 
 
 def create_client(settings: Settings) -> Elasticsearch:
@@ -183,6 +186,7 @@ def read_index_meta(es: Elasticsearch, alias: str) -> IndexMeta:
     terms = meta.get("corpus_terms")
     return IndexMeta(
         passages=PassageWindows.from_meta(meta.get("passages")),
+        aliases=tuple(Alias.from_meta(entry) for entry in meta.get("aliases", [])),
         index=index,
         embedder=str(meta.get("embedder", "?")),
         dim=int(meta.get("dim", 0)),
@@ -195,6 +199,12 @@ def write_corpus_terms(es: Elasticsearch, index: str, terms: list[str]) -> None:
     """Store the corpus dictionary in the concrete index's `_meta` (kept with the index, swapped with it)."""
     meta = es.indices.get_mapping(index=index).body[index]["mappings"].get("_meta", {})
     es.indices.put_mapping(index=index, meta={**meta, "corpus_terms": terms})
+
+
+def write_aliases(es: Elasticsearch, index: str, aliases: list[Alias]) -> None:
+    """Store the base's aliases in the concrete index's `_meta` (kept with the index, like its dictionary)."""
+    meta = es.indices.get_mapping(index=index).body[index]["mappings"].get("_meta", {})
+    es.indices.put_mapping(index=index, meta={**meta, "aliases": [entry.to_meta() for entry in aliases]})
 
 
 def check_embedder(es: Elasticsearch, alias: str, embedder: Embedder) -> IndexMeta:

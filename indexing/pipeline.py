@@ -29,10 +29,19 @@ from pydantic import BaseModel
 from tqdm import tqdm
 
 from core.access import DocumentAccess, Scope
-from core.documents import Document
+from core.aliases import MinedFrom, merged, mine
+from core.documents import Document, source_label
 from core.embeddings import Embedder
 from core.reader import Reader
-from core.store import create_index, ensure_index, read_index_meta, swap_alias, update_kb_meta, versioned_name
+from core.store import (
+    create_index,
+    ensure_index,
+    read_index_meta,
+    swap_alias,
+    update_kb_meta,
+    versioned_name,
+    write_aliases,
+)
 from core.text import ChineseTokenizer
 from indexing.dictionary import corpus_tokenizer
 from indexing.embed import Embedding, embed_and_write
@@ -168,6 +177,7 @@ def _write(run: _Run, documents: list[Document], tokenizer: ChineseTokenizer) ->
     # Whether the base is empty is the base's own fact (its corpus dictionary is made anew then).
     empty = run.scope.recreate or Reader(es, Scope.whole(index)).count() == 0
     tokenizer = corpus_tokenizer(es, index, documents, tokenizer, fresh=empty)
+    learn_aliases(es, index, documents)
     plan = plan_chunks(reader, documents, run.options.chunking, empty)
     logger.info(
         "%d chunks: %d new, %d unchanged, %d stale", plan.chunks, len(plan.new), plan.unchanged, len(plan.stale)
@@ -193,6 +203,28 @@ def _write(run: _Run, documents: list[Document], tokenizer: ChineseTokenizer) ->
         es.indices.put_settings(index=index, settings={"index": {"refresh_interval": None}})
     es.indices.refresh(index=index)
     return _Written(plan, writer.indexed, deleted, embedding.seconds, writer.seconds)
+
+
+def learn_aliases(es: Elasticsearch, index: str, documents: list[Document]) -> None:
+    """Mine the documents' aliases (core/aliases.py) into the base's, replacing what these documents said before."""
+    mined = mine(
+        [
+            MinedFrom(document.doc_id, document.text, document_label(document), tuple(document.access))
+            for document in documents
+        ]
+    )
+    stored = read_index_meta(es, index).aliases
+    if mined or stored:
+        write_aliases(es, index, merged(stored, mined, {document.doc_id for document in documents}))
+
+
+def document_label(document: Document) -> str:
+    return source_label(
+        title=document.title,
+        source=document.source,
+        chapter=document.chapter,
+        chapter_title=document.chapter_title,
+    )
 
 
 def index_documents(

@@ -5,7 +5,7 @@ adds what they share (size, and `_source` or the doc values a chunk id is derive
 Keyword queries are cut by the index's own tokenizer, so they match what indexing wrote.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any, Protocol
 
 from pydantic import Field
@@ -108,8 +108,18 @@ KEYWORD_LISTS: dict[Mode, Callable[[str, ChineseTokenizer, float], Clauses]] = {
 
 
 def keyword(
-    mode: Mode, query: str, tokenizer: ChineseTokenizer, title_boost: float, clauses: Clauses
+    mode: Mode,
+    query: str,
+    tokenizer: ChineseTokenizer,
+    title_boost: float,
+    clauses: Clauses,
+    expansions: Sequence[str] = (),
+    weight: float = 0.0,
 ) -> dict[str, Any]:
-    """A keyword list's query: any of its `should` clauses must match, the filters always."""
+    """A keyword list's query: any of its `should` clauses must match, the filters always. The
+    `expansions` (other names of the query's names, core/aliases.py) are searched the same way at `weight`."""
     should = KEYWORD_LISTS[mode](query, tokenizer, title_boost)
+    if expansions and weight > 0:
+        extra = KEYWORD_LISTS[mode]("，".join(expansions), tokenizer, title_boost)
+        should += [{"bool": {"should": extra, "boost": weight}}]
     return {"query": {"bool": {"should": should, "minimum_should_match": 1, "filter": clauses}}}

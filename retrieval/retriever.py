@@ -21,6 +21,7 @@ import numpy as np
 from elasticsearch import Elasticsearch
 
 from core.access import Clauses, Scope
+from core.aliases import Expansion, expansions
 from core.config import FusionMethod, Settings
 from core.embeddings import Embedder, cosine_similarities
 from core.kbs import FusionSetting
@@ -32,7 +33,7 @@ from retrieval import lists
 from retrieval.compare import Comparison, relate
 from retrieval.fusion import FusionParams, fuse
 from retrieval.lists import SearchFilter
-from retrieval.results import FusionUsed, Hit, PassageMatch, SearchResult
+from retrieval.results import FusionUsed, Hit, PassageMatch, QueryExpansion, SearchResult
 
 _META_TTL_S = 30.0  # how long an index's embedder and dictionary are trusted before re-reading
 
@@ -49,6 +50,7 @@ class RetrievalParams:
     hybrid_lists: tuple[Mode, ...]
     weights: Mapping[str, float]  # per list; 1 when absent
     passage_hits: int = 3  # matched passages a hit of the vector list carries (PASSAGE_HITS)
+    alias_weight: float = 0.0  # of the query's alias expansions in the keyword lists (ALIAS_WEIGHT; 0: none)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "RetrievalParams":
@@ -62,6 +64,7 @@ class RetrievalParams:
             hybrid_lists=LIST_MODES,
             weights={},
             passage_hits=settings.passage_hits,
+            alias_weight=settings.alias_weight,
         )
 
     @property
@@ -163,7 +166,14 @@ class Retriever:
         """(chunk id, score) of each list, `size` deep, in one `_msearch` without `_source`."""
         _validate(query, size)
         reader = Reader(self.es, scope)
-        return self._lists(reader, query, lists, size, filters, _QueryVector(self.embedder, query))[0]
+        found = self.expansions(scope, query)
+        return self._lists(reader, query, lists, size, filters, _QueryVector(self.embedder, query), found)[0]
+
+    def expansions(self, scope: Scope, query: str) -> list[Expansion]:
+        """The other names of the names in `query` that `scope` may see (none when ALIAS_WEIGHT is 0)."""
+        if self.params.alias_weight <= 0:
+            return []
+        return expansions(self._index(scope.kb)[0].aliases, query, scope.documents)
 
     def _lists(
         self,
@@ -173,6 +183,7 @@ class Retriever:
         size: int,
         filters: SearchFilter | None,
         vector: _QueryVector,
+        found: Sequence[Expansion],
     ) -> tuple[dict[str, list[tuple[str, float]]], dict[str, list[PassageMatch]]]:
         """Every list of `lists` in one `_msearch`, which Elasticsearch runs concurrently, and the
         passages each chunk of the vector list matched with (by chunk id).
@@ -181,8 +192,9 @@ class Retriever:
         was slower on two cores, where the embedder's threads and Elasticsearch compete.
         """
         index, clauses = reader.scope.kb, _clauses(filters)
+        terms = [expansion.expansion for expansion in found]
         responses = reader.msearch(
-            [self._body(index, name, query, size, clauses, vector, source=False) for name in lists]
+            [self._body(index, name, query, size, clauses, vector, source=False, expansions=terms) for name in lists]
         )
         ranked: dict[str, list[tuple[str, float]]] = {}
         matched: dict[str, list[PassageMatch]] = {}
@@ -200,18 +212,26 @@ class Retriever:
         _validate(query, k)
         started = time.perf_counter()
         fusion = None
+        found = self.expansions(reader.scope, query) if mode != Mode.VECTOR else []
         if mode == Mode.HYBRID:
             setting = self.fusion_of(reader.scope.kb)
             params = self.params.with_fusion(setting)
-            hits = self._hybrid(reader, query, k, filters, vector, params)
+            hits = self._hybrid(reader, query, k, filters, vector, params, found)
             fusion = fusion_used(params, setting)
         else:
-            body = self._body(reader.scope.kb, mode, query, k, _clauses(filters), vector, source=True)
+            terms = [expansion.expansion for expansion in found]
+            body = self._body(reader.scope.kb, mode, query, k, _clauses(filters), vector, source=True, expansions=terms)
             hits = [
                 Hit.from_source(raw["_source"], id=raw["_id"], score=raw["_score"], passages=passage_matches(raw))
                 for raw in reader.msearch([body])[0]["hits"]["hits"]
             ]
-        return SearchResult(mode=mode, took_ms=(time.perf_counter() - started) * 1000, hits=hits, fusion=fusion)
+        return SearchResult(
+            mode=mode,
+            took_ms=(time.perf_counter() - started) * 1000,
+            hits=hits,
+            fusion=fusion,
+            expansions=[QueryExpansion(term=e.term, expansion=e.expansion, source=e.source) for e in found],
+        )
 
     def fusion_of(self, index: str) -> FusionSetting | None:
         """The base's own fusion setting (None: the service's applies), as read at most `_META_TTL_S` ago."""
@@ -230,8 +250,10 @@ class Retriever:
         filters: SearchFilter | None,
         vector: _QueryVector,
         params: RetrievalParams,
+        found: Sequence[Expansion],
     ) -> list[Hit]:
-        ranked, matched = self._lists(reader, query, params.hybrid_lists, max(k, params.depth), filters, vector)
+        depth = max(k, params.depth)
+        ranked, matched = self._lists(reader, query, params.hybrid_lists, depth, filters, vector, found)
         fused = fuse(ranked, params.fusion_params, top=k)
         # The winners came from filtered lists; the fetch checks their groups again (a chunk's
         # access may change between the search and the fetch).
@@ -291,6 +313,7 @@ class Retriever:
         vector: _QueryVector,
         *,
         source: bool,
+        expansions: Sequence[str] = (),
     ) -> dict[str, Any]:
         """One list's search body (retrieval/lists.py), with the index's embedder checked or tokenizer used."""
         body = lists.envelope(size, source=source)
@@ -301,7 +324,8 @@ class Retriever:
                 return body | lists.knn(vector.get(), size, self.params.num_candidates, clauses)
             hits = self.params.passage_hits
             return body | lists.passage_knn(vector.get(), size, self.params.num_candidates, clauses, hits)
-        return body | lists.keyword(name, query, self._index(index)[1], self.params.title_boost, clauses)
+        tokenizer, weight = self._index(index)[1], self.params.alias_weight
+        return body | lists.keyword(name, query, tokenizer, self.params.title_boost, clauses, expansions, weight)
 
 
 def passage_matches(raw: dict[str, Any]) -> list[PassageMatch]:
