@@ -26,11 +26,10 @@ import numpy as np
 
 from bench.datasets import Dataset, load_named
 from bench.embedding_cache import CachedEmbedder, cache_path
-from bench.extractive_eval import wilson
 from core.chunking import PassageWindows
 from core.config import Settings
 from core.embeddings import load_embedder
-from evaluation.metrics import mean_metrics, query_metrics
+from evaluation.metrics import mean_metrics, query_metrics, wilson
 
 Scorer = Callable[[np.ndarray], np.ndarray]  # query vectors (q x d) -> scores (q x chunks)
 

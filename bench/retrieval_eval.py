@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -41,8 +42,8 @@ from tqdm import tqdm
 
 from bench.datasets import Dataset, load_named
 from bench.embedding_cache import CachedEmbedder, cache_path
-from bench.extractive_eval import wilson
 from core.access import ALL_DOCUMENTS, Scope
+from core.aliases import Alias
 from core.chunking import PassageWindows
 from core.config import Settings
 from core.embeddings import Embedder, load_embedder
@@ -65,6 +66,7 @@ from evaluation.metrics import (
     paired_bootstrap,
     per_query,
     query_metrics,
+    wilson,
 )
 from indexing.options import Chunking, IndexOptions, RunScope
 from indexing.pipeline import index_documents
@@ -386,10 +388,15 @@ def vector_ablation(
     on test, paired bootstrap intervals of passages minus chunk vectors."""
     alias = ensure_indexed(es, dataset, CHUNK_VECTORS, embedder, settings, args.reindex)
     params = replace(RetrievalParams.from_settings(settings), depth=args.depth)
-    retriever = Retriever(es, embedder, CHUNK_VECTORS.tokenizer(settings.jieba_user_dict), params)
-    report: dict[str, Any] = {"index": alias}
+    tokenizer = CHUNK_VECTORS.tokenizer(settings.jieba_user_dict)
+    retriever = Retriever(es, embedder, tokenizer, params)
+    plain = Retriever(es, embedder, tokenizer, replace(params, alias_weight=0.0))  # aliases off
+    service_alias = SERVICE.alias(dataset, SERVICE.windows(settings))
+    tagged = person_questions(dataset, read_index_meta(es, service_alias).aliases)
+    report: dict[str, Any] = {"index": alias, "tagged": sorted(tagged)}
     for split, lists in service.items():
         chunk = ranked_lists(retriever, alias, dataset, split, (Mode.VECTOR,))
+        keywords = ranked_lists(plain, service_alias, dataset, split, LIST_MODES[1:])
         questions = [q for q in dataset.queries if q.id in lists]
         rows = {
             "chunk vectors": ({i: {**found, "vector": chunk[i]["vector"]} for i, found in lists.items()}, config),
@@ -398,18 +405,15 @@ def vector_ablation(
                 {i: {**found, CHUNK_LIST: chunk[i]["vector"]} for i, found in lists.items()},
                 config | {"lists": (*config["lists"], CHUNK_LIST)},
             ),
+            "passages, aliases off": ({i: {**found, **keywords[i]} for i, found in lists.items()}, config),
         }
         found_by: dict[str, dict[str, list[dict[str, float]]]] = {}
         for name, (found, fusion) in rows.items():
             vector = [query_metrics([i for i, _ in found[q.id]["vector"]], q.relevant) for q in questions]
-            found_by[name] = {"vector": vector, "hybrid": hybrid(questions, found, fusion)}
-        report[split] = {
-            name: {
-                part: mean_metrics(per) | {"R@5 ci95": wilson(int(sum(m["R@5"] for m in per)), len(per))}
-                for part, per in parts.items()
-            }
-            for name, parts in found_by.items()
-        }
+            fused = hybrid(questions, found, fusion)
+            named = [m for m, q in zip(fused, questions, strict=True) if q.id in tagged]
+            found_by[name] = {"vector": vector, "hybrid": fused, "hybrid, person by 字 or title": named}
+        report[split] = {name: {part: _summary(per) for part, per in parts.items()} for name, parts in found_by.items()}
         if split == "test":
             report["test_intervals"] = {
                 part: {
@@ -424,21 +428,40 @@ def vector_ablation(
     return report
 
 
+# Titles by which the book names a person (丞相 is 曹操 for many chapters, 先主 is 刘备 ...).
+TITLES = ("丞相", "皇叔", "吴侯", "主公", "先主", "后主", "魏王", "汉中王", "卧龙", "凤雏", "都督", "使君")
+
+
+def person_questions(dataset: Dataset, aliases: Sequence[Alias]) -> set[str]:
+    """Ids of the questions that name a person by a courtesy name (字/号 the base mined) or a title."""
+    courtesy = {entry.alias for entry in aliases if re.fullmatch(r"[\u4e00-\u9fff]{2}", entry.alias)}
+    return {q.id for q in dataset.queries if any(word in q.text for word in (*courtesy, *TITLES))}
+
+
+def _summary(per: list[dict[str, float]]) -> dict[str, Any]:
+    """Means of per-question metrics, the Wilson interval of R@5, and how many questions."""
+    hits = int(sum(m["R@5"] for m in per))
+    means = mean_metrics(per) if per else dict.fromkeys(METRICS, 0.0)
+    return means | {"R@5 ci95": wilson(hits, len(per)), "n": len(per)}
+
+
 def vector_table(name: str, found: dict[str, Any]) -> list[str]:
     """The vector ablation of one dataset as markdown."""
     lines = [
         f"### Vector lists: {name} (chosen fusion; the vector list of `both` is the passages')",
         "",
-        "| split | vectors | vector R@1 / R@5 / MRR@10 | hybrid R@1 | hybrid R@5 [Wilson 95 %] | hybrid MRR@10 |",
-        "|---|---|---|---:|---|---:|",
+        "| split | vectors | vector R@1 / R@5 / MRR@10 | hybrid R@1 | hybrid R@5 [Wilson 95 %] | hybrid MRR@10 "
+        + "| person by 字/title: hybrid R@5 [Wilson 95 %] (n) |",
+        "|---|---|---|---:|---|---:|---|",
     ]
     for split in ("dev", "test"):
         for vectors, parts in found[split].items():
-            v, h = parts["vector"], parts["hybrid"]
+            v, h, p = parts["vector"], parts["hybrid"], parts["hybrid, person by 字 or title"]
             low, high = h["R@5 ci95"]
             lines.append(
                 f"| {split} | {vectors} | {v['R@1']:.3f} / {v['R@5']:.3f} / {v['MRR@10']:.3f} | {h['R@1']:.3f} "
-                + f"| {h['R@5']:.3f} [{low:.2f}, {high:.2f}] | {h['MRR@10']:.3f} |"
+                + f"| {h['R@5']:.3f} [{low:.2f}, {high:.2f}] | {h['MRR@10']:.3f} "
+                + f"| {p['R@5']:.3f} [{p['R@5 ci95'][0]:.2f}, {p['R@5 ci95'][1]:.2f}] ({p['n']}) |"
             )
     lines += ["", "Test, passages minus chunk vectors, paired bootstrap 95 % interval:", ""]
     lines += ["| list | MRR@10 | R@1 | R@5 |", "|---|---|---|---|"]
