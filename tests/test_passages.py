@@ -14,7 +14,7 @@ from core.chunking import PassageWindows
 from core.config import Settings
 from core.documents import Document
 from core.embeddings import Embedder
-from core.kbs import read_kb
+from core.kbs import create_kb, read_kb
 from core.reader import Reader
 from core.schema import Mode
 from core.store import read_index_meta
@@ -155,3 +155,13 @@ def test_a_base_built_before_passage_vectors_keeps_serving(
         assert retriever.search(Scope.whole(alias), "谁在赤壁借来了东南风", Mode.HYBRID, 2).hits[0].doc_id == "wind"
     finally:
         delete_indices(es, alias)
+
+
+def test_a_base_created_empty_gets_the_configured_passages(es: Elasticsearch, embedder: Embedder) -> None:
+    name = f"test-passages-kb-{uuid.uuid4().hex[:8]}"
+    try:
+        create_kb(es, name, embedder, chunk_size=800, chunk_overlap=50, passages=WINDOWS)
+        assert read_kb(es, name, Settings(_env_file=None)).passages == WINDOWS
+        assert Settings(_env_file=None, passage_size=0).passage_windows is None
+    finally:
+        delete_indices(es, name)
