@@ -29,7 +29,7 @@ from bench.embedding_cache import CachedEmbedder, cache_path
 from core.chunking import PassageWindows
 from core.config import Settings
 from core.embeddings import load_embedder
-from evaluation.metrics import mean_metrics, query_metrics, wilson
+from evaluation.metrics import mean_metrics, paired_bootstrap, query_metrics, wilson
 
 Scorer = Callable[[np.ndarray], np.ndarray]  # query vectors (q x d) -> scores (q x chunks)
 
@@ -63,17 +63,25 @@ def passage_scorers(embedder: CachedEmbedder, texts: list[str], windows: Passage
     return {f"passages {label} (max)": best, f"passages {label} (mean)": lambda q: q @ means.T}
 
 
-def evaluate(scorer: Scorer, ids: list[str], queries: Sequence, vectors: np.ndarray) -> dict:
+def per_question(scorer: Scorer, ids: list[str], queries: Sequence, vectors: np.ndarray) -> list[dict[str, float]]:
     scores = scorer(vectors)
-    found = [
+    return [
         query_metrics([ids[i] for i in np.argsort(-row)[:10]], q.relevant)
         for q, row in zip(queries, scores, strict=True)
     ]
+
+
+def summary(found: list[dict[str, float]], baseline: list[dict[str, float]] | None) -> dict:
+    """Means, Wilson intervals of R@1 and R@5, and the paired bootstrap of MRR@10 minus the baseline's."""
     n = len(found)
+    diff = None
+    if baseline:
+        diff = paired_bootstrap([m["MRR@10"] for m in found], [m["MRR@10"] for m in baseline])
     return {
         **mean_metrics(found),
         "R@1 ci95": wilson(int(sum(m["R@1"] for m in found)), n),
         "R@5 ci95": wilson(int(sum(m["R@5"] for m in found)), n),
+        "MRR@10 minus chunk vector": diff,
         "n": n,
     }
 
@@ -106,17 +114,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         "split": args.split,
         "chunks": len(ids),
         "questions": len(queries),
-        "lists": {name: evaluate(scorer, ids, queries, vectors) for name, scorer in scorers.items()},
+        "lists": {},
     }
+    found = {name: per_question(scorer, ids, queries, vectors) for name, scorer in scorers.items()}
+    baseline = found.get("chunk vector (today)")
+    report["lists"] = {name: summary(per, baseline) for name, per in found.items()}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, ensure_ascii=False, indent=1), encoding="utf-8")
     print(f"{dataset.name}, {args.split}: {len(queries)} questions over {len(ids)} chunks (exact cosine)")
-    print("| vector list | R@1 [95 %] | R@5 [95 %] | R@10 | MRR@10 |\n|---|---|---|---:|---:|")
+    print("| vector list | R@1 [95 %] | R@5 [95 %] | R@10 | MRR@10 | MRR@10 minus chunk vector [95 %] |")
+    print("|---|---|---|---:|---:|---|")
     for name, m in report["lists"].items():
-        r1, r5 = m["R@1 ci95"], m["R@5 ci95"]
+        r1, r5, diff = m["R@1 ci95"], m["R@5 ci95"], m["MRR@10 minus chunk vector"]
+        gain = f"{diff[0]:+.3f} [{diff[1]:+.3f}, {diff[2]:+.3f}]" if diff and name != "chunk vector (today)" else "-"
         print(
             f"| {name} | {m['R@1']:.3f} [{r1[0]:.2f}, {r1[1]:.2f}] | {m['R@5']:.3f} [{r5[0]:.2f}, {r5[1]:.2f}] "
-            + f"| {m['R@10']:.3f} | {m['MRR@10']:.3f} |"
+            + f"| {m['R@10']:.3f} | {m['MRR@10']:.3f} | {gain} |"
         )
     return 0
 
