@@ -20,16 +20,25 @@ import argparse
 import json
 import random
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from bench.datasets import Dataset, load_named
 from bench.embedding_cache import CachedEmbedder, cache_path
+from core.access import ALL_DOCUMENTS, Scope
 from core.chunking import PassageWindows
 from core.config import Settings
+from core.documents import Document
 from core.embeddings import load_embedder
-from evaluation.metrics import mean_metrics, paired_bootstrap, query_metrics, wilson
+from core.schema import LIST_MODES
+from core.store import create_client
+from core.text import get_tokenizer
+from evaluation.metrics import Lists, config_of, hybrid, mean_metrics, paired_bootstrap, query_metrics, wilson
+from indexing.options import IndexOptions, RunScope
+from indexing.pipeline import index_documents
+from retrieval.retriever import RetrievalParams, Retriever
 
 Scorer = Callable[[np.ndarray], np.ndarray]  # query vectors (q x d) -> scores (q x chunks)
 
@@ -86,6 +95,44 @@ def summary(found: list[dict[str, float]], baseline: list[dict[str, float]] | No
     }
 
 
+def hybrid_pilot(
+    embedder: CachedEmbedder, dataset: Dataset, ids: list[str], queries: Sequence, windows: PassageWindows
+) -> dict:
+    """Hybrid (the service's fusion) over the chunks `ids` alone, each indexed as a document, with
+    chunk vectors, with passages, and with both (the chunk vector list fused as a fifth list)."""
+    settings = Settings()
+    es = create_client(settings)
+    documents = [Document(chunk_id, dataset.chunks[chunk_id], "pilot") for chunk_id in ids]
+    config = config_of(RetrievalParams.from_settings(settings))
+    found: dict[str, dict[str, Lists]] = {}
+    for name, passages in (("chunk", None), ("passages", windows)):
+        alias = f"bench-pw-{name}"
+        options = replace(IndexOptions.from_settings(settings), passages=passages)
+        index_documents(
+            es, documents, alias=alias, visible=ALL_DOCUMENTS, embedder=embedder,
+            tokenizer=get_tokenizer(None), options=options, scope=RunScope(recreate=True),
+        )  # fmt: skip
+        retriever = Retriever(es, embedder, get_tokenizer(None), RetrievalParams.from_settings(settings))
+        hits = es.search(index=alias, size=1000, source_includes=["doc_id"])["hits"]["hits"]
+        by_doc = {hit["_id"]: hit["_source"]["doc_id"] for hit in hits}
+        found[name] = {
+            q.id: {
+                mode: [(by_doc[i], score) for i, score in ranked]
+                for mode, ranked in retriever.ranked_lists(Scope.whole(alias), q.text, LIST_MODES, 50).items()
+            }
+            for q in queries
+        }
+    rows = {
+        "chunk vectors": (found["chunk"], config),
+        "passages": (found["passages"], config),
+        "both": (
+            {i: {**lists, "chunk_vector": found["chunk"][i]["vector"]} for i, lists in found["passages"].items()},
+            config | {"lists": (*config["lists"], "chunk_vector")},
+        ),
+    }
+    return {name: mean_metrics(hybrid(queries, lists, fusion)) for name, (lists, fusion) in rows.items()}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", default="sanguo")
@@ -93,6 +140,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--subset", type=int, default=0, help="chunks to rank (0: all)")
     parser.add_argument("--split", default="dev")
     parser.add_argument("--no-chunk-vectors", action="store_true", help="skip today's one vector per chunk")
+    parser.add_argument(
+        "--hybrid", action="store_true", help="also hybrid over the ranked chunks, indexed (first window only)"
+    )
     parser.add_argument("--out", type=Path, default=Path("bench/results/passage_windows.json"))
     args = parser.parse_args(argv)
     settings = Settings()
@@ -119,6 +169,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     found = {name: per_question(scorer, ids, queries, vectors) for name, scorer in scorers.items()}
     baseline = found.get("chunk vector (today)")
     report["lists"] = {name: summary(per, baseline) for name, per in found.items()}
+    if args.hybrid:
+        first = PassageWindows(*(int(part) for part in args.windows.split(",")[0].split(":")))
+        report["hybrid"] = hybrid_pilot(embedder, dataset, ids, queries, first)
+        print(json.dumps(report["hybrid"]))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, ensure_ascii=False, indent=1), encoding="utf-8")
     print(f"{dataset.name}, {args.split}: {len(queries)} questions over {len(ids)} chunks (exact cosine)")
