@@ -22,7 +22,6 @@ goes to bench/results/extractive_eval.md and into docs/workflow.md.
 
 import argparse
 import json
-import math
 import re
 import sys
 import time
@@ -44,6 +43,7 @@ from core.reader import Reader
 from core.schema import Mode
 from core.store import concrete_indices, create_client
 from core.text import get_tokenizer
+from evaluation.metrics import wilson
 from indexing.options import IndexOptions
 from indexing.pipeline import index_documents
 from retrieval.extractive import Thresholds, answer_locally
@@ -115,15 +115,6 @@ def judge(run: dict[str, Any], similarity: float, coverage: float) -> dict[str, 
         # First part answered and quoted, some later part admitted.
         result["compound_ok"] = bool(verdicts) and verdicts[0] and not all(verdicts[1:]) and bool(run["quoted"])
     return result
-
-
-def wilson(hits: int, n: int, z: float = 1.96) -> list[float]:
-    if n == 0:
-        return [0.0, 0.0]
-    p = hits / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return [round(max(0.0, centre - half), 3), round(min(1.0, centre + half), 3)]
 
 
 def share(flags: list[bool]) -> dict[str, Any]:

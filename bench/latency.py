@@ -23,7 +23,7 @@ from typing import Any
 
 from bench.datasets import load_named
 from bench.embedding_cache import CachedEmbedder, cache_path
-from bench.retrieval_eval import RESULTS, SERVICE, machine, update_docs
+from bench.retrieval_eval import CHUNK_VECTORS, RESULTS, SERVICE, machine, update_docs
 from core.access import Scope
 from core.config import Settings
 from core.embeddings import load_embedder
@@ -179,14 +179,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         for depth in map(int, filter(None, args.extra_depths.split(",")))
         if depth != params.depth
     ]
-    for dataset in map(load_named, args.datasets.split(",")):
-        alias = SERVICE.alias(dataset)
+    # The service's index (passage vectors), then today's (one vector per chunk) when it was built.
+    indices = [
+        (variant, dataset)
+        for dataset in map(load_named, args.datasets.split(","))
+        for variant in (SERVICE, CHUNK_VECTORS)
+    ]
+    for variant, dataset in indices:
+        alias = variant.alias(dataset, variant.windows(settings))
         queries = [q.text for q in dataset.queries[: args.max_queries]]
         for text in queries:
             cached.embed_query(text)
         try:
             _warm_up(retrievers, runs, alias, queries, args)
         except IndexNotFoundError as err:
+            if variant is CHUNK_VECTORS:
+                continue
             hint = f"run `python -m bench.retrieval_eval --datasets {dataset.name.split('-')[0]}` first"
             raise SystemExit(f"{err} ({hint})") from err
         samples = _time(retrievers, runs, alias, queries, args, rng)

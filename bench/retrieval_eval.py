@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -42,10 +43,12 @@ from tqdm import tqdm
 from bench.datasets import Dataset, load_named
 from bench.embedding_cache import CachedEmbedder, cache_path
 from core.access import ALL_DOCUMENTS, Scope
+from core.aliases import Alias
+from core.chunking import PassageWindows
 from core.config import Settings
 from core.embeddings import Embedder, load_embedder
 from core.reader import Reader
-from core.schema import LIST_MODES
+from core.schema import LIST_MODES, Mode
 from core.store import concrete_indices, create_client, read_index_meta
 from core.text import ChineseTokenizer
 from evaluation.metrics import (
@@ -56,11 +59,14 @@ from evaluation.metrics import (
     TOLERANCE,
     Lists,
     choose,
+    hybrid,
     label,
     margins,
     mean_metrics,
     paired_bootstrap,
     per_query,
+    query_metrics,
+    wilson,
 )
 from indexing.options import Chunking, IndexOptions, RunScope
 from indexing.pipeline import index_documents
@@ -74,21 +80,27 @@ DOCS_BEGIN, DOCS_END = "<!-- retrieval-eval:begin -->", "<!-- retrieval-eval:end
 
 @dataclass(frozen=True)
 class Variant:
-    """One step of the query-analysis ablation (cumulative)."""
+    """One step of the query-analysis ablation (cumulative); `passages` False: one vector per chunk."""
 
     name: str
     subwords: bool
     drop_stopwords: bool
     corpus_dict: bool
+    passages: bool = True
 
     def tokenizer(self, user_dict: str | None) -> ChineseTokenizer:
         return ChineseTokenizer(
             user_dict, subwords=self.subwords, drop_stopwords=self.drop_stopwords, learn_corpus_terms=self.corpus_dict
         )
 
-    def alias(self, dataset: Dataset) -> str:
-        """The index of `dataset` cut this way; variants that index alike share it (stop words are query-side)."""
-        return f"{dataset.alias}-s{int(self.subwords)}d{int(self.corpus_dict)}"
+    def alias(self, dataset: Dataset, windows: PassageWindows | None) -> str:
+        """The index of `dataset` cut this way (with `windows` unless `passages` is off); variants that
+        index alike share it (stop words are query-side). Without passages: the name of the index before them."""
+        name = f"{dataset.alias}-s{int(self.subwords)}d{int(self.corpus_dict)}"
+        return f"{name}-p{windows.size}o{windows.overlap}" if windows and self.passages else name
+
+    def windows(self, settings: Settings) -> PassageWindows | None:
+        return settings.passage_windows if self.passages else None
 
 
 VARIANTS = (
@@ -98,6 +110,9 @@ VARIANTS = (
     Variant("+corpus-dict", subwords=True, drop_stopwords=True, corpus_dict=True),
 )
 SERVICE = VARIANTS[-1]
+# Today's vector list beside the service's: the same analysis, one vector per chunk (a second index).
+CHUNK_VECTORS = replace(SERVICE, name="chunk vectors", passages=False)
+CHUNK_LIST = "chunk_vector"  # its vector list, fused as a fifth list in the "both" row
 
 
 # --- indexing and lists -------------------------------------------------------------------
@@ -106,12 +121,14 @@ SERVICE = VARIANTS[-1]
 def ensure_indexed(
     es: Elasticsearch, dataset: Dataset, variant: Variant, embedder: Embedder, settings: Settings, reindex: bool
 ) -> str:
-    """The alias of `dataset` indexed with `variant`'s analysis (rebuilt unless it matches)."""
-    alias = variant.alias(dataset)
+    """The alias of `dataset` indexed with `variant`'s analysis and vectors (rebuilt unless it matches)."""
+    windows = variant.windows(settings)
+    alias = variant.alias(dataset, windows)
     if not reindex and concrete_indices(es, alias):
         es.indices.refresh(index=alias)
-        same_dict = (read_index_meta(es, alias).corpus_terms is not None) == variant.corpus_dict
-        if same_dict and Reader(es, Scope.whole(alias)).count() == len(dataset.chunks):
+        meta = read_index_meta(es, alias)
+        same = (meta.corpus_terms is not None) == variant.corpus_dict and meta.passages == windows
+        if same and Reader(es, Scope.whole(alias)).count() == len(dataset.chunks):
             return alias
     summary = index_documents(
         es,
@@ -121,7 +138,9 @@ def ensure_indexed(
         embedder=embedder,
         tokenizer=variant.tokenizer(settings.jieba_user_dict),
         options=replace(
-            IndexOptions.from_settings(settings), chunking=Chunking(dataset.chunk_size, dataset.chunk_overlap)
+            IndexOptions.from_settings(settings),
+            chunking=Chunking(dataset.chunk_size, dataset.chunk_overlap),
+            passages=windows,
         ),
         scope=RunScope(recreate=True),
         progress=True,
@@ -131,12 +150,14 @@ def ensure_indexed(
     return alias
 
 
-def ranked_lists(retriever: Retriever, alias: str, dataset: Dataset, split: str) -> dict[str, Lists]:
-    """Every list of every question of `split`, by question id."""
+def ranked_lists(
+    retriever: Retriever, alias: str, dataset: Dataset, split: str, modes: Sequence[Mode] = LIST_MODES
+) -> dict[str, Lists]:
+    """Every list (of `modes`) of every question of `split`, by question id."""
     queries = [q for q in dataset.queries if q.split == split]
     depth = retriever.params.depth
     return {
-        q.id: retriever.ranked_lists(Scope.whole(alias), q.text, LIST_MODES, depth)
+        q.id: retriever.ranked_lists(Scope.whole(alias), q.text, modes, depth)
         for q in tqdm(queries, desc=f"lists {alias} {split}", unit="q", file=sys.stderr)
     }
 
@@ -211,6 +232,8 @@ def markdown(report: dict[str, Any]) -> str:
         for mode, diffs in result["test_intervals"].items():
             lines.append(f"| {mode} | {_interval(diffs['MRR@10'])} | {_interval(diffs['R@1'])} |")
         lines += ["", f"Test gate (hybrid minus best single list): {result['test_margin']}", ""]
+    for name, found in report.get("vectors", {}).items():
+        lines += vector_table(name, found)
     names = list(report["datasets"])
     lines += [
         "### Query analysis ablation (dev; jieba BM25 list and hybrid MRR@10, chosen fusion)",
@@ -289,7 +312,7 @@ def ablation(
     found = {}
     built: set[str] = set()
     for variant in VARIANTS if not args.no_ablation else (SERVICE,):
-        reindex = args.reindex and variant.alias(dataset) not in built
+        reindex = args.reindex and variant.alias(dataset, variant.windows(settings)) not in built
         alias = ensure_indexed(es, dataset, variant, embedder, settings, reindex)
         built.add(alias)
         retriever = Retriever(
@@ -317,6 +340,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--reindex", action="store_true", help="rebuild the eval-* indices")
     parser.add_argument("--no-ablation", action="store_true", help="only the service's analysis")
+    parser.add_argument(
+        "--no-vector-ablation", action="store_true", help="skip today's chunk vectors (a second index of each dataset)"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS / "retrieval_eval")
     parser.add_argument("--update-docs", action="store_true", help=f"write the tables into {DOCS.relative_to(REPO)}")
     return parser
@@ -348,6 +374,102 @@ def dataset_report(
     }
 
 
+def vector_ablation(
+    es: Elasticsearch,
+    dataset: Dataset,
+    embedder: Embedder,
+    settings: Settings,
+    args: argparse.Namespace,
+    service: dict[str, dict[str, Lists]],
+    config: dict[str, Any],
+) -> dict[str, Any]:
+    """The vector list and hybrid (the chosen fusion) with today's chunk vectors, with passages (the
+    service's lists, `service` by split) and with both (the chunk vectors fused as a fifth list), per split;
+    on test, paired bootstrap intervals of passages minus chunk vectors."""
+    alias = ensure_indexed(es, dataset, CHUNK_VECTORS, embedder, settings, args.reindex)
+    params = replace(RetrievalParams.from_settings(settings), depth=args.depth)
+    tokenizer = CHUNK_VECTORS.tokenizer(settings.jieba_user_dict)
+    retriever = Retriever(es, embedder, tokenizer, params)
+    plain = Retriever(es, embedder, tokenizer, replace(params, alias_weight=0.0))  # aliases off
+    service_alias = SERVICE.alias(dataset, SERVICE.windows(settings))
+    tagged = person_questions(dataset, read_index_meta(es, service_alias).aliases)
+    report: dict[str, Any] = {"index": alias, "tagged": sorted(tagged)}
+    for split, lists in service.items():
+        chunk = ranked_lists(retriever, alias, dataset, split, (Mode.VECTOR,))
+        keywords = ranked_lists(plain, service_alias, dataset, split, LIST_MODES[1:])
+        questions = [q for q in dataset.queries if q.id in lists]
+        rows = {
+            "chunk vectors": ({i: {**found, "vector": chunk[i]["vector"]} for i, found in lists.items()}, config),
+            "passages": (lists, config),
+            "both": (
+                {i: {**found, CHUNK_LIST: chunk[i]["vector"]} for i, found in lists.items()},
+                config | {"lists": (*config["lists"], CHUNK_LIST)},
+            ),
+            "passages, aliases off": ({i: {**found, **keywords[i]} for i, found in lists.items()}, config),
+        }
+        found_by: dict[str, dict[str, list[dict[str, float]]]] = {}
+        for name, (found, fusion) in rows.items():
+            vector = [query_metrics([i for i, _ in found[q.id]["vector"]], q.relevant) for q in questions]
+            fused = hybrid(questions, found, fusion)
+            named = [m for m, q in zip(fused, questions, strict=True) if q.id in tagged]
+            found_by[name] = {"vector": vector, "hybrid": fused, "hybrid, person by 字 or title": named}
+        report[split] = {name: {part: _summary(per) for part, per in parts.items()} for name, parts in found_by.items()}
+        if split == "test":
+            report["test_intervals"] = {
+                part: {
+                    metric: paired_bootstrap(
+                        [m[metric] for m in found_by["passages"][part]],
+                        [m[metric] for m in found_by["chunk vectors"][part]],
+                    )
+                    for metric in ("MRR@10", "R@1", "R@5")
+                }
+                for part in ("vector", "hybrid")
+            }
+    return report
+
+
+# Titles by which the book names a person (丞相 is 曹操 for many chapters, 先主 is 刘备 ...).
+TITLES = ("丞相", "皇叔", "吴侯", "主公", "先主", "后主", "魏王", "汉中王", "卧龙", "凤雏", "都督", "使君")
+
+
+def person_questions(dataset: Dataset, aliases: Sequence[Alias]) -> set[str]:
+    """Ids of the questions that name a person by a courtesy name (字/号 the base mined) or a title."""
+    courtesy = {entry.alias for entry in aliases if re.fullmatch(r"[\u4e00-\u9fff]{2}", entry.alias)}
+    return {q.id for q in dataset.queries if any(word in q.text for word in (*courtesy, *TITLES))}
+
+
+def _summary(per: list[dict[str, float]]) -> dict[str, Any]:
+    """Means of per-question metrics, the Wilson interval of R@5, and how many questions."""
+    hits = int(sum(m["R@5"] for m in per))
+    means = mean_metrics(per) if per else dict.fromkeys(METRICS, 0.0)
+    return means | {"R@5 ci95": wilson(hits, len(per)), "n": len(per)}
+
+
+def vector_table(name: str, found: dict[str, Any]) -> list[str]:
+    """The vector ablation of one dataset as markdown."""
+    lines = [
+        f"### Vector lists: {name} (chosen fusion; the vector list of `both` is the passages')",
+        "",
+        "| split | vectors | vector R@1 / R@5 / MRR@10 | hybrid R@1 | hybrid R@5 [Wilson 95 %] | hybrid MRR@10 "
+        + "| person by 字/title: hybrid R@5 [Wilson 95 %] (n) |",
+        "|---|---|---|---:|---|---:|---|",
+    ]
+    for split in ("dev", "test"):
+        for vectors, parts in found[split].items():
+            v, h, p = parts["vector"], parts["hybrid"], parts["hybrid, person by 字 or title"]
+            low, high = h["R@5 ci95"]
+            lines.append(
+                f"| {split} | {vectors} | {v['R@1']:.3f} / {v['R@5']:.3f} / {v['MRR@10']:.3f} | {h['R@1']:.3f} "
+                + f"| {h['R@5']:.3f} [{low:.2f}, {high:.2f}] | {h['MRR@10']:.3f} "
+                + f"| {p['R@5']:.3f} [{p['R@5 ci95'][0]:.2f}, {p['R@5 ci95'][1]:.2f}] ({p['n']}) |"
+            )
+    lines += ["", "Test, passages minus chunk vectors, paired bootstrap 95 % interval:", ""]
+    lines += ["| list | MRR@10 | R@1 | R@5 |", "|---|---|---|---|"]
+    for part, diffs in found["test_intervals"].items():
+        lines.append(f"| {part} | " + " | ".join(_interval(diffs[m]) for m in ("MRR@10", "R@1", "R@5")) + " |")
+    return [*lines, ""]
+
+
 def ablation_report(dataset: Dataset, variants: dict[str, dict[str, Lists]], config: dict[str, Any]) -> dict[str, Any]:
     """Dev MRR@10 of bm25 and hybrid for every analysis variant."""
     return {
@@ -377,6 +499,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "fusion": fusion_rows,
         "datasets": {},
         "ablation": {},
+        "vectors": {},
     }
     for dataset in datasets:
         retriever, alias = ablations[dataset.name][1]
@@ -384,6 +507,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         service_dev = dev_lists[dataset.name][SERVICE.name]
         report["datasets"][dataset.name] = dataset_report(dataset, test_lists, service_dev, config)
         report["ablation"][dataset.name] = ablation_report(dataset, dev_lists[dataset.name], config)
+        if not args.no_vector_ablation:
+            service = {"dev": service_dev, "test": test_lists}
+            report["vectors"][dataset.name] = vector_ablation(es, dataset, embedder, settings, args, service, config)
     report["seconds"] = round(time.perf_counter() - started, 1)
     report["embedding_cache"] = {"hits": embedder.hits, "misses": embedder.misses}
 

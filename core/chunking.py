@@ -9,10 +9,14 @@ in one chunk. A sentence longer than `chunk_size` is cut into character windows
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 # Chosen with the retrieval evaluation (bench/, issue 4); change them there, with figures.
 DEFAULT_CHUNK_SIZE = 800  # 三国: hybrid MRR@10 .621 vs .539 at 500 (docs/retrieval.md)
 DEFAULT_CHUNK_OVERLAP = 50
+# Passage vectors (`PassageWindows`): chosen on the 三国 dev questions (docs/retrieval.md).
+DEFAULT_PASSAGE_SIZE = 120  # 120/30 over 240/60: dev MRR@10 .856 vs .827 (a pilot, docs/retrieval.md)
+DEFAULT_PASSAGE_OVERLAP = 30
 
 # A sentence: anything up to a run of sentence-ending marks plus closing quotes/brackets,
 # or up to a line break.
@@ -115,3 +119,28 @@ def split_text(
 ) -> list[str]:
     """Cut `text` into chunks of at most `chunk_size` characters (whitespace-trimmed, non-empty)."""
     return [span.text for span in split_spans(text, chunk_size, chunk_overlap)]
+
+
+@dataclass(frozen=True)
+class PassageWindows:
+    """How a chunk is cut into the passages its vectors are computed from (the nested passage
+    kNN): sentence windows of at most `size` characters sharing up to `overlap` characters, cut
+    by the chunking above (a chunk stays whole as context and BM25 unit, its vectors get small)."""
+
+    size: int
+    overlap: int
+
+    def __post_init__(self) -> None:
+        split_spans("", self.size, self.overlap)  # the chunking's own check of the two sizes
+
+    @classmethod
+    def from_meta(cls, stored: dict[str, Any] | None) -> "PassageWindows | None":
+        """The windows an index records in its `_meta.passages` (`to_meta`); None: it has no passages."""
+        return cls(int(stored["size"]), int(stored["overlap"])) if stored else None
+
+    def to_meta(self) -> dict[str, int]:
+        return {"size": self.size, "overlap": self.overlap}
+
+    def spans(self, text: str) -> list[Span]:
+        """The passages of a chunk's `text`, each with its offsets in it."""
+        return split_spans(text, self.size, self.overlap)

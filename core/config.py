@@ -10,7 +10,13 @@ from typing import Annotated, Literal, TypeVar
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from core.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE
+from core.chunking import (
+    DEFAULT_CHUNK_OVERLAP,
+    DEFAULT_CHUNK_SIZE,
+    DEFAULT_PASSAGE_OVERLAP,
+    DEFAULT_PASSAGE_SIZE,
+    PassageWindows,
+)
 
 Named = TypeVar("Named", bound=StrEnum)
 
@@ -49,6 +55,9 @@ class RerankApi(StrEnum):
 StructuredOutput = Literal["auto", "tools", "json_schema", "json_object", "prompt"]
 
 
+DEFAULT_ALIAS_WEIGHT = 0.5  # chosen on the 三国 dev questions (docs/retrieval.md, "Aliases")
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_file=".env", env_file_encoding="utf-8", extra="ignore")
 
@@ -64,6 +73,10 @@ class Settings(BaseSettings):
     embed_batch_size: int = 16
     chunk_size: int = DEFAULT_CHUNK_SIZE  # characters per chunk at most (the indexing job's --chunk-size)
     chunk_overlap: int = DEFAULT_CHUNK_OVERLAP  # characters neighbouring chunks share
+    # Passage vectors of a new base (core.chunking.PassageWindows, chosen on dev, docs/retrieval.md):
+    # sentence windows of at most this many characters, each with its own vector; 0: one vector per chunk.
+    passage_size: int = Field(DEFAULT_PASSAGE_SIZE, ge=0, description="characters per passage vector (0: none)")
+    passage_overlap: int = Field(DEFAULT_PASSAGE_OVERLAP, ge=0, description="characters neighbouring passages share")
     embed_concurrency: int = Field(1, ge=1, description="embedding batches in flight (remote embedders)")
     # Query embeddings batched across concurrent requests (core.embeddings.BatchingEmbedder):
     # a query waits at most the window for others, and at most this many share one call.
@@ -93,6 +106,9 @@ class Settings(BaseSettings):
     rrf_k: int = Field(60, ge=1, description="rank constant of rrf and rrf-gap")
     rrf_depth: int = 10  # each list's hits fused; chosen on dev with the fusion (docs/retrieval.md)
     num_candidates: int = 100
+    # Weight of the aliases a query's names expand to (core/aliases.py) in the keyword lists; 0: none.
+    alias_weight: float = Field(DEFAULT_ALIAS_WEIGHT, ge=0, le=10, description="weight of alias expansions (0: off)")
+    passage_hits: int = Field(3, ge=1, le=20, description="matched passages a hit carries (vector list inner hits)")
     title_boost: float = 2.0  # weight of a title match in the jieba BM25 list
 
     # Reranking the fused hybrid candidates (retrieval/rerank.py, docs/retrieval.md "Reranking"):
@@ -218,6 +234,11 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return [item.strip() for item in value.split(",") if item.strip()]
         return value
+
+    @property
+    def passage_windows(self) -> PassageWindows | None:
+        """The passages a new base's chunks get vectors of (None: one vector per chunk); a bad pair raises."""
+        return PassageWindows(self.passage_size, self.passage_overlap) if self.passage_size else None
 
     @property
     def es_urls(self) -> list[str]:

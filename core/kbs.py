@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from elasticsearch import Elasticsearch, NotFoundError
 
+from core.chunking import PassageWindows
 from core.config import FusionMethod, Settings
 from core.embeddings import Embedder
 from core.schema import LIST_MODES, Mode
@@ -93,6 +94,7 @@ class KnowledgeBase:
     replicas: int
     created_at: str | None = None
     fusion: FusionSetting | None = None
+    passages: PassageWindows | None = None  # None: one vector per chunk (built before passage vectors)
 
 
 @dataclass(frozen=True)
@@ -134,6 +136,7 @@ def read_kb(es: Elasticsearch, name: str, settings: Settings) -> KnowledgeBase:
         replicas=replicas,
         created_at=kb.get("created_at"),
         fusion=FusionSetting.from_meta(kb["fusion"]) if kb.get("fusion") else None,
+        passages=PassageWindows.from_meta(meta.get("passages")),
     )
 
 
@@ -160,13 +163,15 @@ def create_kb(
     chunk_overlap: int,
     shards: int = 1,
     replicas: int = 0,
+    passages: PassageWindows | None = None,
 ) -> str:
-    """A new, empty base `name` (a versioned index behind the alias); `KnowledgeBaseExists` on a clash."""
+    """A new, empty base `name` (a versioned index behind the alias, its chunks with `passages`);
+    `KnowledgeBaseExists` on a clash."""
     check_kb_name(name)
     if es.indices.exists_alias(name=name) or es.indices.exists(index=name):
         raise KnowledgeBaseExists(name)
     index = versioned_name(name)
-    create_index(es, index, embedder, shards=shards, replicas=replicas)
+    create_index(es, index, embedder, shards=shards, replicas=replicas, passages=passages)
     created = datetime.now(UTC).isoformat()
     update_kb_meta(es, index, {"chunk_size": chunk_size, "chunk_overlap": chunk_overlap, "created_at": created})
     es.indices.put_alias(index=index, name=name)

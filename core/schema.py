@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Self
 
 from pydantic import BaseModel, Field
 
+from core.chunking import PassageWindows
 from core.config import parse_name
 from core.contract import json_depth
 from core.embeddings import Embedder
@@ -21,8 +22,9 @@ from core.text import ChineseTokenizer, bigram_terms, join_terms
 if TYPE_CHECKING:  # core.documents imports this module
     from core.documents import Chunk
 
-# 2: page, section and file-hash fields; 3: filterable metadata; 4: access groups (added to older indices in place)
-SCHEMA_VERSION = 4
+# 2: page, section and file-hash fields; 3: filterable metadata; 4: access groups (added to older indices in
+# place); 5: passage vectors (a new index only: a base built before keeps one vector per chunk until rebuilt)
+SCHEMA_VERSION = 5
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,12 @@ INTEGER = Mapped("integer")
 STANDARD = Mapped("text", (("analyzer", "standard"),))
 WHITESPACE = Mapped("text", (("analyzer", "whitespace"),))  # terms computed in Python, joined by spaces
 FLATTENED = Mapped("flattened", (("ignore_above", 1024),))
+# A chunk's passages (core.chunking.PassageWindows): offsets in the chunk's `text` and a vector each,
+# searched by a nested kNN (its dims, similarity and HNSW: `index_body`).
+PASSAGES = Mapped(
+    "nested",
+    (("properties", {"start": INTEGER.mapping(), "end": INTEGER.mapping(), "vector": {"type": "dense_vector"}}),),
+)
 # How deep a document's `metadata` may nest: the default `depth_limit` of a flattened field
 # (`metadata_terms`); Elasticsearch refuses a deeper one when the chunk is written.
 METADATA_DEPTH = 20
@@ -93,13 +101,22 @@ class ChunkRecord(ChunkFields):
     # The groups that may read the chunk, filtered inside every search (retrieval.lists.DocumentAccess);
     # not a hit field, so a search never shows which groups exist.
     access: Annotated[list[str], KEYWORD] = Field(default_factory=list)
+    # `{start, end, vector}` per passage; None (not written) in a base built without passage vectors.
+    passages: Annotated[list[dict[str, Any]] | None, PASSAGES] = None
 
     @classmethod
-    def of_chunk(cls, chunk: "Chunk", embedding: list[float], tokenizer: ChineseTokenizer) -> "ChunkRecord":
+    def of_chunk(
+        cls,
+        chunk: "Chunk",
+        embedding: list[float],
+        tokenizer: ChineseTokenizer,
+        passages: list[dict[str, Any]] | None = None,
+    ) -> "ChunkRecord":
         """Built without validation: the strict mapping is the check, so Elasticsearch rejects a
         bad chunk (a 400 for that item in the error file) without failing the chunks beside it."""
         document = chunk.document
         return cls.model_construct(
+            passages=passages,
             text=chunk.text,
             tokens=join_terms(tokenizer.index_terms(chunk.text)),
             bigrams=join_terms(bigram_terms(chunk.text)),
@@ -124,7 +141,7 @@ class ChunkRecord(ChunkFields):
 
     def to_source(self) -> dict[str, Any]:
         """The `_source` indexing writes (a bad value is Elasticsearch's to reject, see `of_chunk`)."""
-        return self.model_dump(warnings=False)
+        return self.model_dump(warnings=False, exclude={"passages"} if self.passages is None else None)
 
 
 def _properties(model: type[BaseModel]) -> dict[str, dict[str, Any]]:
@@ -163,17 +180,30 @@ class Mode(StrEnum):
 LIST_MODES: tuple[Mode, ...] = (Mode.VECTOR, Mode.BM25, Mode.BIGRAM, Mode.STANDARD)
 
 
-def index_body(embedder: Embedder, shards: int = 1, replicas: int = 0) -> dict[str, Any]:
-    """Settings and mapping of one knowledge-base index (server features only)."""
-    hnsw = {"type": "hnsw", "m": 16, "ef_construction": 100}
-    vector = {"dims": embedder.dim, "index": True, "similarity": "cosine", "index_options": hnsw}
+def index_body(
+    embedder: Embedder, shards: int = 1, replicas: int = 0, passages: PassageWindows | None = None
+) -> dict[str, Any]:
+    """Settings and mapping of one knowledge-base index (server features only); with `passages`,
+    each chunk holds its passage vectors too (int8 HNSW: a quarter of float32's memory) and
+    `_meta.passages` records the windows."""
+    hnsw = {"m": 16, "ef_construction": 100}
+    vector = {"dims": embedder.dim, "index": True, "similarity": "cosine"}
+    properties = CHUNK_PROPERTIES | {
+        "embedding": CHUNK_PROPERTIES["embedding"] | vector | {"index_options": {"type": "hnsw", **hnsw}}
+    }
+    meta: dict[str, Any] = {"embedder": embedder.name, "dim": embedder.dim, "schema_version": SCHEMA_VERSION}
+    if passages is None:
+        del properties["passages"]
+    else:
+        nested = PASSAGES.mapping()
+        passage_vector = vector | {"index_options": {"type": "int8_hnsw", **hnsw}}
+        properties["passages"] = nested | {
+            "properties": nested["properties"] | {"vector": {"type": "dense_vector"} | passage_vector}
+        }
+        meta["passages"] = passages.to_meta()
     return {
         "settings": {"number_of_shards": shards, "number_of_replicas": replicas},
-        "mappings": {
-            "_meta": {"embedder": embedder.name, "dim": embedder.dim, "schema_version": SCHEMA_VERSION},
-            "dynamic": "strict",
-            "properties": CHUNK_PROPERTIES | {"embedding": CHUNK_PROPERTIES["embedding"] | vector},
-        },
+        "mappings": {"_meta": meta, "dynamic": "strict", "properties": properties},
     }
 
 

@@ -12,6 +12,8 @@ from typing import Any
 from elasticsearch import BadRequestError, Elasticsearch, NotFoundError
 from elasticsearch.serializer import OrjsonSerializer
 
+from core.aliases import Alias
+from core.chunking import PassageWindows
 from core.config import Settings
 from core.embeddings import Embedder
 from core.retry import is_transient
@@ -66,6 +68,10 @@ class IndexMeta:
     corpus_terms: tuple[str, ...] | None = None
     # The knowledge base's own settings (`_meta.kb`, core/kbs.py): chunking, fusion, ...
     kb: dict[str, Any] = field(default_factory=dict)
+    # The passage windows its chunks hold vectors of (`_meta.passages`); None: one vector per chunk.
+    passages: PassageWindows | None = None
+    # The aliases mined from its documents (`_meta.aliases`, core/aliases.py).
+    aliases: tuple[Alias, ...] = ()
 
 
 def create_client(settings: Settings) -> Elasticsearch:
@@ -90,8 +96,16 @@ def versioned_name(alias: str) -> str:
     return f"{alias}-v{datetime.now(UTC):%Y%m%d%H%M%S%f}"
 
 
-def create_index(es: Elasticsearch, name: str, embedder: Embedder, *, shards: int = 1, replicas: int = 0) -> None:
-    es.indices.create(index=name, **index_body(embedder, shards, replicas))
+def create_index(
+    es: Elasticsearch,
+    name: str,
+    embedder: Embedder,
+    *,
+    shards: int = 1,
+    replicas: int = 0,
+    passages: PassageWindows | None = None,
+) -> None:
+    es.indices.create(index=name, **index_body(embedder, shards, replicas, passages))
 
 
 def concrete_indices(es: Elasticsearch, alias: str) -> list[str]:
@@ -103,9 +117,17 @@ def concrete_indices(es: Elasticsearch, alias: str) -> list[str]:
 
 
 def ensure_index(
-    es: Elasticsearch, alias: str, embedder: Embedder, *, shards: int = 1, replicas: int = 0, name: str | None = None
+    es: Elasticsearch,
+    alias: str,
+    embedder: Embedder,
+    *,
+    shards: int = 1,
+    replicas: int = 0,
+    name: str | None = None,
+    passages: PassageWindows | None = None,
 ) -> str:
-    """The concrete index behind `alias`; when missing, created (`name`, default versioned) and aliased.
+    """The concrete index behind `alias`; when missing, created (`name`, default versioned; with
+    `passages`) and aliased. An existing index keeps its own passages, or none.
 
     Workers started together (partitions) pass the same `name`: whoever creates it first wins
     and the others use it, so they never end up with one index each behind the alias.
@@ -113,7 +135,7 @@ def ensure_index(
     if not concrete_indices(es, alias):
         name = name or versioned_name(alias)
         try:
-            create_index(es, name, embedder, shards=shards, replicas=replicas)
+            create_index(es, name, embedder, shards=shards, replicas=replicas, passages=passages)
         except BadRequestError as err:
             if err.error != "resource_already_exists_exception":
                 raise
@@ -163,6 +185,8 @@ def read_index_meta(es: Elasticsearch, alias: str) -> IndexMeta:
     meta = body["mappings"].get("_meta", {})
     terms = meta.get("corpus_terms")
     return IndexMeta(
+        passages=PassageWindows.from_meta(meta.get("passages")),
+        aliases=tuple(Alias.from_meta(entry) for entry in meta.get("aliases", [])),
         index=index,
         embedder=str(meta.get("embedder", "?")),
         dim=int(meta.get("dim", 0)),
@@ -175,6 +199,12 @@ def write_corpus_terms(es: Elasticsearch, index: str, terms: list[str]) -> None:
     """Store the corpus dictionary in the concrete index's `_meta` (kept with the index, swapped with it)."""
     meta = es.indices.get_mapping(index=index).body[index]["mappings"].get("_meta", {})
     es.indices.put_mapping(index=index, meta={**meta, "corpus_terms": terms})
+
+
+def write_aliases(es: Elasticsearch, index: str, aliases: list[Alias]) -> None:
+    """Store the base's aliases in the concrete index's `_meta` (kept with the index, like its dictionary)."""
+    meta = es.indices.get_mapping(index=index).body[index]["mappings"].get("_meta", {})
+    es.indices.put_mapping(index=index, meta={**meta, "aliases": [entry.to_meta() for entry in aliases]})
 
 
 def check_embedder(es: Elasticsearch, alias: str, embedder: Embedder) -> IndexMeta:

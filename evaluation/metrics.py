@@ -85,6 +85,16 @@ def mean_metrics(per_query: Sequence[Mapping[str, float]]) -> dict[str, float]:
     return {name: round(statistics.fmean(m[name] for m in per_query), 4) for name in METRICS}
 
 
+def wilson(hits: int, n: int, z: float = 1.96) -> list[float]:
+    """The Wilson score 95 % interval of a share `hits / n` (a small set's R@k)."""
+    if n == 0:
+        return [0.0, 0.0]
+    p = hits / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return [round(max(0.0, centre - half), 3), round(min(1.0, centre + half), 3)]
+
+
 def paired_bootstrap(a: Sequence[float], b: Sequence[float], seed: int = 0) -> tuple[float, float, float]:
     """Mean of a - b and its 95 % percentile interval over `BOOTSTRAP` resamples of the queries."""
     diff = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)

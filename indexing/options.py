@@ -10,7 +10,7 @@ import hashlib
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
-from core.chunking import split_text
+from core.chunking import PassageWindows, split_text
 from core.config import Settings
 from core.documents import Document
 
@@ -57,6 +57,8 @@ class IndexOptions:
     chunking: Chunking
     throughput: Throughput
     layout: Layout
+    # The passage vectors of an index the run creates (an existing index keeps its own, or none).
+    passages: PassageWindows | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "IndexOptions":
@@ -64,6 +66,7 @@ class IndexOptions:
             Chunking(settings.chunk_size, settings.chunk_overlap),
             Throughput(settings.embed_batch_size, settings.embed_concurrency),
             Layout(settings.es_shards, settings.es_replicas),
+            settings.passage_windows,
         )
 
 

@@ -29,14 +29,23 @@ from pydantic import BaseModel
 from tqdm import tqdm
 
 from core.access import DocumentAccess, Scope
-from core.documents import Document
+from core.aliases import MinedFrom, merged, mine
+from core.documents import Document, source_label
 from core.embeddings import Embedder
 from core.reader import Reader
-from core.store import create_index, ensure_index, read_index_meta, swap_alias, update_kb_meta, versioned_name
+from core.store import (
+    create_index,
+    ensure_index,
+    read_index_meta,
+    swap_alias,
+    update_kb_meta,
+    versioned_name,
+    write_aliases,
+)
 from core.text import ChineseTokenizer
 from indexing.dictionary import corpus_tokenizer
 from indexing.embed import Embedding, embed_and_write
-from indexing.options import Chunking, IndexOptions, Layout, RunScope
+from indexing.options import Chunking, IndexOptions, RunScope
 from indexing.plan import Plan, checked_documents, orphans, plan_chunks
 from indexing.write import ErrorLog, Progress, Writer, clean_up
 
@@ -47,9 +56,11 @@ NOTHING_ELSE = RunScope()  # a run that only adds and updates its documents' chu
 
 class Observer(Protocol):
     """Follows a run from another thread's point of view (the service's job status): the plan's
-    figures once known, then the chunks finished (written, or failed) as each batch ends."""
+    figures once known, then the chunks embedded, and finished (written, or failed), as each batch ends."""
 
     def planned(self, chunks: int, new: int, unchanged: int) -> None: ...
+
+    def embedded(self, chunks: int) -> None: ...
 
     def finished(self, chunks: int) -> None: ...
 
@@ -109,16 +120,19 @@ class _Written:
     write_seconds: float
 
 
-def _open_index(es: Elasticsearch, alias: str, embedder: Embedder, scope: RunScope, layout: Layout) -> str:
+def _open_index(es: Elasticsearch, alias: str, embedder: Embedder, scope: RunScope, options: IndexOptions) -> str:
     """The index to write: a new versioned one (`recreate`) or the one behind `alias`.
 
     Partition workers that find no index all create the same name, so they share one.
     """
+    layout, passages = options.layout, options.passages
     if not scope.recreate:
         name = f"{alias}-v0" if scope.partition is not None else None
-        return ensure_index(es, alias, embedder, shards=layout.shards, replicas=layout.replicas, name=name)
+        return ensure_index(
+            es, alias, embedder, shards=layout.shards, replicas=layout.replicas, name=name, passages=passages
+        )
     index = versioned_name(alias)
-    create_index(es, index, embedder, shards=layout.shards, replicas=layout.replicas)
+    create_index(es, index, embedder, shards=layout.shards, replicas=layout.replicas, passages=passages)
     # Nobody searches the new index before the swap: skip periodic refreshes while loading.
     es.indices.put_settings(index=index, settings={"index": {"refresh_interval": "-1"}})
     return index
@@ -163,6 +177,7 @@ def _write(run: _Run, documents: list[Document], tokenizer: ChineseTokenizer) ->
     # Whether the base is empty is the base's own fact (its corpus dictionary is made anew then).
     empty = run.scope.recreate or Reader(es, Scope.whole(index)).count() == 0
     tokenizer = corpus_tokenizer(es, index, documents, tokenizer, fresh=empty)
+    learn_aliases(es, index, documents)
     plan = plan_chunks(reader, documents, run.options.chunking, empty)
     logger.info(
         "%d chunks: %d new, %d unchanged, %d stale", plan.chunks, len(plan.new), plan.unchanged, len(plan.stale)
@@ -175,7 +190,12 @@ def _write(run: _Run, documents: list[Document], tokenizer: ChineseTokenizer) ->
         run.observer.planned(plan.chunks, len(plan.new), plan.unchanged)
         progress = _Observed(bar, run.observer)
     with bar:
-        embedding = Embedding(run.embedder, run.errors, progress)
+        # The index's own passages (a base built before passage vectors keeps one vector per chunk).
+        windows = read_index_meta(es, index).passages
+        if run.observer is not None:
+            embedding = Embedding(run.embedder, windows, run.errors, progress, run.observer.embedded)
+        else:
+            embedding = Embedding(run.embedder, windows, run.errors, progress)
         writer = Writer(es, index, tokenizer, run.errors, progress)
         embed_and_write(plan.new, run.options.throughput, embedding, writer)
     deleted = clean_up(es, index, plan, orphans(reader, documents, run.scope), run.errors)
@@ -183,6 +203,28 @@ def _write(run: _Run, documents: list[Document], tokenizer: ChineseTokenizer) ->
         es.indices.put_settings(index=index, settings={"index": {"refresh_interval": None}})
     es.indices.refresh(index=index)
     return _Written(plan, writer.indexed, deleted, embedding.seconds, writer.seconds)
+
+
+def learn_aliases(es: Elasticsearch, index: str, documents: list[Document]) -> None:
+    """Mine the documents' aliases (core/aliases.py) into the base's, replacing what these documents said before."""
+    mined = mine(
+        [
+            MinedFrom(document.doc_id, document.text, document_label(document), tuple(document.access))
+            for document in documents
+        ]
+    )
+    stored = read_index_meta(es, index).aliases
+    if mined or stored:
+        write_aliases(es, index, merged(stored, mined, {document.doc_id for document in documents}))
+
+
+def document_label(document: Document) -> str:
+    return source_label(
+        title=document.title,
+        source=document.source,
+        chapter=document.chapter,
+        chapter_title=document.chapter_title,
+    )
 
 
 def index_documents(
@@ -211,7 +253,7 @@ def index_documents(
     """
     started = time.perf_counter()
     documents = checked_documents(documents, scope.partition)
-    index = _open_index(es, alias, embedder, scope, options.layout)
+    index = _open_index(es, alias, embedder, scope, options)
     _record_chunking(es, index, options.chunking)
     run = _Run(es, index, alias, embedder, options, scope, visible, ErrorLog(error_file), progress, observer)
     try:

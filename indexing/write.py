@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Sequence
 from contextlib import suppress
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -30,6 +30,27 @@ from core.text import ChineseTokenizer
 from indexing.plan import Indexed, Plan, batched
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Passage:
+    """A passage of a chunk (offsets in its text) and its vector."""
+
+    start: int
+    end: int
+    vector: np.ndarray
+
+    def to_source(self) -> dict[str, Any]:
+        # 4 decimals: the index keeps int8 anyway, and the `_source` every fetch decompresses stays small
+        return {"start": self.start, "end": self.end, "vector": np.round(self.vector, 4).tolist()}
+
+
+@dataclass(frozen=True)
+class Embedded:
+    """A batch's chunk vectors, and each chunk's passages when the index holds passage vectors."""
+
+    vectors: np.ndarray
+    passages: list[list[Passage]] | None = None
 
 
 class Progress(Protocol):
@@ -134,16 +155,22 @@ class Writer:
         self.indexed = 0
         self.seconds = 0.0
 
-    def _action(self, chunk: Chunk, vector: np.ndarray) -> dict[str, Any]:
-        source = ChunkRecord.of_chunk(chunk, vector.tolist(), self._tokenizer).to_source()
+    def _action(self, chunk: Chunk, vector: np.ndarray, passages: list[Passage] | None) -> dict[str, Any]:
+        found = [passage.to_source() for passage in passages] if passages is not None else None
+        source = ChunkRecord.of_chunk(chunk, vector.tolist(), self._tokenizer, found).to_source()
         return {"_op_type": "index", "_index": self._index, "_id": chunk.id, "_source": source}
 
-    def write(self, batch: Sequence[Chunk], vectors: np.ndarray) -> None:
+    def write(self, batch: Sequence[Chunk], embedded: Embedded) -> None:
         started = time.perf_counter()
         indexed = 0
+        passages: list[list[Passage] | None] = [*embedded.passages] if embedded.passages else [None] * len(batch)
         try:
             results = bulk_write(
-                self._es, [self._action(chunk, vector) for chunk, vector in zip(batch, vectors, strict=True)]
+                self._es,
+                [
+                    self._action(chunk, vector, found)
+                    for chunk, vector, found in zip(batch, embedded.vectors, passages, strict=True)
+                ],
             )
         except Exception as err:
             for chunk in batch:

@@ -5,7 +5,7 @@ adds what they share (size, and `_source` or the doc values a chunk id is derive
 Keyword queries are cut by the index's own tokenizer, so they match what indexing wrote.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any, Protocol
 
 from pydantic import Field
@@ -53,7 +53,8 @@ def envelope(size: int, *, source: bool) -> dict[str, Any]:
 
 
 def knn(vector: list[float], size: int, num_candidates: int, clauses: Clauses) -> dict[str, Any]:
-    """`vector`: dense kNN over the chunk embeddings (HNSW), the filters applied inside the search."""
+    """`vector` on a base without passages: dense kNN over the chunk embeddings (HNSW), the filters
+    applied inside the search."""
     query: dict[str, Any] = {
         "field": "embedding",
         "query_vector": vector,
@@ -63,6 +64,21 @@ def knn(vector: list[float], size: int, num_candidates: int, clauses: Clauses) -
     if clauses:
         query["filter"] = clauses
     return {"knn": query}
+
+
+# The offsets of a matched passage, read from doc values (a passage's `_source` holds its vector).
+PASSAGE_FIELDS = ["passages.start", "passages.end"]
+
+
+def passage_knn(vector: list[float], size: int, num_candidates: int, clauses: Clauses, hits: int) -> dict[str, Any]:
+    """`vector` on a base with passages: nested kNN over the passage vectors, a chunk scored by its
+    best passage, its `hits` best passages as inner hits. The filters (the request's, and the
+    reader's access groups) are on the chunk, inside the search: a passage of a chunk the caller
+    may not read is never a candidate."""
+    body = knn(vector, size, num_candidates, clauses)
+    body["knn"]["field"] = "passages.vector"
+    body["knn"]["inner_hits"] = {"size": hits, "_source": False, "docvalue_fields": PASSAGE_FIELDS}
+    return body
 
 
 def bm25(query: str, tokenizer: ChineseTokenizer, title_boost: float) -> Clauses:
@@ -92,8 +108,18 @@ KEYWORD_LISTS: dict[Mode, Callable[[str, ChineseTokenizer, float], Clauses]] = {
 
 
 def keyword(
-    mode: Mode, query: str, tokenizer: ChineseTokenizer, title_boost: float, clauses: Clauses
+    mode: Mode,
+    query: str,
+    tokenizer: ChineseTokenizer,
+    title_boost: float,
+    clauses: Clauses,
+    expansions: Sequence[str] = (),
+    weight: float = 0.0,
 ) -> dict[str, Any]:
-    """A keyword list's query: any of its `should` clauses must match, the filters always."""
+    """A keyword list's query: any of its `should` clauses must match, the filters always. The
+    `expansions` (other names of the query's names, core/aliases.py) are searched the same way at `weight`."""
     should = KEYWORD_LISTS[mode](query, tokenizer, title_boost)
+    if expansions and weight > 0:
+        extra = KEYWORD_LISTS[mode]("，".join(expansions), tokenizer, title_boost)
+        should += [{"bool": {"should": extra, "boost": weight}}]
     return {"query": {"bool": {"should": should, "minimum_should_match": 1, "filter": clauses}}}

@@ -89,6 +89,15 @@ class FusionUsed(BaseModel):
     origin: Literal["default", "evaluation", "pinned"]
 
 
+class QueryExpansion(BaseModel):
+    """A name of the query and another name of it the keyword lists also searched, with where that
+    was learnt: 玄德 → 刘备, 「《三国演义》第1回: 姓刘名备，字玄德。」 (core/aliases.py)."""
+
+    term: str
+    expansion: str
+    source: str
+
+
 class SearchResult(BaseModel):
     mode: Mode
     took_ms: float
@@ -101,3 +110,5 @@ class SearchResult(BaseModel):
     def warnings(self) -> list[str]:
         """What went wrong without failing the search (a reranker's failure: the fused order was kept)."""
         return [self.rerank.warning] if self.rerank and self.rerank.warning else []
+    # The query's alias expansions (keyword lists and hybrid; only those the caller may see).
+    expansions: list[QueryExpansion] = Field(default_factory=list)

@@ -21,6 +21,7 @@ import numpy as np
 from elasticsearch import Elasticsearch
 
 from core.access import Clauses, Scope
+from core.aliases import Expansion, expansions
 from core.config import FusionMethod, Settings
 from core.embeddings import Embedder, cosine_similarities
 from core.kbs import FusionSetting
@@ -33,7 +34,7 @@ from retrieval.compare import Comparison, relate
 from retrieval.fusion import FusionParams, fuse
 from retrieval.lists import SearchFilter
 from retrieval.rerank import Reranker, build_reranker
-from retrieval.results import FusionUsed, Hit, SearchResult
+from retrieval.results import FusionUsed, Hit, PassageMatch, QueryExpansion, SearchResult
 
 _META_TTL_S = 30.0  # how long an index's embedder and dictionary are trusted before re-reading
 
@@ -49,6 +50,8 @@ class RetrievalParams:
     title_boost: float
     hybrid_lists: tuple[Mode, ...]
     weights: Mapping[str, float]  # per list; 1 when absent
+    passage_hits: int = 3  # matched passages a hit of the vector list carries (PASSAGE_HITS)
+    alias_weight: float = 0.0  # of the query's alias expansions in the keyword lists (ALIAS_WEIGHT; 0: none)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "RetrievalParams":
@@ -61,6 +64,8 @@ class RetrievalParams:
             title_boost=settings.title_boost,
             hybrid_lists=LIST_MODES,
             weights={},
+            passage_hits=settings.passage_hits,
+            alias_weight=settings.alias_weight,
         )
 
     @property
@@ -164,7 +169,15 @@ class Retriever:
     ) -> dict[str, list[tuple[str, float]]]:
         """(chunk id, score) of each list, `size` deep, in one `_msearch` without `_source`."""
         _validate(query, size)
-        return self._lists(Reader(self.es, scope), query, lists, size, filters, _QueryVector(self.embedder, query))
+        reader = Reader(self.es, scope)
+        found = self.expansions(scope, query)
+        return self._lists(reader, query, lists, size, filters, _QueryVector(self.embedder, query), found)[0]
+
+    def expansions(self, scope: Scope, query: str) -> list[Expansion]:
+        """The other names of the names in `query` that `scope` may see (none when ALIAS_WEIGHT is 0)."""
+        if self.params.alias_weight <= 0:
+            return []
+        return expansions(self._index(scope.kb)[0].aliases, query, scope.documents)
 
     def _lists(
         self,
@@ -174,20 +187,28 @@ class Retriever:
         size: int,
         filters: SearchFilter | None,
         vector: _QueryVector,
-    ) -> dict[str, list[tuple[str, float]]]:
-        """Every list of `lists` in one `_msearch`, which Elasticsearch runs concurrently.
+        found: Sequence[Expansion],
+    ) -> tuple[dict[str, list[tuple[str, float]]], dict[str, list[PassageMatch]]]:
+        """Every list of `lists` in one `_msearch`, which Elasticsearch runs concurrently, and the
+        passages each chunk of the vector list matched with (by chunk id).
 
         The query is embedded first: searching the keyword lists on a thread while embedding
         was slower on two cores, where the embedder's threads and Elasticsearch compete.
         """
         index, clauses = reader.scope.kb, _clauses(filters)
+        terms = [expansion.expansion for expansion in found]
         responses = reader.msearch(
-            [self._body(index, name, query, size, clauses, vector, source=False) for name in lists]
+            [self._body(index, name, query, size, clauses, vector, source=False, expansions=terms) for name in lists]
         )
-        return {
-            name: [(chunk_id_from_fields(raw["fields"]), raw["_score"]) for raw in response["hits"]["hits"]]
-            for name, response in zip(lists, responses, strict=True)
-        }
+        ranked: dict[str, list[tuple[str, float]]] = {}
+        matched: dict[str, list[PassageMatch]] = {}
+        for name, response in zip(lists, responses, strict=True):
+            ranked[name] = []
+            for raw in response["hits"]["hits"]:
+                ranked[name].append((chunk_id := chunk_id_from_fields(raw["fields"]), raw["_score"]))
+                if "inner_hits" in raw:
+                    matched[chunk_id] = passage_matches(raw)
+        return ranked, matched
 
     def _search(
         self,
@@ -202,6 +223,7 @@ class Retriever:
         _validate(query, k)
         started = time.perf_counter()
         fusion = reranked = None
+        found = self.expansions(reader.scope, query) if mode != Mode.VECTOR else []
         if mode == Mode.HYBRID:
             setting = self.fusion_of(reader.scope.kb)
             params = self.params.with_fusion(setting)
@@ -210,18 +232,25 @@ class Retriever:
             # Only hits fetched through the caller's reader (their groups checked again) are ever sent.
             # The candidates are the same fusion's next hits: its lists as deep as without reranking.
             top = max(k, reranker.limits.candidates) if reranker and weight > 0 else k
-            hits = self._hybrid(reader, query, k, filters, vector, params, top)
+            hits = self._hybrid(reader, query, k, filters, vector, params, top, found)
             fusion = fusion_used(params, setting)
             if reranker is not None:
                 hits, reranked = reranker.rerank(query, hits, k, weight)
         else:
-            body = self._body(reader.scope.kb, mode, query, k, _clauses(filters), vector, source=True)
+            terms = [expansion.expansion for expansion in found]
+            body = self._body(reader.scope.kb, mode, query, k, _clauses(filters), vector, source=True, expansions=terms)
             hits = [
-                Hit.from_source(raw["_source"], id=raw["_id"], score=raw["_score"])
+                Hit.from_source(raw["_source"], id=raw["_id"], score=raw["_score"], passages=passage_matches(raw))
                 for raw in reader.msearch([body])[0]["hits"]["hits"]
             ]
-        took = (time.perf_counter() - started) * 1000
-        return SearchResult(mode=mode, took_ms=took, hits=hits, fusion=fusion, rerank=reranked)
+        return SearchResult(
+            mode=mode,
+            took_ms=(time.perf_counter() - started) * 1000,
+            hits=hits,
+            fusion=fusion,
+            rerank=reranked,
+            expansions=[QueryExpansion(term=e.term, expansion=e.expansion, source=e.source) for e in found],
+        )
 
     def rerank_weight(self, setting: FusionSetting | None) -> float:
         """The reranker's share of the final score on a base: its own (evaluated or pinned), else the service's."""
@@ -249,17 +278,24 @@ class Retriever:
         vector: _QueryVector,
         params: RetrievalParams,
         top: int,
+        found: Sequence[Expansion],
     ) -> list[Hit]:
         """The fused `top` (k, or the reranker's candidates) of lists `max(k, depth)` deep."""
-        ranked = self._lists(reader, query, params.hybrid_lists, max(k, params.depth), filters, vector)
+        ranked, matched = self._lists(reader, query, params.hybrid_lists, max(k, params.depth), filters, vector, found)
         fused = fuse(ranked, params.fusion_params, top=top)
         # The winners came from filtered lists; the fetch checks their groups again (a chunk's
         # access may change between the search and the fetch).
         sources = reader.fetch([hit.id for hit in fused], HIT_SOURCE_FIELDS)
         return [  # a chunk deleted between the search and the fetch is left out
-            Hit.from_source(sources[found.id], id=found.id, score=found.score, explain=found.explain)
-            for found in fused
-            if found.id in sources
+            Hit.from_source(
+                sources[winner.id],
+                id=winner.id,
+                score=winner.score,
+                explain=winner.explain,
+                passages=matched.get(winner.id, []),
+            )
+            for winner in fused
+            if winner.id in sources
         ]
 
     def compare(
@@ -310,13 +346,30 @@ class Retriever:
         vector: _QueryVector,
         *,
         source: bool,
+        expansions: Sequence[str] = (),
     ) -> dict[str, Any]:
         """One list's search body (retrieval/lists.py), with the index's embedder checked or tokenizer used."""
         body = lists.envelope(size, source=source)
         if name == Mode.VECTOR:
-            check_embedder_meta(self._index(index)[0], index, self.embedder)
-            return body | lists.knn(vector.get(), size, self.params.num_candidates, clauses)
-        return body | lists.keyword(name, query, self._index(index)[1], self.params.title_boost, clauses)
+            meta = self._index(index)[0]
+            check_embedder_meta(meta, index, self.embedder)
+            if meta.passages is None:  # a base built before passage vectors
+                return body | lists.knn(vector.get(), size, self.params.num_candidates, clauses)
+            hits = self.params.passage_hits
+            return body | lists.passage_knn(vector.get(), size, self.params.num_candidates, clauses, hits)
+        tokenizer, weight = self._index(index)[1], self.params.alias_weight
+        return body | lists.keyword(name, query, tokenizer, self.params.title_boost, clauses, expansions, weight)
+
+
+def passage_matches(raw: dict[str, Any]) -> list[PassageMatch]:
+    """The passages a hit of the passage kNN matched with, best first (none for any other hit)."""
+    inner = raw.get("inner_hits", {}).get("passages", {}).get("hits", {}).get("hits", [])
+    return [
+        PassageMatch(
+            start=found["fields"]["passages.start"][0], end=found["fields"]["passages.end"][0], score=found["_score"]
+        )
+        for found in inner
+    ]
 
 
 def _clauses(filters: SearchFilter | None) -> Clauses:

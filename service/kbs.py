@@ -125,6 +125,7 @@ class KnowledgeBases:
             chunk_overlap=chunk_overlap,
             shards=shards,
             replicas=replicas,
+            passages=self.settings.passage_windows,
         )
         self._changed(name)
         return self.read(name)

@@ -23,14 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any
 
-import numpy as np
 from elasticsearch import Elasticsearch
 from pydantic import AfterValidator, AliasChoices, BaseModel, Field
 
 from core.config import Settings
 from core.contract import StrictModel
 from core.documents import Document, document_chunks
-from core.embeddings import DelegatingEmbedder, Embedder
+from core.embeddings import Embedder
 from core.kbs import read_kb
 from core.schema import METADATA_DEPTH, check_metadata, content_hash
 from core.text import get_tokenizer
@@ -179,19 +178,6 @@ def spooled_path(folder: Path, number: int, name: str) -> Path:
     return folder / str(number) / name
 
 
-class _CountingEmbedder(DelegatingEmbedder):
-    """The embedder, counting the chunks it embeds into the job's progress."""
-
-    def __init__(self, inner: Embedder, progress: Progress) -> None:
-        super().__init__(inner)
-        self._progress = progress
-
-    def embed_documents(self, texts: list[str]) -> np.ndarray:
-        vectors = self.inner.embed_documents(texts)
-        self._progress.add("embedded", len(texts))
-        return vectors
-
-
 @dataclass(frozen=True)
 class _Observer:
     """`indexing.pipeline.Observer` writing into the job's progress."""
@@ -200,6 +186,9 @@ class _Observer:
 
     def planned(self, chunks: int, new: int, unchanged: int) -> None:
         self.progress.set(chunks=chunks, new=new, unchanged=unchanged)
+
+    def embedded(self, chunks: int) -> None:
+        self.progress.add("embedded", chunks)
 
     def finished(self, chunks: int) -> None:
         self.progress.add("indexed", chunks)
@@ -276,7 +265,7 @@ class Uploads:
             self.es,
             documents,
             alias=job.kb,
-            embedder=_CountingEmbedder(self.embedder, progress),
+            embedder=self.embedder,
             tokenizer=get_tokenizer(self.settings.jieba_user_dict),
             options=options,
             visible=params.uploader.access,  # it keeps, replaces and deletes only what the uploader reads

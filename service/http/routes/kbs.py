@@ -26,6 +26,11 @@ class FusionView(FusionUsed):
     note: str = ""
 
 
+class PassageWindowsView(BaseModel):
+    size: int = Field(description="characters per passage at most")
+    overlap: int = Field(description="characters neighbouring passages share at most")
+
+
 class KnowledgeBaseView(BaseModel):
     name: str
     default: bool = Field(description="the base requests without `kb` use (ES_INDEX)")
@@ -41,6 +46,10 @@ class KnowledgeBaseView(BaseModel):
     replicas: int
     created_at: str | None
     fusion: FusionView
+    passages: PassageWindowsView | None = Field(
+        description="the passage windows its chunks hold vectors of (null: one vector per chunk, built before "
+        + "passage vectors: rebuild with `python -m indexing ... --recreate` to get them)"
+    )
 
 
 class KnowledgeBaseList(BaseModel):
@@ -92,6 +101,7 @@ def _view(settings: Settings, kb: KnowledgeBase, stats: KnowledgeBaseStats | Non
         replicas=kb.replicas,
         created_at=kb.created_at,
         fusion=fusion_view(settings, kb),
+        passages=PassageWindowsView(**kb.passages.to_meta()) if kb.passages else None,
     )
 
 

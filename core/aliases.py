@@ -1,0 +1,207 @@
+"""Aliases mined from a base's own documents: 玄德 is 刘备, 简称 and 全称, a term and its equivalent in brackets.
+
+People and things are named many ways (玄德, 孔明, 云长 …; 简称, 全称, 又称, 俗称, English
+abbreviations in brackets) and a keyword list knows one of them. While indexing, `mine` finds
+the naming patterns of classical and modern Chinese in the documents; a candidate is kept only
+when the corpus confirms it (both names occur elsewhere: co-occurrence, not a one-off phrase),
+and the name before the pattern is cut where the corpus says a name ends (刘备, not 乃刘备).
+Each alias keeps the sentence it came from, its document and that document's access groups: an
+alias mined only from documents a caller may not read is neither used nor shown for that caller
+(`visible`). At query time `expansions` gives, for a query naming one side, the other.
+"""
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from core.access import DocumentAccess
+
+_CJK = "\u4e00-\u9fff"
+# 姓刘，名备，字玄德 / 姓曹名操字孟德: the whole name is 姓 + 名.
+_FAMILY = re.compile(rf"姓([{_CJK}]{{1,2}})[，,]?名([{_CJK}]{{1,2}})[，,]?(?:表)?字([{_CJK}]{{2}})")
+# 董卓字仲颖 / 孙坚，字文台 / 诸葛亮，号卧龙: the name is a suffix of the run before the mark.
+_COURTESY = re.compile(rf"([{_CJK}]{{2,4}})[，,]?(表字|字|号)([{_CJK}]{{2,4}})")
+# 世界卫生组织，简称世卫组织 / 又名“冷艳锯”: modern and classical 又名, 又称, 简称, 全称, 俗称 …
+_ALSO = re.compile(
+    rf"(?P<name>[{_CJK}A-Za-z0-9]{{2,12}})[，,]?(?:也|亦|又|通|一般)?(?:又名|又称|亦称|别称|俗称|简称|全称|又叫|俗名)"
+    + rf"(?:为|作)?[“\"「『《]?(?P<alias>[{_CJK}A-Za-z0-9]{{2,12}})"
+)
+# 世界卫生组织（WHO） / 糖化血红蛋白(HbA1c): a term and its equivalent in brackets.
+_BRACKETS = re.compile(rf"(?P<name>[{_CJK}]{{2,12}})[（(](?P<alias>[A-Za-z][A-Za-z0-9\-]{{1,15}}|[{_CJK}]{{2,8}})[)）]")
+_SENTENCE = re.compile(r"[^。！？；!?\n]*[。！？；!?\n]?")
+
+# Not a name: numerals (年二十四，字正平; 此八字), a given name without its family name (次子名权，字仲谋).
+_NOT_A_NAME = re.compile(r"[一二三四五六七八九十百千万两]|^名")
+# 字 before these is the written character (一字摆开, 此八字于其上), not a courtesy name.
+_NOT_A_COURTESY = re.compile(r"[于其上下而儿开不之以也矣者]")
+# 号 before these is a verb or a noun (号令, 号哭, 号曰), not a sobriquet.
+_NOT_A_SOBRIQUET = "令哭曰召称为泣叫呼啕恸"
+MIN_COUNT = 2  # each side must occur at least this often in the corpus (the defining sentence included)
+MAX_SOURCES = 3  # sentences kept per pair (the first documents that define it)
+
+
+@dataclass(frozen=True)
+class AliasSource:
+    """Where a pair was found (or who added it): the sentence, its document and the document's groups."""
+
+    sentence: str
+    doc_id: str
+    label: str  # how the document is cited (《三国演义》第1回 …)
+    access: tuple[str, ...] = ()  # the document's groups; empty: everyone who reads the base
+
+    def to_meta(self) -> dict[str, Any]:
+        return {"sentence": self.sentence, "doc_id": self.doc_id, "label": self.label, "access": list(self.access)}
+
+
+@dataclass(frozen=True)
+class Alias:
+    """`alias` names what `name` names; `origin` mined from the documents or added by an admin."""
+
+    alias: str
+    name: str
+    sources: tuple[AliasSource, ...]
+    origin: Literal["mined", "admin"] = "mined"
+
+    def to_meta(self) -> dict[str, Any]:
+        return {
+            "alias": self.alias,
+            "name": self.name,
+            "origin": self.origin,
+            "sources": [source.to_meta() for source in self.sources],
+        }
+
+    @classmethod
+    def from_meta(cls, stored: dict[str, Any]) -> "Alias":
+        sources = tuple(
+            AliasSource(s.get("sentence", ""), s.get("doc_id", ""), s.get("label", ""), tuple(s.get("access") or ()))
+            for s in stored.get("sources", [])
+        )
+        return cls(stored["alias"], stored["name"], sources, stored.get("origin", "mined"))
+
+    def visible(self, access: DocumentAccess) -> "Alias | None":
+        """This pair with only the sources `access` may read (None: none). An admin's pair has no
+        source document and is for everyone."""
+        if self.origin == "admin":
+            return self
+        readable = tuple(source for source in self.sources if access.allows(list(source.access)))
+        return Alias(self.alias, self.name, readable, self.origin) if readable else None
+
+
+@dataclass(frozen=True)
+class MinedFrom:
+    """A document as the miner sees it."""
+
+    doc_id: str
+    text: str
+    label: str
+    access: tuple[str, ...] = ()
+
+
+class _Counts(dict[str, int]):
+    """How often each asked string occurs in the corpus (counted once)."""
+
+    def __init__(self, corpus: str) -> None:
+        super().__init__()
+        self.corpus = corpus
+
+    def __missing__(self, key: str) -> int:
+        self[key] = self.corpus.count(key)
+        return self[key]
+
+
+def _best_suffix(run: str, corpus: _Counts) -> str | None:
+    """Where a name starts in `run`: its longest suffix (2 characters or more) the corpus uses at least
+    half as often as the most used one (董卓, not 却说董卓; 世界卫生组织, not 组织)."""
+    return _longest_used([run[i:] for i in range(0, len(run) - 1)], corpus)
+
+
+def _longest_used(candidates: list[str], corpus: _Counts) -> str | None:
+    floor = max(MIN_COUNT, max(corpus[c] for c in candidates) / 2)
+    used = [c for c in candidates if corpus[c] >= floor]
+    return max(used, key=len) if used else None
+
+
+def _candidates(sentence: str, corpus: _Counts) -> Iterable[tuple[str, str]]:
+    """(alias, name) pairs one sentence states."""
+    for match in _FAMILY.finditer(sentence):
+        yield match.group(3), match.group(1) + match.group(2)
+    for match in _COURTESY.finditer(sentence):
+        if match.group(2) == "号" and match.group(3)[0] in _NOT_A_SOBRIQUET:
+            continue
+        name = _best_suffix(match.group(1), corpus)
+        if name and not _NOT_A_NAME.search(name) and not _FAMILY.search(sentence):
+            # 号 may name 2 to 4 characters; the corpus says which prefix is used (卧龙, not 卧龙先生).
+            alias = match.group(3)[:2] if match.group(2) != "号" else _best_prefix(match.group(3), corpus)
+            if alias and not _NOT_A_COURTESY.search(alias):
+                yield alias, name
+    for pattern in (_ALSO, _BRACKETS):
+        for match in pattern.finditer(sentence):
+            name = _best_suffix(match["name"], corpus) if re.match(f"[{_CJK}]", match["name"]) else match["name"]
+            if name:
+                yield match["alias"], name
+
+
+def _best_prefix(run: str, corpus: _Counts) -> str | None:
+    """A sobriquet's end in `run`, the same way (卧龙, not 卧龙先生 when that is rarer)."""
+    return _longest_used([run[: i + 1] for i in range(1, len(run))], corpus)
+
+
+def mine(documents: Sequence[MinedFrom]) -> list[Alias]:
+    """Every pair the documents state and the corpus confirms (each side at least `MIN_COUNT` times),
+    with up to `MAX_SOURCES` defining sentences, in the order first found."""
+    corpus = _Counts("\n".join(document.text for document in documents))
+    found: dict[tuple[str, str], list[AliasSource]] = {}
+    for document in documents:
+        for sentence in _SENTENCE.findall(document.text):
+            for alias, name in _candidates(sentence, corpus):
+                if alias == name or corpus[alias] < MIN_COUNT or corpus[name] < MIN_COUNT:
+                    continue
+                sources = found.setdefault((alias, name), [])
+                if len(sources) < MAX_SOURCES and all(s.doc_id != document.doc_id for s in sources):
+                    sources.append(AliasSource(sentence.strip(), document.doc_id, document.label, document.access))
+    return [Alias(alias, name, tuple(sources)) for (alias, name), sources in found.items()]
+
+
+def merged(stored: Sequence[Alias], mined: Sequence[Alias], doc_ids: set[str]) -> list[Alias]:
+    """A base's aliases after a run over `doc_ids`: an admin's pairs kept, other documents' sources kept,
+    the run's documents' sources replaced by what was mined from them now."""
+    pairs: dict[tuple[str, str], Alias] = {}
+    for entry in stored:
+        kept = entry.sources if entry.origin == "admin" else tuple(s for s in entry.sources if s.doc_id not in doc_ids)
+        if kept or entry.origin == "admin":
+            pairs[(entry.alias, entry.name)] = Alias(entry.alias, entry.name, kept, entry.origin)
+    for entry in mined:
+        old = pairs.get((entry.alias, entry.name))
+        if old is None:
+            pairs[(entry.alias, entry.name)] = entry
+        elif old.origin == "mined":
+            pairs[(entry.alias, entry.name)] = Alias(entry.alias, entry.name, (*old.sources, *entry.sources))
+    return list(pairs.values())
+
+
+@dataclass(frozen=True)
+class Expansion:
+    """A query term and what else names it, with where that was learnt (the query analysis shows it)."""
+
+    term: str
+    expansion: str
+    source: str  # 「第1回: 姓刘，名备，字玄德……」, or 「管理员添加」
+
+    @property
+    def text(self) -> str:
+        return f"{self.term} → {self.expansion}, {self.source}"
+
+
+def expansions(aliases: Sequence[Alias], query: str, access: DocumentAccess) -> list[Expansion]:
+    """For each pair the caller may see whose one side the query names (and not the other), the other side."""
+    found: dict[str, Expansion] = {}
+    for entry in aliases:
+        seen = entry.visible(access)
+        if seen is None:
+            continue
+        source = f"{seen.sources[0].label}: {seen.sources[0].sentence}" if seen.sources else "管理员添加"
+        for term, other in ((entry.alias, entry.name), (entry.name, entry.alias)):
+            if term in query and other not in query and other not in found:
+                found[other] = Expansion(term, other, source)
+    return list(found.values())

@@ -1,0 +1,124 @@
+"""Aliases mined from the corpus: each naming pattern, confirmation by co-occurrence, the merge of a
+re-run, query expansion in the keyword lists, and access: an alias mined only from a hidden
+document is neither used nor shown for a reader without its group."""
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import replace
+
+import pytest
+from elasticsearch import Elasticsearch
+
+from core.access import DocumentAccess, Scope
+from core.aliases import Alias, AliasSource, MinedFrom, merged, mine
+from core.documents import Document
+from core.embeddings import Embedder
+from core.schema import Mode
+from core.store import read_index_meta
+from core.text import ChineseTokenizer
+from indexing.pipeline import index_documents
+from retrieval.retriever import Retriever
+from tests.conftest import INDEX_OPTIONS, PARAMS, delete_indices
+
+CORPUS = [
+    MinedFrom("c1", "那人姓刘，名备，字玄德。刘备拜谢。玄德曰：“好。”刘备去了。", "第1回"),
+    MinedFrom("c2", "却说董卓字仲颖，为人粗猛。董卓大怒，仲颖不听。", "第3回"),
+    MinedFrom("c3", "诸葛亮，号卧龙，隐居隆中。卧龙先生也。诸葛亮出山。", "第37回"),
+    MinedFrom("m1", "世界卫生组织，简称世卫组织。世卫组织发布指南，世界卫生组织建议。", "指南"),
+    MinedFrom("m2", "糖化血红蛋白（HbA1c）反映血糖。HbA1c 高于 7%，糖化血红蛋白需复查。", "检验"),
+    MinedFrom("m3", "番茄又名西红柿。西红柿炒蛋，番茄汤。", "菜谱"),
+    MinedFrom("m4", "甲状腺功能亢进症俗称甲亢。甲亢患者，甲状腺功能亢进症。", "内分泌"),
+    MinedFrom("m5", "高血压又称原发性高血压。一次提到的别名：血压病又称压病。高血压，原发性高血压。", "心血管"),
+    MinedFrom("m6", "慢阻肺全称慢性阻塞性肺疾病。慢阻肺，慢性阻塞性肺疾病。", "呼吸"),
+]
+
+
+def test_each_naming_pattern_is_mined_with_its_sentence() -> None:
+    pairs = {(a.alias, a.name): a.sources[0] for a in mine(CORPUS)}
+    expected = {
+        ("玄德", "刘备"): "c1",  # 姓 … 名 … 字
+        ("仲颖", "董卓"): "c2",  # X字Y, the name cut where the corpus says (董卓, not 却说董卓)
+        ("卧龙", "诸葛亮"): "c3",  # 号
+        ("世卫组织", "世界卫生组织"): "m1",  # 简称
+        ("HbA1c", "糖化血红蛋白"): "m2",  # a term and its equivalent in brackets
+        ("西红柿", "番茄"): "m3",  # 又名
+        ("甲亢", "甲状腺功能亢进症"): "m4",  # 俗称
+        ("原发性高血压", "高血压"): "m5",  # 又称
+        ("慢性阻塞性肺疾病", "慢阻肺"): "m6",  # 全称
+    }
+    for pair, doc_id in expected.items():
+        assert pair in pairs, f"{pair} not mined from {pairs}"
+        assert pairs[pair].doc_id == doc_id and pair[0] in pairs[pair].sentence
+    assert not any(alias == "压病" for alias, _ in pairs)  # stated once, never used: not confirmed
+
+
+def test_a_rerun_replaces_its_documents_aliases_and_keeps_an_admins() -> None:
+    old = [
+        Alias("玄德", "刘备", (AliasSource("旧句", "c1", "第1回"),)),
+        Alias("皇叔", "刘备", (), origin="admin"),
+        Alias("仲颖", "董卓", (AliasSource("句", "c2", "第3回"),)),
+    ]
+    new = merged(old, [Alias("玄德", "刘备", (AliasSource("新句", "c1", "第1回"),))], {"c1", "c2"})
+    assert {(a.alias, a.name): [s.sentence for s in a.sources] for a in new} == {
+        ("玄德", "刘备"): ["新句"],
+        ("皇叔", "刘备"): [],
+    }
+
+
+DOCUMENTS = [
+    Document("intro", "那人姓刘，名备，字玄德。刘备拜谢众人，刘备上马。", "a.txt", chapter=1),
+    Document("deeds", "玄德三顾茅庐，请得军师出山。", "a.txt", chapter=38),
+    Document(
+        "secret", "军师姓诸葛，名亮，字孔明。诸葛亮夜观天象，诸葛亮入帐。", "b.txt", chapter=40, access=["strategists"]
+    ),
+    Document("public", "孔明借东风，火烧赤壁。", "c.txt", chapter=49),
+]
+
+
+@pytest.fixture(scope="module")
+def base(es: Elasticsearch, embedder: Embedder) -> Iterator[str]:
+    alias = f"test-aliases-{uuid.uuid4().hex[:10]}"
+    summary = index_documents(
+        es,
+        DOCUMENTS,
+        alias=alias,
+        visible=DocumentAccess(everything=True),
+        embedder=embedder,
+        tokenizer=ChineseTokenizer(),
+        options=INDEX_OPTIONS,
+    )
+    assert summary.failed == 0
+    yield alias
+    delete_indices(es, alias)
+
+
+@pytest.fixture(scope="module")
+def retriever(es: Elasticsearch, embedder: Embedder) -> Retriever:
+    return Retriever(es, embedder, ChineseTokenizer(), replace(PARAMS, alias_weight=1.0))
+
+
+def test_aliases_are_stored_with_the_base_with_their_source(es: Elasticsearch, base: str) -> None:
+    stored = {(a.alias, a.name): a for a in read_index_meta(es, base).aliases}
+    assert stored[("玄德", "刘备")].sources[0].doc_id == "intro"
+    assert stored[("孔明", "诸葛亮")].sources[0].access == ("strategists",)
+
+
+def test_a_query_by_one_name_finds_the_passage_that_uses_the_other(retriever: Retriever, base: str) -> None:
+    result = retriever.search(Scope.whole(base), "刘备的事迹", Mode.BM25, 5)
+    assert "deeds" in {hit.doc_id for hit in result.hits}  # says 玄德 only
+    assert [(e.term, e.expansion) for e in result.expansions] == [("刘备", "玄德")]
+    assert "第1章" in result.expansions[0].source and "字玄德" in result.expansions[0].source
+    plain = Retriever(retriever.es, retriever.embedder, ChineseTokenizer(), replace(PARAMS, alias_weight=0.0))
+    assert "deeds" not in {hit.doc_id for hit in plain.search(Scope.whole(base), "刘备的事迹", Mode.BM25, 5).hits}
+
+
+def test_an_alias_from_a_hidden_document_is_neither_used_nor_shown(retriever: Retriever, base: str) -> None:
+    query = "诸葛亮"
+    public = retriever.search(Scope(base, DocumentAccess()), query, Mode.HYBRID, 5)
+    assert public.expansions == []  # 孔明 was learnt only from the hidden document
+    assert "字孔明" not in public.model_dump_json()  # nor is the sentence it was learnt from shown
+    assert [hit.doc_id for hit in retriever.search(Scope(base, DocumentAccess()), query, Mode.BM25, 5).hits] == []
+    allowed = Scope(base, DocumentAccess(frozenset({"strategists"})))
+    seen = retriever.search(allowed, query, Mode.BM25, 5)
+    assert [(e.term, e.expansion) for e in seen.expansions] == [("诸葛亮", "孔明")]
+    assert "public" in {hit.doc_id for hit in seen.hits}
