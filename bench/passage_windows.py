@@ -32,6 +32,7 @@ from core.chunking import PassageWindows
 from core.config import Settings
 from core.documents import Document
 from core.embeddings import load_embedder
+from core.reader import Reader
 from core.schema import LIST_MODES
 from core.store import create_client
 from core.text import get_tokenizer
@@ -113,7 +114,7 @@ def hybrid_pilot(
             tokenizer=get_tokenizer(None), options=options, scope=RunScope(recreate=True),
         )  # fmt: skip
         retriever = Retriever(es, embedder, get_tokenizer(None), RetrievalParams.from_settings(settings))
-        hits = es.search(index=alias, size=1000, source_includes=["doc_id"])["hits"]["hits"]
+        hits = Reader(es, Scope.whole(alias)).search({"size": 1000, "_source": ["doc_id"]})["hits"]["hits"]
         by_doc = {hit["_id"]: hit["_source"]["doc_id"] for hit in hits}
         found[name] = {
             q.id: {

@@ -110,5 +110,6 @@ class SearchResult(BaseModel):
     def warnings(self) -> list[str]:
         """What went wrong without failing the search (a reranker's failure: the fused order was kept)."""
         return [self.rerank.warning] if self.rerank and self.rerank.warning else []
+
     # The query's alias expansions (keyword lists and hybrid; only those the caller may see).
     expansions: list[QueryExpansion] = Field(default_factory=list)

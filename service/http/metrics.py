@@ -61,19 +61,7 @@ class Metrics:
             ["endpoint", "reason"],
             registry=self.registry,
         )
-        self.answers = Counter("rag_answers", "Answers kept in the answer log, by base", ["kb"], registry=self.registry)
-        self.votes = Counter(
-            "rag_answer_votes", "Ratings of answers, by base and vote", ["kb", "vote"], registry=self.registry
-        )
-        self.rated = Counter(
-            "rag_answers_rated", "Answers rated at least once, by base", ["kb"], registry=self.registry
-        )
-        self.rated_share = Gauge(
-            "rag_answers_rated_share",
-            "Share of this process's answers that were rated, by base",
-            ["kb"],
-            registry=self.registry,
-        )
+        self._answer_series()
         self.llm_calls = Counter("rag_llm_calls", "Chat-model calls made by the workflow", registry=self.registry)
         self.web_calls = Counter("rag_web_calls", "Web-search calls made by the workflow", registry=self.registry)
         self.reranks = Counter(
@@ -104,6 +92,22 @@ class Metrics:
 
     def record_refusal(self, endpoint: str, reason: str) -> None:
         self.refusals.labels(endpoint=endpoint, reason=reason).inc()
+
+    def _answer_series(self) -> None:
+        """The answer log's series, per base: answers, votes, answers rated and their share."""
+        self.answers = Counter("rag_answers", "Answers kept in the answer log, by base", ["kb"], registry=self.registry)
+        self.votes = Counter(
+            "rag_answer_votes", "Ratings of answers, by base and vote", ["kb", "vote"], registry=self.registry
+        )
+        self.rated = Counter(
+            "rag_answers_rated", "Answers rated at least once, by base", ["kb"], registry=self.registry
+        )
+        self.rated_share = Gauge(
+            "rag_answers_rated_share",
+            "Share of this process's answers that were rated, by base",
+            ["kb"],
+            registry=self.registry,
+        )
 
     def record_answer(self, kb: str) -> None:
         self.answers.labels(kb=kb).inc()
