@@ -55,10 +55,22 @@ METADATA_DEPTH = 20
 
 
 def check_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
-    """`metadata`, when it nests no deeper than METADATA_DEPTH levels; else a `ValueError` saying so."""
+    """`metadata`, when it nests no deeper than METADATA_DEPTH levels and every integer fits a
+    signed 64-bit long (the JSON writer and Elasticsearch take no larger: the chunk would fail at
+    write time, after a 202); else a `ValueError` saying so."""
     if json_depth(metadata) > METADATA_DEPTH:
         raise ValueError(f"metadata nests deeper than {METADATA_DEPTH} levels, the most a chunk's metadata may")
+    if _has_huge_integer(metadata):
+        raise ValueError(f"metadata holds an integer outside {-(2**63)}..{2**63 - 1}: send it as a string")
     return metadata
+
+
+def _has_huge_integer(value: Any) -> bool:
+    if isinstance(value, dict):
+        return any(_has_huge_integer(item) for item in value.values())
+    if isinstance(value, list):
+        return any(_has_huge_integer(item) for item in value)
+    return isinstance(value, int) and not -(2**63) <= value < 2**63
 
 
 class ChunkFields(BaseModel):

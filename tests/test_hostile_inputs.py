@@ -100,8 +100,13 @@ def test_a_set_stored_before_the_refusal_is_read_and_never_a_500(
             422,
             "texts.0.metadata: Value error, metadata nests deeper than 20 levels",
         ),
+        (  # the contract run's admin phase: a 202, then the chunk failed at write (the JSON writer's limit)
+            '{"texts": [{"text": "甲", "metadata": {"n": [-458559759291753299968]}}]}',
+            422,
+            "texts.0.metadata: Value error, metadata holds an integer outside",
+        ),
     ],
-    ids=["body-10000-deep", "metadata-3000-deep", "metadata-deeper-than-elasticsearch-takes"],
+    ids=["body-10000-deep", "metadata-3000-deep", "metadata-deeper-than-elasticsearch-takes", "metadata-huge-integer"],
 )
 def test_texts_nested_too_deep_are_a_4xx_and_no_job(url: str, kb: str, body: str, status: int, words: str) -> None:
     with httpx.Client(base_url=url, timeout=60) as client:
