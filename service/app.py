@@ -27,7 +27,7 @@ from service.deps import Services
 from service.graph import build_deps
 from service.http.errors import add_error_handlers
 from service.http.metrics import Metrics, MetricsMiddleware
-from service.http.middleware import BodySizeLimit, OriginPolicy, TrustedOrigin
+from service.http.middleware import BodySizeLimit, OriginPolicy, TrustedOrigin, UnicodeText
 from service.http.openapi import document_statuses
 from service.http.protocols import dify, mcp_server, openai_chat
 from service.http.protocols.errors import ProtocolErrors
@@ -136,7 +136,9 @@ def origin_policy(settings: Settings) -> OriginPolicy:
 def _add_middleware(app: FastAPI, settings: Settings, metrics: Metrics, policy: OriginPolicy) -> None:
     """Outermost last: the Host/Origin check runs before anything else reads the request, and every
     refusal made before a route (that check's too) is rendered in the shape of the protocol it was sent to."""
-    app.add_middleware(BodySizeLimit, limit=settings.max_request_bytes, larger=documents.upload_body_limits(settings))
+    larger = documents.upload_body_limits(settings)
+    app.add_middleware(UnicodeText, larger=larger)
+    app.add_middleware(BodySizeLimit, limit=settings.max_request_bytes, larger=larger)
     app.add_middleware(
         CORSMiddleware,
         allow_origins=settings.cors_origins,

@@ -1,12 +1,17 @@
 """ASGI middleware of the HTTP service (the metrics middleware lives in `service.http.metrics`)."""
 
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote_to_bytes
 
 from fastapi import HTTPException
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.inputs import NOT_UNICODE, unencodable
 
 
 @dataclass(frozen=True)
@@ -98,6 +103,82 @@ def _counted(receive: Receive, limit: int, named: str) -> Receive:
         return message
 
     return counted
+
+
+# A JSON escape of a surrogate: the only way a body that is valid UTF-8 can hold a lone one.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+class UnicodeText:
+    """Every text a request carries is Unicode that UTF-8 encodes, checked before any protocol reads
+    it (service.inputs): a path or query string whose percent-escapes are not UTF-8 is a 400; a JSON
+    body that is not UTF-8 a 400, one that spells a lone surrogate (`"\\ud800"`) a 422 naming the
+    field. Each in the API's shape, which `ProtocolErrors` renders in the protocol's own.
+
+    Bodies `larger` (uploads, streamed to their route) are parsed by `core.contract.parse_json`,
+    which refuses both itself.
+    """
+
+    def __init__(self, app: ASGIApp, larger: Sequence[LargerBody] = ()) -> None:
+        self.app, self.larger = app, larger
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        refusal = _bad_address(scope)
+        if refusal is None and _is_json(scope) and not any(body.matches(scope) for body in self.larger):
+            messages = await _whole(receive)
+            refusal = _bad_body(b"".join(message.get("body", b"") for message in messages))
+
+            async def replay() -> Message:
+                return messages.pop(0) if messages else await receive()
+
+            receive = replay
+        if refusal is None:
+            await self.app(scope, receive, send)
+            return
+        await JSONResponse(refusal[1], refusal[0])(scope, receive, send)
+
+
+def _is_json(scope: Scope) -> bool:
+    media = dict(scope["headers"]).get(b"content-type", b"").split(b";")[0].strip().lower()
+    return media == b"application/json" or media.endswith(b"+json")
+
+
+async def _whole(receive: Receive) -> list[Message]:
+    """The request's messages up to the end of its body (already held by `BodySizeLimit`)."""
+    messages = [await receive()]
+    while messages[-1]["type"] == "http.request" and messages[-1].get("more_body", False):
+        messages.append(await receive())
+    return messages
+
+
+def _bad_address(scope: Scope) -> tuple[int, dict[str, Any]] | None:
+    for part, raw in (("path", scope.get("raw_path") or b""), ("query string", scope.get("query_string", b""))):
+        try:
+            unquote_to_bytes(raw.replace(b"+", b" ")).decode("utf-8")
+        except UnicodeDecodeError as err:
+            return 400, {"detail": f"{part}: its percent-escapes are not UTF-8 (byte {err.start})"}
+    return None
+
+
+def _bad_body(body: bytes) -> tuple[int, dict[str, Any]] | None:
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as err:
+        return 400, {"detail": f"body: not UTF-8 (byte {err.start})"}
+    if not _SURROGATE_ESCAPE.search(body):
+        return None
+    try:
+        where = unencodable(json.loads(body))
+    except (ValueError, RecursionError):  # not JSON: the route's own parser says where it breaks
+        return None
+    if where is None:
+        return None
+    field = ".".join(str(part) for part in where) or "body"
+    problem = {"loc": ["body", *where], "msg": NOT_UNICODE, "type": "string_unicode"}
+    return 422, {"detail": [problem], "message": f"{field}: {NOT_UNICODE}"}
 
 
 LOCAL_NAMES = ("localhost", "127.0.0.1", "[::1]")

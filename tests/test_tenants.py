@@ -1,0 +1,113 @@
+"""Tenants cannot hurt each other (issue 40): text no encoder takes is refused at the edge by every
+protocol, a failure in a shared batch is only its owner's, and budgets bound what one request costs."""
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from core.config import Settings
+from core.embeddings import Embedder
+from service.inputs import InvalidText, valid_text
+from tests.fakes.openai_server import FakeChatServer
+from tests.protocols import KEY, protocol_settings, script_answer, service
+
+LONE = '"\\ud800"'  # JSON for a lone surrogate: valid JSON, no valid text
+
+
+@pytest.fixture(scope="module")
+def url(es_url: str, protocol_kb: str, embedder: Embedder) -> Iterator[str]:
+    with FakeChatServer() as llm, service(protocol_settings(es_url, protocol_kb, script_answer(llm)), embedder) as base:
+        yield base
+
+
+def raw(client: httpx.Client, path: str, body: str, key: str = KEY) -> httpx.Response:
+    """`body` as it is, UTF-8 (httpx's `json=` cannot encode a lone surrogate, a client in C can)."""
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json", "Accept": "*/*"}
+    return client.post(path, content=body.encode(), headers=headers)
+
+
+def chat(text: str = '"诸葛亮"', model: str = '"rag"', stream: bool = False) -> str:
+    return f'{{"model": {model}, "stream": {json.dumps(stream)}, "messages": [{{"role": "user", "content": {text}}}]}}'
+
+
+def dify(kb: str, text: str) -> str:
+    return f'{{"knowledge_id": "{kb}", "query": {text}, "retrieval_setting": {{"top_k": 3}}}}'
+
+
+def mcp_call(tool: str, arguments: str) -> str:
+    return f'{{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {{"name": "{tool}", "arguments": {arguments}}}}}'
+
+
+def bad_requests(kb: str) -> list[tuple[str, str, str]]:
+    """(protocol, path, body) of every way a lone surrogate reached the embedder or a response."""
+    return [
+        ("api", "/search", f'{{"query": {LONE}}}'),
+        ("api", "/compare", f'{{"query": {LONE}}}'),
+        ("api", "/query", f'{{"question": {LONE}}}'),
+        ("api", "/query/stream", f'{{"question": {LONE}}}'),
+        ("api", "/search", f'{{"query": "诸葛亮", "filters": {{"sources": [{LONE}]}}}}'),
+        ("openai", "/v1/chat/completions", chat(LONE)),
+        ("openai", "/v1/chat/completions", chat(LONE, stream=True)),
+        ("openai", "/v1/chat/completions", chat(model=LONE)),
+        ("openai", "/v1/chat/completions", chat(model='"kb:\\udfff"', stream=True)),
+        ("dify", "/retrieval", dify(kb, LONE)),
+        ("dify", "/retrieval", dify(kb, '"a\\udc00\\ud800b"')),
+        (
+            "dify",
+            "/retrieval",
+            dify(
+                kb,
+                '"诸葛亮", "metadata_condition": {"conditions": [{"name": "category", "comparison_operator": "is", "value": "\\udc00"}]}',
+            ),
+        ),
+        ("mcp", "/mcp", mcp_call("search", f'{{"query": {LONE}}}')),
+        ("mcp", "/mcp", mcp_call("ask", f'{{"question": {LONE}}}')),
+    ]
+
+
+def message_of(protocol: str, answer: dict[str, Any]) -> str:
+    """The message of an error in `protocol`'s own shape."""
+    if protocol == "api":
+        return str(answer["message"] if "message" in answer else answer["detail"])
+    if protocol == "dify":
+        return str(answer["error_msg"])
+    return str(answer["error"]["message"])  # OpenAI and MCP (JSON-RPC)
+
+
+def test_a_lone_surrogate_is_a_4xx_in_each_protocols_shape_never_a_500(url: str, protocol_kb: str) -> None:
+    """`{"query": "\\ud800"}` passed validation, then failed in the embedder: 500 on /search,
+    /compare, /query, /retrieval and /v1/chat/completions (the `model` too), a stream cut short."""
+    with httpx.Client(base_url=url, timeout=60) as client:
+        for protocol, path, body in bad_requests(protocol_kb):
+            response = raw(client, path, body)
+            assert 400 <= response.status_code < 500, (path, body, response.status_code, response.text)
+            message = message_of(protocol, response.json())
+            assert "lone surrogate" in message, (path, message)
+        refused = raw(client, "/search", f'{{"query": {LONE}}}').json()
+        assert refused["detail"][0]["loc"] == ["body", "query"] and refused["message"].startswith("query: ")
+        # A valid pair is one character, and no refusal.
+        assert raw(client, "/search", '{"query": "诸葛亮\\ud83d\\ude00"}').status_code == 200
+
+
+def test_text_that_is_not_utf8_is_a_400_in_body_path_and_query_string(url: str, protocol_kb: str) -> None:
+    headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
+    with httpx.Client(base_url=url, headers=headers, timeout=60) as client:
+        body = client.post("/search", content=b'{"query": "\xff\xfe"}')
+        path = client.get("/kbs/%ED%A0%80/documents")
+        query = client.get("/gaps?kb=%ff")
+        upload = client.post(
+            f"/kbs/{protocol_kb}/documents", content=b'{"texts": [{"text": "\\ud800"}]}', headers=headers
+        )
+        openai = client.post("/v1/chat/completions", content=chat().encode().replace("诸葛亮".encode(), b"\xc0\xaf"))
+    assert (body.status_code, body.json()["detail"]) == (400, "body: not UTF-8 (byte 11)")
+    assert path.status_code == query.status_code == 400, (path.text, query.text)
+    assert 400 <= upload.status_code < 500, upload.text  # parse_json refuses it itself (a reader may not upload)
+    assert openai.status_code == 400 and "not UTF-8" in openai.json()["error"]["message"]
+
+
+def test_stdio_mcp_and_every_caller_of_valid_text_refuse_it_too() -> None:
+    with pytest.raises(InvalidText, match="query: not Unicode text"):
+        valid_text(Settings(_env_file=None), "query", "孟获\ud800")
