@@ -5,7 +5,7 @@ caller gets exactly the vector it would have got alone."""
 import threading
 from collections.abc import Callable
 
-import httpx
+import httpx2
 import numpy as np
 import openai
 import pytest
@@ -126,7 +126,7 @@ def test_a_query_the_embedder_refuses_fails_only_its_own_caller(embedder: Embedd
 def test_an_outage_of_the_remote_embedder_fails_the_batch_once_not_query_by_query(embedder: Embedder) -> None:
     """Unreachable, slow or overloaded, it would fail each query alike: no second call per query."""
     recording = Recording(embedder)
-    recording.fail, recording.error = True, openai.APIConnectionError(request=httpx.Request("POST", "http://e/"))
+    recording.fail, recording.error = True, openai.APIConnectionError(request=httpx2.Request("POST", "http://e/"))
     batching = BatchingEmbedder(recording, window_s=0.5, max_batch=32)
     try:
         results = all_at_once(batching.embed_query, QUESTIONS[:4])
