@@ -10,22 +10,39 @@ from typing import Any
 
 import httpx
 import pytest
+from elasticsearch import Elasticsearch
 
 from core.config import Settings
 from core.embeddings import Embedder
 from service.http.errors import internal_error
 from service.http.protocols import openai_chat
 from service.inputs import InvalidText, valid_text
+from tests.conftest import knowledge_base
 from tests.fakes.openai_server import FakeChatServer
-from tests.protocols import KEY, STRANGER_KEY, protocol_settings, script_answer, service
+from tests.protocols import DOCS, KEY, protocol_settings, script_answer, service, write_keys_file
 
 LONE = '"\\ud800"'  # JSON for a lone surrogate: valid JSON, no valid text
 
 
+ATTACKER_KEY = "tenant-attacker-key"  # a reader of another base, that base only
+
+
 @pytest.fixture(scope="module")
-def url(es_url: str, protocol_kb: str, embedder: Embedder) -> Iterator[str]:
-    with FakeChatServer() as llm, service(protocol_settings(es_url, protocol_kb, script_answer(llm)), embedder) as base:
-        yield base
+def other_kb(es: Elasticsearch, embedder: Embedder) -> Iterator[str]:
+    with knowledge_base(es, embedder, DOCS[:1], "test-tenants-other") as alias:
+        yield alias
+
+
+@pytest.fixture(scope="module")
+def url(es_url: str, protocol_kb: str, other_kb: str, embedder: Embedder) -> Iterator[str]:
+    principals = [
+        {"name": "client", "key": KEY, "kbs": {protocol_kb: "read"}},
+        {"name": "attacker", "key": ATTACKER_KEY, "kbs": {other_kb: "read"}},
+    ]
+    with FakeChatServer() as llm:
+        settings = protocol_settings(es_url, protocol_kb, script_answer(llm), keys_file=write_keys_file(principals))
+        with service(settings, embedder) as base:
+            yield base
 
 
 def raw(client: httpx.Client, path: str, body: str, key: str = KEY) -> httpx.Response:
@@ -49,13 +66,13 @@ def mcp_call(tool: str, arguments: str) -> str:
 def bad_requests(kb: str) -> list[tuple[str, str, str]]:
     """(protocol, path, body) of every way a lone surrogate reached the embedder or a response."""
     return [
-        ("api", "/search", f'{{"query": {LONE}}}'),
-        ("api", "/compare", f'{{"query": {LONE}}}'),
-        ("api", "/query", f'{{"question": {LONE}}}'),
-        ("api", "/query/stream", f'{{"question": {LONE}}}'),
-        ("api", "/search", f'{{"query": "诸葛亮", "filters": {{"sources": [{LONE}]}}}}'),
-        ("openai", "/v1/chat/completions", chat(LONE)),
-        ("openai", "/v1/chat/completions", chat(LONE, stream=True)),
+        ("api", "/search", f'{{"query": {LONE}, "kb": "{kb}"}}'),
+        ("api", "/compare", f'{{"query": {LONE}, "kb": "{kb}"}}'),
+        ("api", "/query", f'{{"question": {LONE}, "kb": "{kb}"}}'),
+        ("api", "/query/stream", f'{{"question": {LONE}, "kb": "{kb}"}}'),
+        ("api", "/search", f'{{"query": "诸葛亮", "kb": "{kb}", "filters": {{"sources": [{LONE}]}}}}'),
+        ("openai", "/v1/chat/completions", chat(LONE, model=f'"kb:{kb}"')),
+        ("openai", "/v1/chat/completions", chat(LONE, model=f'"kb:{kb}"', stream=True)),
         ("openai", "/v1/chat/completions", chat(model=LONE)),
         ("openai", "/v1/chat/completions", chat(model='"kb:\\udfff"', stream=True)),
         ("dify", "/retrieval", dify(kb, LONE)),
@@ -68,8 +85,8 @@ def bad_requests(kb: str) -> list[tuple[str, str, str]]:
                 '"诸葛亮", "metadata_condition": {"conditions": [{"name": "category", "comparison_operator": "is", "value": "\\udc00"}]}',
             ),
         ),
-        ("mcp", "/mcp", mcp_call("search", f'{{"query": {LONE}}}')),
-        ("mcp", "/mcp", mcp_call("ask", f'{{"question": {LONE}}}')),
+        ("mcp", "/mcp", mcp_call("search", f'{{"query": {LONE}, "kb": "{kb}"}}')),
+        ("mcp", "/mcp", mcp_call("ask", f'{{"question": {LONE}, "kb": "{kb}"}}')),
     ]
 
 
@@ -118,15 +135,15 @@ def test_stdio_mcp_and_every_caller_of_valid_text_refuse_it_too() -> None:
         valid_text(Settings(_env_file=None), "query", "孟获\ud800")
 
 
-def test_one_tenants_bad_text_in_a_loop_never_fails_anothers_searches(url: str, protocol_kb: str) -> None:
+def test_one_tenants_bad_text_in_a_loop_never_fails_anothers_searches(url: str, other_kb: str) -> None:
     """Three threads of another base's key made 58 of a reader's 60 concurrent searches 500s."""
     stop, refused, statuses = threading.Event(), [], []
 
     def attacker() -> None:
         with httpx.Client(base_url=url, timeout=60) as client:
             while not stop.is_set():
-                for _, path, body in bad_requests(protocol_kb):
-                    refused.append(raw(client, path, body, key=STRANGER_KEY).status_code)
+                for _, path, body in bad_requests(other_kb):
+                    refused.append(raw(client, path, body, key=ATTACKER_KEY).status_code)
 
     def reader() -> None:
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {KEY}"}, timeout=120) as client:
