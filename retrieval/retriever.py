@@ -8,6 +8,15 @@ unlicensed clusters), then fetches the fused top k in one `mget`. Every hybrid h
 explanation: its rank and score in each list and that list's contribution. The query is
 embedded once per request, in `compare` too (retrieval/compare.py relates the modes).
 
+Scores reveal nothing hidden: a BM25 score counts every chunk of the base (its document
+frequencies and average length include chunks the caller may not read), so four searches and the
+tokenizer gave a group-less reader the base's chunk count. A caller whose scope hides documents
+gets each keyword list's scores as 1 / rank within what it may read, before fusion, so hits,
+explanations, comparisons and fused scores are all computed from what it may see (its vector
+scores are cosines of its own query and a visible chunk: they count nothing). Only the order of a
+list, as under Elasticsearch's document-level security, still depends on the hidden chunks.
+Admins of the base, and the command line, keep Elasticsearch's scores.
+
 Keyword queries are cut by the index's own tokenizer: the user dictionary plus the corpus
 dictionary stored in the index's `_meta` (core/text.py, indexing/dictionary.py).
 """
@@ -181,7 +190,11 @@ class Retriever:
             [self._body(index, name, query, size, clauses, vector, source=False) for name in lists]
         )
         return {
-            name: [(chunk_id_from_fields(raw["fields"]), raw["_score"]) for raw in response["hits"]["hits"]]
+            name: _visible(
+                reader.scope,
+                name,
+                [(chunk_id_from_fields(raw["fields"]), raw["_score"]) for raw in response["hits"]["hits"]],
+            )
             for name, response in zip(lists, responses, strict=True)
         }
 
@@ -198,9 +211,11 @@ class Retriever:
             fusion = fusion_used(params, setting)
         else:
             body = self._body(reader.scope.kb, mode, query, k, _clauses(filters), vector, source=True)
+            found = [(raw["_id"], raw["_score"], raw["_source"]) for raw in reader.msearch([body])[0]["hits"]["hits"]]
+            scores = _visible(reader.scope, mode, [(chunk_id, score) for chunk_id, score, _ in found])
             hits = [
-                Hit.from_source(raw["_source"], id=raw["_id"], score=raw["_score"])
-                for raw in reader.msearch([body])[0]["hits"]["hits"]
+                Hit.from_source(source, id=chunk_id, score=score)
+                for (chunk_id, _, source), (_, score) in zip(found, scores, strict=True)
             ]
         return SearchResult(mode=mode, took_ms=(time.perf_counter() - started) * 1000, hits=hits, fusion=fusion)
 
@@ -283,6 +298,14 @@ class Retriever:
             check_embedder_meta(self._index(index)[0], index, self.embedder)
             return body | lists.knn(vector.get(), size, self.params.num_candidates, clauses)
         return body | lists.keyword(name, query, self._index(index)[1], self.params.title_boost, clauses)
+
+
+def _visible(scope: Scope, mode: Mode, ranked: list[tuple[str, float]]) -> list[tuple[str, float]]:
+    """A list's scores as `scope`'s caller may see them: a keyword list's as 1 / rank when the
+    scope hides documents (its BM25 statistics count them), else as Elasticsearch gave them."""
+    if mode == Mode.VECTOR or scope.documents.everything:
+        return ranked
+    return [(chunk_id, 1.0 / rank) for rank, (chunk_id, _) in enumerate(ranked, start=1)]
 
 
 def _clauses(filters: SearchFilter | None) -> Clauses:

@@ -412,3 +412,58 @@ def test_a_running_evaluation_of_another_principal_is_not_named(world: World, es
         assert refused.status_code == 409 and running.id not in refused.text
     finally:
         es.delete(index=world.jobs_index, id=running.id, refresh=True)
+
+
+# --- side channels: scores, dictionary terms, other principals' questions (issue 40) ---------------
+
+
+def _scores(client: httpx.Client, world: World) -> dict[str, Any]:
+    """Every score a caller is shown for QUESTION: each mode's hits (and hybrid's explanation),
+    /compare, Dify's records and MCP's search."""
+    seen: dict[str, Any] = {}
+    for mode in ("hybrid", "vector", "bm25", "bigram", "standard"):
+        hits = client.post("/search", json={"query": QUESTION, "mode": mode, "kb": world.kb}).json()["hits"]
+        seen[mode] = [(hit["id"], hit["score"], json.dumps(hit.get("explain"), sort_keys=True)) for hit in hits]
+    compared = client.post("/compare", json={"query": QUESTION, "kb": world.kb, "modes": ["bm25", "hybrid"]}).json()
+    seen["compare"] = {
+        mode: [(hit["id"], hit["score"]) for hit in result["hits"]] for mode, result in compared["results"].items()
+    }
+    body = {"knowledge_id": world.kb, "query": QUESTION, "retrieval_setting": {"top_k": 10}}
+    bearer = {"Authorization": f"Bearer {client.headers['X-API-Key']}"}
+    records = httpx.post(f"{world.url}/retrieval", json=body, headers=bearer, timeout=120).json()
+    seen["dify"] = [record["metadata"]["hybrid_score"] for record in records["records"]]
+    seen["mcp"] = asyncio.run(_mcp_scores(client.headers["X-API-Key"], world))
+    return seen
+
+
+async def _mcp_scores(key: str, world: World) -> list[float]:
+    async with (
+        httpx2.AsyncClient(headers={"X-API-Key": key}, timeout=120) as http,
+        Client(streamable_http_client(f"{world.url}/mcp", http_client=http)) as session,
+    ):
+        found = await session.call_tool("search", {"query": QUESTION, "k": 10, "kb": world.kb, "mode": "bm25"})
+    return [hit["score"] for hit in (found.structured_content or {})["hits"]]
+
+
+def test_a_readers_scores_stay_the_same_when_hidden_chunks_with_its_terms_are_added(world: World) -> None:
+    """BM25 scores count hidden chunks: four searches and the tokenizer gave a reader the base's
+    chunk count, and how many hidden chunks hold a word. A reader's scores now come from what it reads."""
+    more = {
+        "texts": [{"text": f"胰岛素剂量调整记录{n}：高血糖，胰岛素，剂量。", "id": f"leak-more-{n}"} for n in range(6)],
+        "access": ["doctors"],
+    }
+    with (
+        httpx.Client(base_url=world.url, headers={"X-API-Key": world.keys["reader"]}, timeout=120) as reader,
+        httpx.Client(base_url=world.url, headers={"X-API-Key": world.keys["admin"]}, timeout=120) as admin,
+    ):
+        before, admin_before = _scores(reader, world), _scores(admin, world)
+        assert upload(admin, world.kb, json=more)["state"] == "done"
+        try:
+            after, admin_after = _scores(reader, world), _scores(admin, world)
+        finally:
+            for n in range(6):
+                admin.delete(f"/kbs/{world.kb}/documents/leak-more-{n}")
+    assert before["bm25"] and before == after
+    visible = {chunk_id for chunk_id, _, _ in before["bm25"]}
+    raw_before = [score for chunk_id, score, _ in admin_before["bm25"] if chunk_id in visible]
+    assert raw_before != [score for chunk_id, score, _ in admin_after["bm25"] if chunk_id in visible]  # admins: raw

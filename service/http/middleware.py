@@ -130,15 +130,20 @@ class UnicodeText:
         if refusal is None and _is_json(scope) and not any(body.matches(scope) for body in self.larger):
             messages = await _whole(receive)
             refusal = _bad_body(b"".join(message.get("body", b"") for message in messages))
-
-            async def replay() -> Message:
-                return messages.pop(0) if messages else await receive()
-
-            receive = replay
+            receive = _replay(messages, receive)
         if refusal is None:
             await self.app(scope, receive, send)
             return
         await JSONResponse(refusal[1], refusal[0])(scope, receive, send)
+
+
+def _replay(messages: list[Message], receive: Receive) -> Receive:
+    """`messages` once more, then what `receive` gives (a disconnect)."""
+
+    async def replay() -> Message:
+        return messages.pop(0) if messages else await receive()
+
+    return replay
 
 
 def _is_json(scope: Scope) -> bool:
