@@ -18,7 +18,10 @@ list, as under Elasticsearch's document-level security, still depends on the hid
 Admins of the base, and the command line, keep Elasticsearch's scores.
 
 Keyword queries are cut by the index's own tokenizer: the user dictionary plus the corpus
-dictionary stored in the index's `_meta` (core/text.py, indexing/dictionary.py).
+dictionary stored in the index's `_meta` (core/text.py, indexing/dictionary.py). A caller whose
+scope hides documents gets only the corpus terms that occur in chunks it may read (`index_tokenizer`):
+a term learned from a hidden document would otherwise change how its text is cut, and the chat
+tasks' titles, tags and follow-ups would confirm codenames it may not read.
 """
 
 import time
@@ -130,6 +133,7 @@ class Retriever:
         self.tokenizer = tokenizer
         self.params = params
         self._indices: dict[str, tuple[float, IndexMeta, ChineseTokenizer]] = {}
+        self._scoped: dict[tuple[str, str], tuple[float, ChineseTokenizer]] = {}
 
     def search(
         self,
@@ -185,9 +189,9 @@ class Retriever:
         The query is embedded first: searching the keyword lists on a thread while embedding
         was slower on two cores, where the embedder's threads and Elasticsearch compete.
         """
-        index, clauses = reader.scope.kb, _clauses(filters)
+        clauses = _clauses(filters)
         responses = reader.msearch(
-            [self._body(index, name, query, size, clauses, vector, source=False) for name in lists]
+            [self._body(reader.scope, name, query, size, clauses, vector, source=False) for name in lists]
         )
         return {
             name: _visible(
@@ -210,7 +214,7 @@ class Retriever:
             hits = self._hybrid(reader, query, k, filters, vector, params)
             fusion = fusion_used(params, setting)
         else:
-            body = self._body(reader.scope.kb, mode, query, k, _clauses(filters), vector, source=True)
+            body = self._body(reader.scope, mode, query, k, _clauses(filters), vector, source=True)
             found = [(raw["_id"], raw["_score"], raw["_source"]) for raw in reader.msearch([body])[0]["hits"]["hits"]]
             scores = _visible(reader.scope, mode, [(chunk_id, score) for chunk_id, score, _ in found])
             hits = [
@@ -269,9 +273,19 @@ class Retriever:
         source = Reader(self.es, scope).fetch([chunk_id], HIT_SOURCE_FIELDS).get(chunk_id)
         return Hit.from_source(source, id=chunk_id, score=0.0) if source is not None else None
 
-    def index_tokenizer(self, index: str) -> ChineseTokenizer:
-        """The tokenizer `index` was cut with: the base dictionaries plus its stored corpus dictionary."""
-        return self._index(index)[1]
+    def index_tokenizer(self, scope: Scope) -> ChineseTokenizer:
+        """The tokenizer `scope`'s base was cut with: the base dictionaries plus its stored corpus
+        dictionary, of which a scope that hides documents gets the terms its chunks hold."""
+        meta, tokenizer = self._index(scope.kb)
+        if scope.documents.everything or not meta.corpus_terms:
+            return tokenizer
+        key = (scope.kb, scope.documents.key)
+        cached = self._scoped.get(key)
+        if cached is None or time.monotonic() - cached[0] > _META_TTL_S:
+            held = Reader(self.es, scope).holding("tokens", list(meta.corpus_terms))
+            cached = (time.monotonic(), self.tokenizer.with_corpus_terms([t for t in meta.corpus_terms if t in held]))
+            self._scoped[key] = cached
+        return cached[1]
 
     def _index(self, index: str) -> tuple[IndexMeta, ChineseTokenizer]:
         cached = self._indices.get(index)
@@ -283,7 +297,7 @@ class Retriever:
 
     def _body(
         self,
-        index: str,
+        scope: Scope,
         name: Mode,
         query: str,
         size: int,
@@ -295,9 +309,9 @@ class Retriever:
         """One list's search body (retrieval/lists.py), with the index's embedder checked or tokenizer used."""
         body = lists.envelope(size, source=source)
         if name == Mode.VECTOR:
-            check_embedder_meta(self._index(index)[0], index, self.embedder)
+            check_embedder_meta(self._index(scope.kb)[0], scope.kb, self.embedder)
             return body | lists.knn(vector.get(), size, self.params.num_candidates, clauses)
-        return body | lists.keyword(name, query, self._index(index)[1], self.params.title_boost, clauses)
+        return body | lists.keyword(name, query, self.index_tokenizer(scope), self.params.title_boost, clauses)
 
 
 def _visible(scope: Scope, mode: Mode, ranked: list[tuple[str, float]]) -> list[tuple[str, float]]:

@@ -26,10 +26,14 @@ from fastapi.routing import iter_route_contexts
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from core.access import DocumentAccess, Scope
 from core.config import Settings
 from core.embeddings import Embedder
 from core.kbs import create_kb
+from core.store import read_index_meta, write_corpus_terms
+from retrieval.retriever import build_retriever
 from service.app import create_app
+from service.http.protocols.chat_tasks import tags, title
 from service.jobs.evaluation import EVALUATION
 from service.jobs.store import Job, JobStore, new_job_id
 from tests.fakes.openai_server import ANSWER, FakeChatServer
@@ -60,6 +64,7 @@ class World:
     secrets: list[str]  # markers that must appear in no response to the probing principals
     llm: FakeChatServer
     jobs_index: str
+    embedder: Embedder
     keys: dict[str, str] = field(default_factory=dict)
 
     def secrets_for(self, principal: str) -> list[str]:
@@ -304,7 +309,7 @@ def world(es: Elasticsearch, es_url: str, embedder: Embedder) -> Iterator[World]
             chunk_ids = [hit["_id"] for hit in found["hits"]["hits"]]
             upload_time = found["hits"]["hits"][0]["_source"]["indexed_at"]
             secrets = [PHRASE, HIDDEN_ID, HIDDEN_TITLE, *chunk_ids, upload_time[:19], secret_upload["id"], evaluation]
-            yield World(url, kb, other, secrets, llm, jobs, keys)
+            yield World(url, kb, other, secrets, llm, jobs, embedder, keys)
     finally:
         llm.__exit__(None, None, None)
         for name in (kb, other, jobs, f"{kb}-judgements"):
@@ -467,3 +472,36 @@ def test_a_readers_scores_stay_the_same_when_hidden_chunks_with_its_terms_are_ad
     visible = {chunk_id for chunk_id, _, _ in before["bm25"]}
     raw_before = [score for chunk_id, score, _ in admin_before["bm25"] if chunk_id in visible]
     assert raw_before != [score for chunk_id, score, _ in admin_after["bm25"] if chunk_id in visible]  # admins: raw
+
+
+CODENAME = "紫罗兰密钥"  # a corpus-dictionary term that only a hidden document holds
+
+
+def test_a_dictionary_term_only_in_hidden_chunks_is_never_returned(world: World, es: Elasticsearch) -> None:
+    """Sending 「小X」 in a tags or title prompt gave `X` alone when X was a dictionary term learned
+    from documents the caller may not read, 「小X」 when it was not: an oracle for codenames."""
+    index = next(iter(es.indices.get_mapping(index=world.kb).body))
+    kept = read_index_meta(es, world.kb).corpus_terms
+    write_corpus_terms(es, index, [*(kept or ()), CODENAME])
+    hidden = {"texts": [{"text": f"行动记录：{CODENAME}于三号出发。", "id": "leak-codename"}], "access": ["doctors"]}
+    retriever = build_retriever(Settings(_env_file=None), es, world.embedder)
+    conversation = [f"小{CODENAME}是什么意思"]
+    try:
+        with httpx.Client(base_url=world.url, headers={"X-API-Key": world.keys["admin"]}, timeout=120) as admin:
+            assert upload(admin, world.kb, json=hidden)["state"] == "done"
+        shown = {}
+        for name, access in [("reader", DocumentAccess()), ("doctor", DocumentAccess(frozenset({"doctors"})))]:
+            tokenizer = retriever.index_tokenizer(Scope(world.kb, access))
+            words = [
+                *tags(conversation, [], tokenizer),
+                title(conversation[0], tokenizer),
+                *tokenizer.query_terms(conversation[0]),
+            ]
+            shown[name] = (CODENAME in tokenizer.corpus_terms, CODENAME in words)
+        admin_terms = retriever.index_tokenizer(Scope.whole(world.kb)).corpus_terms
+    finally:
+        httpx.delete(
+            f"{world.url}/kbs/{world.kb}/documents/leak-codename", headers={"X-API-Key": world.keys["admin"]}, timeout=60
+        )
+        write_corpus_terms(es, index, list(kept or ()))
+    assert shown == {"reader": (False, False), "doctor": (True, True)} and CODENAME in admin_terms
