@@ -112,6 +112,8 @@ class Settings(BaseSettings):
     query_time_budget_s: float = 120.0
     judgements_index: str = "rag-judgements"
     judgement_cache_ttl_s: float = 3600.0  # a cached verdict older than this is asked again
+    # Verdicts quote questions (personal data): older ones leave the gap report and are deleted.
+    judgements_retention_days: int = Field(90, ge=1)
     judgement_cache_size: int = Field(1024, ge=1, description="verdicts the cache keeps (least recently used go)")
     context_token_budget: int = 6000  # numbered contexts in one prompt; lowest-ranked trimmed first
 

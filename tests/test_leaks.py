@@ -33,6 +33,8 @@ from core.kbs import create_kb
 from core.store import read_index_meta, write_corpus_terms
 from retrieval.retriever import build_retriever
 from service.app import create_app
+from service.graph.memory import JudgementMemory, VerdictScope
+from service.graph.schemas import EvaluationStep
 from service.http.protocols.chat_tasks import tags, title
 from service.jobs.evaluation import EVALUATION
 from service.jobs.store import Job, JobStore, new_job_id
@@ -501,7 +503,29 @@ def test_a_dictionary_term_only_in_hidden_chunks_is_never_returned(world: World,
         admin_terms = retriever.index_tokenizer(Scope.whole(world.kb)).corpus_terms
     finally:
         httpx.delete(
-            f"{world.url}/kbs/{world.kb}/documents/leak-codename", headers={"X-API-Key": world.keys["admin"]}, timeout=60
+            f"{world.url}/kbs/{world.kb}/documents/leak-codename",
+            headers={"X-API-Key": world.keys["admin"]},
+            timeout=60,
         )
         write_corpus_terms(es, index, list(kept or ()))
     assert shown == {"reader": (False, False), "doctor": (True, True)} and CODENAME in admin_terms
+
+
+PRIVATE_QUESTION = "员工王小明的艾滋病检测结果"  # a missing aspect quotes the question it was asked for
+
+
+def _gap_aspects(world: World, principal: str) -> tuple[int, list[str]]:
+    headers = {"X-API-Key": world.keys[principal]}
+    report = httpx.get(f"{world.url}/gaps", params={"kb": world.kb}, headers=headers, timeout=60).json()
+    return report["total_questions"], [aspect["aspect"] for aspect in report["top_missing"]]
+
+
+def test_a_principals_questions_are_its_own_in_the_gap_report(world: World, es: Elasticsearch) -> None:
+    """/gaps showed every principal's questions, word for word, to every reader of the base."""
+    memory = JudgementMemory(es, f"{world.kb}-judgements", cache_size=1, ttl_s=1, replicas=0)
+    asked = EvaluationStep(enough=False, missing=[PRIVATE_QUESTION], reason="资料里没有")
+    memory.log(VerdictScope(world.kb, "", "writer"), "q-private", f"{PRIVATE_QUESTION}是阳性吗", "h", asked)
+    es.indices.refresh(index=f"{world.kb}-judgements")
+    reader, writer, admin = (_gap_aspects(world, name) for name in ("reader", "writer", "admin"))
+    assert PRIVATE_QUESTION not in reader[1] and PRIVATE_QUESTION in writer[1] and PRIVATE_QUESTION in admin[1]
+    assert writer[0] >= 1 and admin[0] >= writer[0] + reader[0]
