@@ -98,6 +98,7 @@ class Settings(BaseSettings):
 
     # Web search (Bocha)
     bocha_api_key: SecretStr | None = None
+    metrics_key: SecretStr | None = None  # a key that reads /metrics only (a Prometheus scraper); admins' keys do too
     bocha_api_url: str = "https://api.bochaai.com/v1/web-search"
     web_search_timeout: float = 10.0
     web_search_count: int = 8

@@ -27,7 +27,7 @@ from service.deps import Services
 from service.graph import build_deps
 from service.http.errors import add_error_handlers
 from service.http.metrics import Metrics, MetricsMiddleware
-from service.http.middleware import BodySizeLimit, OriginPolicy, TrustedOrigin, UnicodeText
+from service.http.middleware import BodySizeLimit, OneCredential, OriginPolicy, TrustedOrigin, UnicodeText
 from service.http.openapi import document_statuses
 from service.http.protocols import dify, mcp_server, openai_chat
 from service.http.protocols.errors import ProtocolErrors
@@ -113,7 +113,8 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
     for module in ROUTERS:
         app.include_router(module.router)
     endpoint = mcp_server.http_endpoint(mcp, keys, policy)
-    app.router.routes.append(Route("/mcp", endpoint, methods=["GET", "POST", "DELETE"], include_in_schema=False))
+    # Stateless: no session to stream to, so no GET (its event stream never closed) and no DELETE: 405.
+    app.router.routes.append(Route("/mcp", endpoint, methods=["POST"], include_in_schema=False))
     app.mount("/static", StaticFiles(directory=WEB_DIR), name="static")
     app.add_api_route("/", lambda: FileResponse(WEB_DIR / "index.html"), include_in_schema=False)
     _add_middleware(app, settings, metrics, policy)
@@ -146,5 +147,6 @@ def _add_middleware(app: FastAPI, settings: Settings, metrics: Metrics, policy: 
         allow_headers=["Authorization", "X-API-Key", "Content-Type", "Mcp-Session-Id", "Mcp-Protocol-Version"],
     )
     app.add_middleware(MetricsMiddleware, metrics=metrics)
+    app.add_middleware(OneCredential)
     app.add_middleware(TrustedOrigin, policy=policy)
     app.add_middleware(ProtocolErrors, shapes=PROTOCOL_ERRORS)

@@ -38,6 +38,7 @@ from service.graph.schemas import EvaluationStep
 from service.http.protocols.chat_tasks import tags, title
 from service.jobs.evaluation import EVALUATION
 from service.jobs.store import Job, JobStore, new_job_id
+from tests.conftest import TEST_INDICES
 from tests.fakes.openai_server import ANSWER, FakeChatServer
 from tests.protocols import write_keys_file
 from tests.serving import serve
@@ -384,6 +385,13 @@ def test_counts_and_dates_are_of_what_the_caller_may_read(world: World, es: Elas
     ]
 
 
+def _without_the_admins_set(world: World) -> None:
+    """The admin's question set deleted (a writer may not replace a set it may not read)."""
+    Elasticsearch(Settings(_env_file=None).es_url).options(ignore_status=404).delete(
+        index=TEST_INDICES["QUESTIONS_INDEX"], id=world.kb, refresh=True
+    )
+
+
 def test_an_evidence_guess_in_a_hidden_document_reads_as_absent(world: World) -> None:
     """The question-set check is no oracle: a guess that is in the hidden document and one that is
     nowhere get the same answer."""
@@ -391,6 +399,7 @@ def test_an_evidence_guess_in_a_hidden_document_reads_as_absent(world: World) ->
         json.dumps({"id": "in-hidden", "question": "猜？", "evidence": PHRASE[:5]}, ensure_ascii=False),
         json.dumps({"id": "nowhere", "question": "猜？", "evidence": "青龙偃月刀九九"}, ensure_ascii=False),
     ]
+    _without_the_admins_set(world)
     with httpx.Client(base_url=world.url, headers={"X-API-Key": world.keys["writer"]}, timeout=60) as writer:
         summary = writer.put(f"/kbs/{world.kb}/questions", json={"text": "\n".join(lines)}).json()
     assert summary["usable"] == 0
@@ -413,6 +422,7 @@ def test_a_running_evaluation_of_another_principal_is_not_named(world: World, es
     running = Job(id=new_job_id(), kind=EVALUATION, kb=world.kb, owner="admin", state="running")
     JobStore(es, world.jobs_index).create(running)
     try:
+        _without_the_admins_set(world)
         with httpx.Client(base_url=world.url, headers={"X-API-Key": world.keys["writer"]}, timeout=60) as writer:
             writer.put(f"/kbs/{world.kb}/questions", json={"text": GUESSES})
             refused = writer.post(f"/kbs/{world.kb}/evaluate", json={"dry_run": True})
@@ -529,3 +539,38 @@ def test_a_principals_questions_are_its_own_in_the_gap_report(world: World, es: 
     reader, writer, admin = (_gap_aspects(world, name) for name in ("reader", "writer", "admin"))
     assert PRIVATE_QUESTION not in reader[1] and PRIVATE_QUESTION in writer[1] and PRIVATE_QUESTION in admin[1]
     assert writer[0] >= 1 and admin[0] >= writer[0] + reader[0]
+
+
+def test_a_set_the_caller_may_not_read_is_one_it_may_not_replace(world: World) -> None:
+    """A writer who got 404 for GET /kbs/{kb}/questions could PUT over the admin's set."""
+    path = f"/kbs/{world.kb}/questions"
+    with (
+        httpx.Client(base_url=world.url, headers={"X-API-Key": world.keys["admin"]}, timeout=60) as admin,
+        httpx.Client(base_url=world.url, headers={"X-API-Key": world.keys["writer"]}, timeout=60) as writer,
+    ):
+        stored = admin.put(path, json={"text": ADMIN_QUESTIONS}).json()
+        read, replaced = writer.get(path), writer.put(path, json={"text": GUESSES})
+        drafted = writer.post(f"{path}/draft", json={"count": 1, "append": True})
+        kept = admin.get(path).json()
+    assert (replaced.status_code, replaced.json()) == (read.status_code, read.json()) and read.status_code == 404
+    assert drafted.status_code == 404 and drafted.json() == read.json()
+    assert kept["uploaded_at"] == stored["uploaded_at"] and kept["lines"] == 1
+
+
+def test_a_fusions_provenance_is_shown_to_admins_only(world: World) -> None:
+    """The admin's evaluation job id and time reached every reader in `fusion.note`."""
+    note = "POST /kbs/x/evaluate, job 0123456789abcdef0123456789abcdef"
+    with (
+        httpx.Client(base_url=world.url, headers={"X-API-Key": world.keys["admin"]}, timeout=60) as admin,
+        httpx.Client(base_url=world.url, headers={"X-API-Key": world.keys["reader"]}, timeout=60) as reader,
+    ):
+        assert admin.put(f"/kbs/{world.kb}/fusion", json={"method": "rrf", "note": note}).status_code == 200
+        try:
+            seen = {
+                name: [client.get(f"/kbs/{world.kb}").text, client.get(f"/kbs/{world.kb}/fusion").text]
+                for name, client in (("admin", admin), ("reader", reader))
+            }
+        finally:
+            admin.delete(f"/kbs/{world.kb}/fusion")
+    assert all(note in text for text in seen["admin"]) and not any(note in text for text in seen["reader"])
+    assert json.loads(seen["reader"][1])["stored"]["chosen_at"] == ""

@@ -25,6 +25,7 @@ LONE = '"\\ud800"'  # JSON for a lone surrogate: valid JSON, no valid text
 
 
 ATTACKER_KEY = "tenant-attacker-key"  # a reader of another base, that base only
+METRICS_KEY = "tenant-metrics-key"  # a scraper's: /metrics and nothing else
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +41,8 @@ def url(es_url: str, protocol_kb: str, other_kb: str, embedder: Embedder) -> Ite
         {"name": "attacker", "key": ATTACKER_KEY, "kbs": {other_kb: "read"}},
     ]
     with FakeChatServer() as llm:
-        settings = protocol_settings(es_url, protocol_kb, script_answer(llm), keys_file=write_keys_file(principals))
+        keys = write_keys_file(principals)
+        settings = protocol_settings(es_url, protocol_kb, script_answer(llm), keys_file=keys, metrics_key=METRICS_KEY)
         with service(settings, embedder) as base:
             yield base
 
@@ -198,3 +200,81 @@ def test_a_chat_stream_that_fails_ends_with_an_error_chunk_and_done() -> None:
     assert lines[0] == 'data: {"choices": []}' and lines[-2:] == ["data: [DONE]", ""]
     error = json.loads(lines[1].removeprefix("data: "))["error"]
     assert error["type"] == "server_error" and error["message"].startswith("回答中断")
+
+
+def test_a_dify_condition_over_the_clause_budget_is_a_422_before_elasticsearch(
+    url: str, protocol_kb: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Names were not limited: a 3.7 KB request became about 80,000 clauses (17 MB to Elasticsearch)."""
+    names = [f"n{i}" for i in range(40)]
+    condition = {"name": names, "comparison_operator": "in", "value": [str(v) for v in range(100)]}
+    body = {
+        "knowledge_id": protocol_kb,
+        "query": "诸葛亮",
+        "retrieval_setting": {"top_k": 3},
+        "metadata_condition": {"conditions": [condition] * 2},
+    }
+    with caplog.at_level(logging.WARNING):
+        refused = httpx.post(f"{url}/retrieval", json=body, headers={"Authorization": f"Bearer {KEY}"}, timeout=60)
+    assert refused.status_code == 422 and refused.json()["error_code"] == 422, refused.text
+    assert "8000 filter clauses (names × values, summed over the conditions), more than 1024" in refused.text
+    assert not [r for r in caplog.records if "elasticsearch" in r.name.lower()]
+    condition["name"] = names[:10]  # 10 × 100 = 1000 clauses: within the budget
+    body["metadata_condition"] = {"conditions": [condition]}
+    accepted = httpx.post(f"{url}/retrieval", json=body, headers={"Authorization": f"Bearer {KEY}"}, timeout=60)
+    assert accepted.status_code == 200, accepted.text
+
+
+def test_get_mcp_is_a_405_in_stateless_mode_not_a_stream_held_open(url: str) -> None:
+    """Any key could open an event stream that never closed, and hold descriptors."""
+    answer = httpx.get(
+        f"{url}/mcp", headers={"Authorization": f"Bearer {KEY}", "Accept": "text/event-stream"}, timeout=10
+    )
+    assert answer.status_code == 405 and answer.headers["allow"] == "POST"
+    assert answer.json()["error"]["code"] < 0  # JSON-RPC's shape
+
+
+def test_metrics_are_for_admins_or_the_metrics_key(url: str) -> None:
+    """Service-wide activity (bases created, uploads) was shown to any key."""
+    asked = {
+        name: httpx.get(f"{url}/metrics", headers=headers, timeout=10).status_code
+        for name, headers in [
+            ("none", {}),
+            ("reader", {"X-API-Key": KEY}),
+            ("scraper", {"Authorization": f"Bearer {METRICS_KEY}"}),
+        ]
+    }
+    assert asked == {"none": 401, "reader": 403, "scraper": 200}
+
+
+def test_two_credentials_in_one_request_are_a_400(url: str) -> None:
+    """Routes used the first `X-API-Key`, the MCP check and /readyz the last: one request, two callers."""
+    body = {"query": "诸葛亮"}
+    twice = [("X-API-Key", KEY), ("X-API-Key", ATTACKER_KEY)]
+    both = [("X-API-Key", ATTACKER_KEY), ("Authorization", f"Bearer {KEY}")]
+    agreeing = [("X-API-Key", KEY), ("Authorization", f"Bearer {KEY}")]
+    with httpx.Client(base_url=url, timeout=60) as client:
+        statuses = [
+            client.post("/search", json=body, headers=headers).status_code for headers in (twice, both, agreeing)
+        ]
+        mcp = client.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, headers=twice)
+    assert statuses == [400, 400, 200]
+    assert mcp.status_code == 400 and "send one credential" in mcp.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        ({"Host": "[::1]evil"}, 421),
+        ({"Host": "localhost:80@attacker.example"}, 421),
+        ({"Host": "localhost:8000/x"}, 421),
+        ({"Origin": "http://localhost:80@attacker.example"}, 403),
+        ({"Origin": "http://[::1]evil"}, 403),
+        ({"Origin": "http://localhost:8000/path"}, 403),
+        ({"Host": "LOCALHOST:8000", "Origin": "http://[::1]:3000"}, 200),
+    ],
+)
+def test_host_and_origin_are_parsed_as_browsers_send_them(url: str, headers: dict[str, str], status: int) -> None:
+    """Values browsers never send were read as a local name (`[::1]evil` as `[::1]`)."""
+    answer = httpx.get(f"{url}/healthz", headers=headers, timeout=10)
+    assert answer.status_code == status, answer.text

@@ -186,16 +186,46 @@ def _bad_body(body: bytes) -> tuple[int, dict[str, Any]] | None:
     return 422, {"detail": [problem], "message": f"{field}: {NOT_UNICODE}"}
 
 
+CREDENTIALS = (b"authorization", b"x-api-key")
+
+
+class OneCredential:
+    """400 for a request with more than one credential header (two `X-API-Key`, two
+    `Authorization`, or both with different keys) or one that is not ASCII: routes read the first
+    of two, the MCP check and `/readyz` the last, so one request was two callers."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        sent = [(name.lower(), value) for name, value in scope["headers"] if name.lower() in CREDENTIALS]
+        keys = {value.partition(b" ")[2].strip() if name == b"authorization" else value.strip() for name, value in sent}
+        if len(sent) > len({name for name, _ in sent}) or len(keys) > 1:
+            problem = "send one credential: `Authorization: Bearer <key>` or `X-API-Key: <key>`, once"
+        elif not all(value.isascii() for _, value in sent):
+            problem = "a credential header must be ASCII"
+        else:
+            await self.app(scope, receive, send)
+            return
+        await JSONResponse({"detail": problem}, 400)(scope, receive, send)
+
+
 LOCAL_NAMES = ("localhost", "127.0.0.1", "[::1]")
 _ANY_ADDRESS = ("0.0.0.0", "::", "[::]", "")
 
 
-def _host_name(host: str) -> str:
-    """`host` without its port, lower case: `[::1]:8000` → `[::1]`, `Localhost:80` → `localhost`."""
-    host = host.strip().lower()
-    if host.startswith("["):
-        return host.split("]", 1)[0] + "]"
-    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+# A Host as browsers send it: a name or an IPv4 address, or an IPv6 address in brackets; an optional port.
+_HOST = re.compile(r"(\[[0-9a-f:.]+\]|[a-z0-9_](?:[a-z0-9_.-]*[a-z0-9_])?)(?::\d{1,5})?")
+
+
+def _host_name(host: str) -> str | None:
+    """`host` without its port, lower case: `[::1]:8000` → `[::1]`, `Localhost:80` → `localhost`;
+    None for anything a browser never sends (`[::1]evil`, `localhost:80@attacker.example`)."""
+    matched = _HOST.fullmatch(host.strip().lower())
+    return matched.group(1) if matched else None
 
 
 @dataclass(frozen=True)
@@ -209,11 +239,15 @@ class OriginPolicy:
     @classmethod
     def of(cls, host: str, allowed_hosts: Sequence[str], allowed_origins: Sequence[str]) -> "OriginPolicy":
         bound = [] if host.strip() in _ANY_ADDRESS else [f"[{host}]" if ":" in host else host]
-        names = frozenset(_host_name(name) for name in [*LOCAL_NAMES, *bound, *allowed_hosts])
+        names = frozenset(
+            name.strip().lower() if name.strip() == "*" else _host_name(name) or name
+            for name in [*LOCAL_NAMES, *bound, *allowed_hosts]
+        )
         return cls(names, frozenset(origin.rstrip("/").lower() for origin in allowed_origins))
 
     def allows_host(self, host: str | None) -> bool:
-        return host is not None and ("*" in self.hosts or _host_name(host) in self.hosts)
+        name = _host_name(host) if host is not None else None
+        return name is not None and ("*" in self.hosts or name in self.hosts)
 
     def allows_origin(self, origin: str | None) -> bool:
         """No `Origin` (not a browser, or a same-origin GET) passes; a page's origin passes when it is
@@ -222,7 +256,9 @@ class OriginPolicy:
             return True
         origin = origin.rstrip("/").lower()
         scheme, _, rest = origin.partition("://")
-        return "*" in self.origins or origin in self.origins or (scheme in ("http", "https") and self.allows_host(rest))
+        if "*" in self.origins or origin in self.origins:
+            return True
+        return scheme in ("http", "https") and self.allows_host(rest)
 
 
 class TrustedOrigin:
