@@ -190,9 +190,10 @@ CREDENTIALS = (b"authorization", b"x-api-key")
 
 
 class OneCredential:
-    """400 for a request with more than one credential header (two `X-API-Key`, two
-    `Authorization`, or both with different keys) or one that is not ASCII: routes read the first
-    of two, the MCP check and `/readyz` the last, so one request was two callers."""
+    """400 for a request that repeats a credential header (two `X-API-Key`, or two `Authorization`)
+    or sends one that is not ASCII: routes read the first of two, the MCP check and `/readyz` the
+    last, so one request was two callers. (`X-API-Key` beside `Authorization` is read as
+    `X-API-Key` everywhere but Dify's `/retrieval`, which reads only its `Bearer`.)"""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -202,8 +203,7 @@ class OneCredential:
             await self.app(scope, receive, send)
             return
         sent = [(name.lower(), value) for name, value in scope["headers"] if name.lower() in CREDENTIALS]
-        keys = {value.partition(b" ")[2].strip() if name == b"authorization" else value.strip() for name, value in sent}
-        if len(sent) > len({name for name, _ in sent}) or len(keys) > 1:
+        if len(sent) > len({name for name, _ in sent}):
             problem = "send one credential: `Authorization: Bearer <key>` or `X-API-Key: <key>`, once"
         elif not all(value.isascii() for _, value in sent):
             problem = "a credential header must be ASCII"
