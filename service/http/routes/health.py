@@ -22,6 +22,7 @@ from core.schema import Mode
 from core.store import IndexNotFoundError, read_index_meta
 from service.deps import Services, ServicesDep
 from service.http.auth import presented_key, unauthorized
+from service.http.openapi import error_responses
 from service.http.schemas import ElasticsearchStatus, HealthResponse, IndexStatus, ModesResponse, ReadyResponse
 
 router = APIRouter(tags=["health"])
@@ -94,7 +95,10 @@ def readyz(request: Request, services: ServicesDep) -> JSONResponse:
 @router.get(
     "/metrics",
     response_class=Response,
-    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Prometheus metrics"}},
+    responses={
+        200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Prometheus metrics"},
+        **error_responses(401, 403),
+    },
 )
 def metrics_endpoint(request: Request, services: ServicesDep) -> Response:
     """Prometheus text format, for the service's admins or a scraper holding `METRICS_KEY`: the
