@@ -141,6 +141,7 @@ class Settings(BaseSettings):
 
     # Web search (Bocha)
     bocha_api_key: SecretStr | None = None
+    metrics_key: SecretStr | None = None  # a key that reads /metrics only (a Prometheus scraper); admins' keys do too
     bocha_api_url: str = "https://api.bochaai.com/v1/web-search"
     web_search_timeout: float = 10.0
     web_search_count: int = 8
@@ -155,6 +156,8 @@ class Settings(BaseSettings):
     query_time_budget_s: float = 120.0
     judgements_index: str = "rag-judgements"
     judgement_cache_ttl_s: float = 3600.0  # a cached verdict older than this is asked again
+    # Verdicts quote questions (personal data): older ones leave the gap report and are deleted.
+    judgements_retention_days: int = Field(90, ge=1)
     judgement_cache_size: int = Field(1024, ge=1, description="verdicts the cache keeps (least recently used go)")
     context_token_budget: int = 6000  # numbered contexts in one prompt; lowest-ranked trimmed first
     # The answer log (service/answers.py): every answer's id, citations, verdicts and its asker's rating

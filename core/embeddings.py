@@ -13,6 +13,7 @@ from concurrent.futures import Future
 from typing import Protocol, runtime_checkable
 
 import numpy as np
+import openai
 
 from core.config import Settings
 from core.retry import OPENAI, retrying
@@ -155,6 +156,9 @@ class BatchingEmbedder(DelegatingEmbedder):
     batch. Queries that arrive while a batch is being embedded form the next one at once, so
     under load the batches grow by themselves. One call of 8 queries costs far less than 8
     calls (docs/scaling.md), and the embedder runs one batch at a time, never contended.
+    A failed batch is each caller's own failure: its queries are embedded again one by one, so a
+    query the embedder refuses fails only its own request (an outage of a remote embedder fails
+    them all at once: it would fail each one alike).
     Thread-safe: FastAPI's threadpool and the workflow's `asyncio.to_thread` call it alike.
     Documents (indexing, extractive sentence windows) go straight to the wrapped embedder.
     """
@@ -204,12 +208,21 @@ class BatchingEmbedder(DelegatingEmbedder):
                 vectors = list(self._embed_many(texts))
             else:
                 vectors = [self.inner.embed_query(text) for text in texts]
-        except Exception as err:  # each caller gets the failure, in its own thread
+        except Exception as err:  # each caller gets its own failure, in its own thread
+            if len(batch) > 1 and not _shared(err):
+                for item in batch:
+                    self._embed([item])
+                return
             for _, future in batch:
                 future.set_exception(err)
             return
         for (_, future), vector in zip(batch, vectors, strict=True):
             future.set_result(vector)
+
+
+def _shared(err: Exception) -> bool:
+    """A failure every query of a batch would meet alike: the remote embedder unreachable, slow or overloaded."""
+    return isinstance(err, openai.APIConnectionError | openai.RateLimitError | openai.InternalServerError)
 
 
 def cosine_similarities(vectors: np.ndarray, query: np.ndarray) -> np.ndarray:

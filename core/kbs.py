@@ -9,7 +9,7 @@ no `_meta.kb` yet: it is still a base, with the service's defaults.
 """
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -61,6 +61,11 @@ class FusionSetting:
     origin: Literal["evaluation", "pinned"] = "pinned"
     chosen_at: str = ""
     note: str = ""  # e.g. the evaluation's report or the person who pinned it
+
+    def seen_by(self, admin: bool) -> "FusionSetting":
+        """This setting as a caller sees it: its provenance (an evaluation's job id and time, who
+        pinned it) only for the base's admins."""
+        return self if admin else replace(self, chosen_at="", note="")
 
     def to_meta(self) -> dict[str, Any]:
         return asdict(self) | {"method": self.method.value, "lists": [str(mode) for mode in self.lists]}

@@ -89,6 +89,15 @@ class Reader:
         """Several searches of the scope in one round trip (partial results refused, transient failures re-sent)."""
         return _msearch(self.es, self.scope.kb, [scoped_body(body, self.scope) for body in bodies])
 
+    def holding(self, field: str, terms: list[str]) -> set[str]:
+        """Which of `terms` some chunk of the scope holds in `field` (one request: a filter per term)."""
+        if not terms:
+            return set()
+        filters = {str(i): {"term": {field: term}} for i, term in enumerate(terms)}
+        body = {"size": 0, "track_total_hits": False, "aggs": {"held": {"filters": {"filters": filters}}}}
+        buckets = self.search(body)["aggregations"]["held"]["buckets"]
+        return {terms[int(key)] for key, bucket in buckets.items() if bucket["doc_count"] > 0}
+
     def count(self, query: dict[str, Any] | None = None) -> int:
         body = scoped_body({"query": query} if query else {}, self.scope)
         try:

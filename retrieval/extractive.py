@@ -373,7 +373,7 @@ def answer_locally(
     """The extractive answer from the knowledge base alone: the steps of the service's extractive
     graph with web search off, in one call (each part searched `k` deep, its top `passages` quoted)."""
     parts = split_question(question, max_parts)
-    tokenizer = retriever.index_tokenizer(scope.kb)
+    tokenizer = retriever.index_tokenizer(scope)
     answers = []
     for part, text in zip(parts, search_texts(parts), strict=True):
         if wants_links(part):

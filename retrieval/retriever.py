@@ -8,8 +8,20 @@ unlicensed clusters), then fetches the fused top k in one `mget`. Every hybrid h
 explanation: its rank and score in each list and that list's contribution. The query is
 embedded once per request, in `compare` too (retrieval/compare.py relates the modes).
 
+Scores reveal nothing hidden: a BM25 score counts every chunk of the base (its document
+frequencies and average length include chunks the caller may not read), so four searches and the
+tokenizer gave a group-less reader the base's chunk count. A caller whose scope hides documents
+gets each keyword list's scores as 1 / rank within what it may read, before fusion, so hits,
+explanations, comparisons and fused scores are all computed from what it may see (its vector
+scores are cosines of its own query and a visible chunk: they count nothing). Only the order of a
+list, as under Elasticsearch's document-level security, still depends on the hidden chunks.
+Admins of the base, and the command line, keep Elasticsearch's scores.
+
 Keyword queries are cut by the index's own tokenizer: the user dictionary plus the corpus
-dictionary stored in the index's `_meta` (core/text.py, indexing/dictionary.py).
+dictionary stored in the index's `_meta` (core/text.py, indexing/dictionary.py). A caller whose
+scope hides documents gets only the corpus terms that occur in chunks it may read (`index_tokenizer`):
+a term learned from a hidden document would otherwise change how its text is cut, and the chat
+tasks' titles, tags and follow-ups would confirm codenames it may not read.
 """
 
 import time
@@ -129,6 +141,7 @@ class Retriever:
         self.params = params
         self.reranker = reranker  # hybrid's last stage (retrieval/rerank.py); None: RERANKER=none
         self._indices: dict[str, tuple[float, IndexMeta, ChineseTokenizer]] = {}
+        self._scoped: dict[tuple[str, str], tuple[float, ChineseTokenizer]] = {}
 
     def search(
         self,
@@ -195,19 +208,17 @@ class Retriever:
         The query is embedded first: searching the keyword lists on a thread while embedding
         was slower on two cores, where the embedder's threads and Elasticsearch compete.
         """
-        index, clauses = reader.scope.kb, _clauses(filters)
+        clauses = _clauses(filters)
         terms = [expansion.expansion for expansion in found]
         responses = reader.msearch(
-            [self._body(index, name, query, size, clauses, vector, source=False, expansions=terms) for name in lists]
+            [self._body(reader.scope, name, query, size, clauses, vector, source=False, expansions=terms) for name in lists]
         )
         ranked: dict[str, list[tuple[str, float]]] = {}
         matched: dict[str, list[PassageMatch]] = {}
         for name, response in zip(lists, responses, strict=True):
-            ranked[name] = []
-            for raw in response["hits"]["hits"]:
-                ranked[name].append((chunk_id := chunk_id_from_fields(raw["fields"]), raw["_score"]))
-                if "inner_hits" in raw:
-                    matched[chunk_id] = passage_matches(raw)
+            raws = response["hits"]["hits"]
+            ranked[name] = _visible(reader.scope, name, [(chunk_id_from_fields(raw["fields"]), raw["_score"]) for raw in raws])
+            matched |= {chunk_id: passage_matches(raw) for (chunk_id, _), raw in zip(ranked[name], raws) if "inner_hits" in raw}
         return ranked, matched
 
     def _search(
@@ -238,10 +249,12 @@ class Retriever:
                 hits, reranked = reranker.rerank(query, hits, k, weight)
         else:
             terms = [expansion.expansion for expansion in found]
-            body = self._body(reader.scope.kb, mode, query, k, _clauses(filters), vector, source=True, expansions=terms)
+            body = self._body(reader.scope, mode, query, k, _clauses(filters), vector, source=True, expansions=terms)
+            raws = reader.msearch([body])[0]["hits"]["hits"]
+            scores = _visible(reader.scope, mode, [(raw["_id"], raw["_score"]) for raw in raws])
             hits = [
-                Hit.from_source(raw["_source"], id=raw["_id"], score=raw["_score"], passages=passage_matches(raw))
-                for raw in reader.msearch([body])[0]["hits"]["hits"]
+                Hit.from_source(raw["_source"], id=raw["_id"], score=score, passages=passage_matches(raw))
+                for raw, (_, score) in zip(raws, scores, strict=True)
             ]
         return SearchResult(
             mode=mode,
@@ -324,9 +337,19 @@ class Retriever:
         source = Reader(self.es, scope).fetch([chunk_id], HIT_SOURCE_FIELDS).get(chunk_id)
         return Hit.from_source(source, id=chunk_id, score=0.0) if source is not None else None
 
-    def index_tokenizer(self, index: str) -> ChineseTokenizer:
-        """The tokenizer `index` was cut with: the base dictionaries plus its stored corpus dictionary."""
-        return self._index(index)[1]
+    def index_tokenizer(self, scope: Scope) -> ChineseTokenizer:
+        """The tokenizer `scope`'s base was cut with: the base dictionaries plus its stored corpus
+        dictionary, of which a scope that hides documents gets the terms its chunks hold."""
+        meta, tokenizer = self._index(scope.kb)
+        if scope.documents.everything or not meta.corpus_terms:
+            return tokenizer
+        key = (scope.kb, scope.documents.key)
+        cached = self._scoped.get(key)
+        if cached is None or time.monotonic() - cached[0] > _META_TTL_S:
+            held = Reader(self.es, scope).holding("tokens", list(meta.corpus_terms))
+            cached = (time.monotonic(), self.tokenizer.with_corpus_terms([t for t in meta.corpus_terms if t in held]))
+            self._scoped[key] = cached
+        return cached[1]
 
     def _index(self, index: str) -> tuple[IndexMeta, ChineseTokenizer]:
         cached = self._indices.get(index)
@@ -338,7 +361,7 @@ class Retriever:
 
     def _body(
         self,
-        index: str,
+        scope: Scope,
         name: Mode,
         query: str,
         size: int,
@@ -351,13 +374,13 @@ class Retriever:
         """One list's search body (retrieval/lists.py), with the index's embedder checked or tokenizer used."""
         body = lists.envelope(size, source=source)
         if name == Mode.VECTOR:
-            meta = self._index(index)[0]
-            check_embedder_meta(meta, index, self.embedder)
+            meta = self._index(scope.kb)[0]
+            check_embedder_meta(meta, scope.kb, self.embedder)
             if meta.passages is None:  # a base built before passage vectors
                 return body | lists.knn(vector.get(), size, self.params.num_candidates, clauses)
             hits = self.params.passage_hits
             return body | lists.passage_knn(vector.get(), size, self.params.num_candidates, clauses, hits)
-        tokenizer, weight = self._index(index)[1], self.params.alias_weight
+        tokenizer, weight = self.index_tokenizer(scope), self.params.alias_weight
         return body | lists.keyword(name, query, tokenizer, self.params.title_boost, clauses, expansions, weight)
 
 
@@ -370,6 +393,14 @@ def passage_matches(raw: dict[str, Any]) -> list[PassageMatch]:
         )
         for found in inner
     ]
+
+
+def _visible(scope: Scope, mode: Mode, ranked: list[tuple[str, float]]) -> list[tuple[str, float]]:
+    """A list's scores as `scope`'s caller may see them: a keyword list's as 1 / rank when the
+    scope hides documents (its BM25 statistics count them), else as Elasticsearch gave them."""
+    if mode == Mode.VECTOR or scope.documents.everything:
+        return ranked
+    return [(chunk_id, 1.0 / rank) for rank, (chunk_id, _) in enumerate(ranked, start=1)]
 
 
 def _clauses(filters: SearchFilter | None) -> Clauses:

@@ -29,7 +29,7 @@ from service.deps import Services
 from service.graph import build_deps
 from service.http.errors import add_error_handlers
 from service.http.metrics import Metrics, MetricsMiddleware
-from service.http.middleware import BodySizeLimit, OriginPolicy, TrustedOrigin
+from service.http.middleware import BodySizeLimit, OneCredential, OriginPolicy, TrustedOrigin, UnicodeText
 from service.http.openapi import document_statuses
 from service.http.protocols import dify, mcp_server, openai_chat, openai_embeddings
 from service.http.protocols.errors import ProtocolErrors
@@ -125,7 +125,8 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
     for module in ROUTERS:
         app.include_router(module.router)
     endpoint = mcp_server.http_endpoint(mcp, keys, policy)
-    app.router.routes.append(Route("/mcp", endpoint, methods=["GET", "POST", "DELETE"], include_in_schema=False))
+    # Stateless: no session to stream to, so no GET (its event stream never closed) and no DELETE: 405.
+    app.router.routes.append(Route("/mcp", endpoint, methods=["POST"], include_in_schema=False))
     app.mount("/static", StaticFiles(directory=WEB_DIR), name="static")
     app.add_api_route("/", lambda: FileResponse(WEB_DIR / "index.html"), include_in_schema=False)
     icon = WEB_DIR / "favicon.ico"  # what a browser asks for on every page
@@ -151,6 +152,7 @@ def _add_middleware(app: FastAPI, settings: Settings, metrics: Metrics, policy: 
     """Outermost last: the Host/Origin check runs before anything else reads the request, and every
     refusal made before a route (that check's too) is rendered in the shape of the protocol it was sent to."""
     larger = [*documents.upload_body_limits(settings), *openai_chat.body_limits(settings)]
+    app.add_middleware(UnicodeText, larger=larger)
     app.add_middleware(BodySizeLimit, limit=settings.max_request_bytes, larger=larger)
     app.add_middleware(
         CORSMiddleware,
@@ -161,5 +163,6 @@ def _add_middleware(app: FastAPI, settings: Settings, metrics: Metrics, policy: 
     routes = [route for module in ROUTERS for route in module.router.routes]
     paths = frozenset(path for route in routes if "{" not in (path := getattr(route, "path", "{")))
     app.add_middleware(MetricsMiddleware, metrics=metrics, paths=paths)
+    app.add_middleware(OneCredential)
     app.add_middleware(TrustedOrigin, policy=policy)
     app.add_middleware(ProtocolErrors, shapes=PROTOCOL_ERRORS)

@@ -173,7 +173,7 @@ def base_in_body(valid: Callable[..., object], role: Role = "read") -> Callable[
 def answering(services: Services, base: BaseAccess) -> WorkflowDeps:
     """The workflow answering from `base` with what its caller may read there; `ANSWER_MODE=llm`
     without a model is a 503 before any answer starts (every protocol asks this way)."""
-    workflow = services.workflow.for_scope(base.scope)
+    workflow = services.workflow.for_scope(base.scope, base.caller.name)
     ensure_answerable(workflow)
     return workflow
 

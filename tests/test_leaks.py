@@ -26,12 +26,19 @@ from fastapi.routing import iter_route_contexts
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from core.access import DocumentAccess, Scope
 from core.config import Settings
 from core.embeddings import Embedder
 from core.kbs import create_kb
+from core.store import read_index_meta, write_corpus_terms
+from retrieval.retriever import build_retriever
 from service.app import create_app
+from service.graph.memory import JudgementMemory, VerdictScope
+from service.graph.schemas import EvaluationStep
+from service.http.protocols.chat_tasks import tags, title
 from service.jobs.evaluation import EVALUATION
 from service.jobs.store import Job, JobStore, new_job_id
+from tests.conftest import TEST_INDICES
 from tests.fakes.openai_server import ANSWER, FakeChatServer
 from tests.protocols import write_keys_file
 from tests.serving import serve
@@ -60,6 +67,7 @@ class World:
     secrets: list[str]  # markers that must appear in no response to the probing principals
     llm: FakeChatServer
     jobs_index: str
+    embedder: Embedder
     keys: dict[str, str] = field(default_factory=dict)
     hidden_chunks: list[str] = field(default_factory=list)
 
@@ -343,7 +351,7 @@ def world(es: Elasticsearch, es_url: str, embedder: Embedder) -> Iterator[World]
             upload_time = found["hits"]["hits"][0]["_source"]["indexed_at"]
             secrets = [PHRASE, HIDDEN_ID, HIDDEN_TITLE, *chunk_ids, upload_time[:19], secret_upload["id"], evaluation]
             secrets.append(asked["answer_id"])
-            yield World(url, kb, other, secrets, llm, jobs, keys, chunk_ids)
+            yield World(url, kb, other, secrets, llm, jobs, embedder, keys, chunk_ids)
     finally:
         llm.__exit__(None, None, None)
         for name in (kb, other, jobs, f"{kb}-judgements", f"{kb}-answers"):
@@ -422,6 +430,13 @@ def test_counts_and_dates_are_of_what_the_caller_may_read(world: World, es: Elas
     ]
 
 
+def _without_the_admins_set(world: World) -> None:
+    """The admin's question set deleted (a writer may not replace a set it may not read)."""
+    Elasticsearch(Settings(_env_file=None).es_url).options(ignore_status=404).delete(
+        index=TEST_INDICES["QUESTIONS_INDEX"], id=world.kb, refresh=True
+    )
+
+
 def test_an_evidence_guess_in_a_hidden_document_reads_as_absent(world: World) -> None:
     """The question-set check is no oracle: a guess that is in the hidden document and one that is
     nowhere get the same answer."""
@@ -429,6 +444,7 @@ def test_an_evidence_guess_in_a_hidden_document_reads_as_absent(world: World) ->
         json.dumps({"id": "in-hidden", "question": "猜？", "evidence": PHRASE[:5]}, ensure_ascii=False),
         json.dumps({"id": "nowhere", "question": "猜？", "evidence": "青龙偃月刀九九"}, ensure_ascii=False),
     ]
+    _without_the_admins_set(world)
     with httpx.Client(base_url=world.url, headers={"X-API-Key": world.keys["writer"]}, timeout=60) as writer:
         summary = writer.put(f"/kbs/{world.kb}/questions", json={"text": "\n".join(lines)}).json()
     assert summary["usable"] == 0
@@ -451,9 +467,155 @@ def test_a_running_evaluation_of_another_principal_is_not_named(world: World, es
     running = Job(id=new_job_id(), kind=EVALUATION, kb=world.kb, owner="admin", state="running")
     JobStore(es, world.jobs_index).create(running)
     try:
+        _without_the_admins_set(world)
         with httpx.Client(base_url=world.url, headers={"X-API-Key": world.keys["writer"]}, timeout=60) as writer:
             writer.put(f"/kbs/{world.kb}/questions", json={"text": GUESSES})
             refused = writer.post(f"/kbs/{world.kb}/evaluate", json={"dry_run": True})
         assert refused.status_code == 409 and running.id not in refused.text
     finally:
         es.delete(index=world.jobs_index, id=running.id, refresh=True)
+
+
+# --- side channels: scores, dictionary terms, other principals' questions (issue 40) ---------------
+
+
+def _scores(client: httpx.Client, world: World) -> dict[str, Any]:
+    """Every score a caller is shown for QUESTION: each mode's hits (and hybrid's explanation),
+    /compare, Dify's records and MCP's search."""
+    seen: dict[str, Any] = {}
+    for mode in ("hybrid", "vector", "bm25", "bigram", "standard"):
+        hits = client.post("/search", json={"query": QUESTION, "mode": mode, "kb": world.kb}).json()["hits"]
+        seen[mode] = [(hit["id"], hit["score"], json.dumps(hit.get("explain"), sort_keys=True)) for hit in hits]
+    compared = client.post("/compare", json={"query": QUESTION, "kb": world.kb, "modes": ["bm25", "hybrid"]}).json()
+    seen["compare"] = {
+        mode: [(hit["id"], hit["score"]) for hit in result["hits"]] for mode, result in compared["results"].items()
+    }
+    body = {"knowledge_id": world.kb, "query": QUESTION, "retrieval_setting": {"top_k": 10}}
+    bearer = {"Authorization": f"Bearer {client.headers['X-API-Key']}"}
+    records = httpx.post(f"{world.url}/retrieval", json=body, headers=bearer, timeout=120).json()
+    seen["dify"] = [record["metadata"]["hybrid_score"] for record in records["records"]]
+    seen["mcp"] = asyncio.run(_mcp_scores(client.headers["X-API-Key"], world))
+    return seen
+
+
+async def _mcp_scores(key: str, world: World) -> list[float]:
+    async with (
+        httpx2.AsyncClient(headers={"X-API-Key": key}, timeout=120) as http,
+        Client(streamable_http_client(f"{world.url}/mcp", http_client=http)) as session,
+    ):
+        found = await session.call_tool("search", {"query": QUESTION, "k": 10, "kb": world.kb, "mode": "bm25"})
+    return [hit["score"] for hit in (found.structured_content or {})["hits"]]
+
+
+def test_a_readers_scores_stay_the_same_when_hidden_chunks_with_its_terms_are_added(world: World) -> None:
+    """BM25 scores count hidden chunks: four searches and the tokenizer gave a reader the base's
+    chunk count, and how many hidden chunks hold a word. A reader's scores now come from what it reads."""
+    more = {
+        "texts": [{"text": f"胰岛素剂量调整记录{n}：高血糖，胰岛素，剂量。", "id": f"leak-more-{n}"} for n in range(6)],
+        "access": ["doctors"],
+    }
+    with (
+        httpx.Client(base_url=world.url, headers={"X-API-Key": world.keys["reader"]}, timeout=120) as reader,
+        httpx.Client(base_url=world.url, headers={"X-API-Key": world.keys["admin"]}, timeout=120) as admin,
+    ):
+        before, admin_before = _scores(reader, world), _scores(admin, world)
+        assert upload(admin, world.kb, json=more)["state"] == "done"
+        try:
+            after, admin_after = _scores(reader, world), _scores(admin, world)
+        finally:
+            for n in range(6):
+                admin.delete(f"/kbs/{world.kb}/documents/leak-more-{n}")
+    assert before["bm25"] and before == after
+    visible = {chunk_id for chunk_id, _, _ in before["bm25"]}
+    raw_before = [score for chunk_id, score, _ in admin_before["bm25"] if chunk_id in visible]
+    assert raw_before != [score for chunk_id, score, _ in admin_after["bm25"] if chunk_id in visible]  # admins: raw
+
+
+CODENAME = "紫罗兰密钥"  # a corpus-dictionary term that only a hidden document holds
+
+
+def test_a_dictionary_term_only_in_hidden_chunks_is_never_returned(world: World, es: Elasticsearch) -> None:
+    """Sending 「小X」 in a tags or title prompt gave `X` alone when X was a dictionary term learned
+    from documents the caller may not read, 「小X」 when it was not: an oracle for codenames."""
+    index = next(iter(es.indices.get_mapping(index=world.kb).body))
+    kept = read_index_meta(es, world.kb).corpus_terms
+    write_corpus_terms(es, index, [*(kept or ()), CODENAME])
+    hidden = {"texts": [{"text": f"行动记录：{CODENAME}于三号出发。", "id": "leak-codename"}], "access": ["doctors"]}
+    retriever = build_retriever(Settings(_env_file=None), es, world.embedder)
+    conversation = [f"小{CODENAME}是什么意思"]
+    try:
+        with httpx.Client(base_url=world.url, headers={"X-API-Key": world.keys["admin"]}, timeout=120) as admin:
+            assert upload(admin, world.kb, json=hidden)["state"] == "done"
+        shown = {}
+        for name, access in [("reader", DocumentAccess()), ("doctor", DocumentAccess(frozenset({"doctors"})))]:
+            tokenizer = retriever.index_tokenizer(Scope(world.kb, access))
+            words = [
+                *tags(conversation, [], tokenizer),
+                title(conversation[0], tokenizer),
+                *tokenizer.query_terms(conversation[0]),
+            ]
+            shown[name] = (CODENAME in tokenizer.corpus_terms, CODENAME in words)
+        admin_terms = retriever.index_tokenizer(Scope.whole(world.kb)).corpus_terms
+    finally:
+        httpx.delete(
+            f"{world.url}/kbs/{world.kb}/documents/leak-codename",
+            headers={"X-API-Key": world.keys["admin"]},
+            timeout=60,
+        )
+        write_corpus_terms(es, index, list(kept or ()))
+    assert shown == {"reader": (False, False), "doctor": (True, True)} and CODENAME in admin_terms
+
+
+PRIVATE_QUESTION = "员工王小明的艾滋病检测结果"  # a missing aspect quotes the question it was asked for
+
+
+def _gap_aspects(world: World, principal: str) -> tuple[int, list[str]]:
+    headers = {"X-API-Key": world.keys[principal]}
+    report = httpx.get(f"{world.url}/gaps", params={"kb": world.kb}, headers=headers, timeout=60).json()
+    return report["total_questions"], [aspect["aspect"] for aspect in report["top_missing"]]
+
+
+def test_a_principals_questions_are_its_own_in_the_gap_report(world: World, es: Elasticsearch) -> None:
+    """/gaps showed every principal's questions, word for word, to every reader of the base."""
+    memory = JudgementMemory(es, f"{world.kb}-judgements", cache_size=1, ttl_s=1, replicas=0)
+    asked = EvaluationStep(enough=False, missing=[PRIVATE_QUESTION], reason="资料里没有")
+    memory.log(VerdictScope(world.kb, "", "writer"), "q-private", f"{PRIVATE_QUESTION}是阳性吗", "h", asked)
+    es.indices.refresh(index=f"{world.kb}-judgements")
+    reader, writer, admin = (_gap_aspects(world, name) for name in ("reader", "writer", "admin"))
+    assert PRIVATE_QUESTION not in reader[1] and PRIVATE_QUESTION in writer[1] and PRIVATE_QUESTION in admin[1]
+    assert writer[0] >= 1 and admin[0] >= writer[0] + reader[0]
+
+
+def test_a_set_the_caller_may_not_read_is_one_it_may_not_replace(world: World) -> None:
+    """A writer who got 404 for GET /kbs/{kb}/questions could PUT over the admin's set."""
+    path = f"/kbs/{world.kb}/questions"
+    with (
+        httpx.Client(base_url=world.url, headers={"X-API-Key": world.keys["admin"]}, timeout=60) as admin,
+        httpx.Client(base_url=world.url, headers={"X-API-Key": world.keys["writer"]}, timeout=60) as writer,
+    ):
+        stored = admin.put(path, json={"text": ADMIN_QUESTIONS}).json()
+        read, replaced = writer.get(path), writer.put(path, json={"text": GUESSES})
+        drafted = writer.post(f"{path}/draft", json={"count": 1, "append": True})
+        kept = admin.get(path).json()
+    assert (replaced.status_code, replaced.json()) == (read.status_code, read.json()) and read.status_code == 404
+    assert drafted.status_code == 404 and drafted.json() == read.json()
+    assert kept["uploaded_at"] == stored["uploaded_at"] and kept["lines"] == 1
+
+
+def test_a_fusions_provenance_is_shown_to_admins_only(world: World) -> None:
+    """The admin's evaluation job id and time reached every reader in `fusion.note`."""
+    note = "POST /kbs/x/evaluate, job 0123456789abcdef0123456789abcdef"
+    with (
+        httpx.Client(base_url=world.url, headers={"X-API-Key": world.keys["admin"]}, timeout=60) as admin,
+        httpx.Client(base_url=world.url, headers={"X-API-Key": world.keys["reader"]}, timeout=60) as reader,
+    ):
+        assert admin.put(f"/kbs/{world.kb}/fusion", json={"method": "rrf", "note": note}).status_code == 200
+        try:
+            seen = {
+                name: [client.get(f"/kbs/{world.kb}").text, client.get(f"/kbs/{world.kb}/fusion").text]
+                for name, client in (("admin", admin), ("reader", reader))
+            }
+        finally:
+            admin.delete(f"/kbs/{world.kb}/fusion")
+    assert all(note in text for text in seen["admin"]) and not any(note in text for text in seen["reader"])
+    assert json.loads(seen["reader"][1])["stored"]["chosen_at"] == ""

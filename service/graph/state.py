@@ -74,9 +74,11 @@ class WorkflowTools:
     judgements: JudgementMemory | None
     probe: LLMProbe | None = None
 
-    def for_scope(self, scope: Scope) -> "WorkflowDeps":
-        """A run answering from `scope`: the base and what the asking caller may read of it."""
-        return WorkflowDeps(**{name: getattr(self, name) for name in self.__dataclass_fields__}, scope=scope)
+    def for_scope(self, scope: Scope, asker: str = "") -> "WorkflowDeps":
+        """A run answering `asker` from `scope`: the base and what the asking caller may read of it."""
+        return WorkflowDeps(
+            **{name: getattr(self, name) for name in self.__dataclass_fields__}, scope=scope, asker=asker
+        )
 
 
 @dataclass(frozen=True)
@@ -84,10 +86,11 @@ class WorkflowDeps(WorkflowTools):
     """One run's dependencies: the shared tools and the scope every retrieval of the run reads."""
 
     scope: Scope = field(kw_only=True)
+    asker: str = field(default="", kw_only=True)  # the principal asking: its questions are its own
 
     @property
     def verdict_scope(self) -> VerdictScope:
-        return VerdictScope(self.scope.kb, self.scope.documents.key)
+        return VerdictScope(self.scope.kb, self.scope.documents.key, self.asker)
 
 
 @dataclass

@@ -34,6 +34,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
 from core.config import Settings
+from core.failures import log_failure
 from core.store import EmbedderMismatchError, IndexNotFoundError, SearchError
 from retrieval.retriever import Retriever
 from service.graph import extractive_nodes, nodes
@@ -186,7 +187,7 @@ async def stream_query(
         yield WorkflowEvent(event="error", data={"type": type(err).__name__, "message": str(err)})
     except Exception as err:  # reported to the client as an event; the stream ends cleanly
         error_id = uuid.uuid4().hex[:12]
-        logger.exception("query stream failed, error %s", error_id)
+        log_failure(logger, err, "query stream failed, error %s", error_id)
         message = f"回答中断：{_stream_failure(err)}（错误编号 {error_id}，详情见服务日志）"
         yield WorkflowEvent(event="error", data={"type": type(err).__name__, "message": message, "error_id": error_id})
 

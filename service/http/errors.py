@@ -30,6 +30,7 @@ from starlette.exceptions import HTTPException  # FastAPI's is a subclass; its b
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from core.failures import log_failure
 from core.kbs import InvalidKnowledgeBaseName, KnowledgeBaseExists
 from core.redact import redact_url
 from core.retry import es_api_transient
@@ -270,9 +271,9 @@ async def error_response(request: Request, err: Exception) -> JSONResponse:
 
 
 def internal_error(err: Exception, path: str) -> str:
-    """Log `err` with its traceback under a new error id; the detail the client gets names only the id."""
+    """Log `err` under a new error id (its traceback once per cause); the detail the client gets names only the id."""
     error_id = uuid.uuid4().hex[:12]
-    logger.error("unhandled error %s on %s", error_id, path, exc_info=err)
+    log_failure(logger, err, "unhandled error %s on %s", error_id, path)
     return f"internal error {error_id} ({type(err).__name__}); details are in the service log"
 
 

@@ -1,12 +1,17 @@
 """ASGI middleware of the HTTP service (the metrics middleware lives in `service.http.metrics`)."""
 
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote_to_bytes
 
 from fastapi import HTTPException
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.inputs import NOT_UNICODE, unencodable
 
 
 @dataclass(frozen=True)
@@ -103,16 +108,127 @@ def _counted(receive: Receive, limit: int, named: str) -> Receive:
     return counted
 
 
+# A JSON escape of a surrogate: the only way a body that is valid UTF-8 can hold a lone one.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+class UnicodeText:
+    """Every text a request carries is Unicode that UTF-8 encodes, checked before any protocol reads
+    it (service.inputs): a path or query string whose percent-escapes are not UTF-8 is a 400; a JSON
+    body that is not UTF-8 a 400, one that spells a lone surrogate (`"\\ud800"`) a 422 naming the
+    field. Each in the API's shape, which `ProtocolErrors` renders in the protocol's own.
+
+    Bodies `larger` (uploads, streamed to their route) are parsed by `core.contract.parse_json`,
+    which refuses both itself.
+    """
+
+    def __init__(self, app: ASGIApp, larger: Sequence[LargerBody] = ()) -> None:
+        self.app, self.larger = app, larger
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        refusal = _bad_address(scope)
+        if refusal is None and _is_json(scope) and not any(body.matches(scope) for body in self.larger):
+            messages = await _whole(receive)
+            refusal = _bad_body(b"".join(message.get("body", b"") for message in messages))
+            receive = _replay(messages, receive)
+        if refusal is None:
+            await self.app(scope, receive, send)
+            return
+        await JSONResponse(refusal[1], refusal[0])(scope, receive, send)
+
+
+def _replay(messages: list[Message], receive: Receive) -> Receive:
+    """`messages` once more, then what `receive` gives (a disconnect)."""
+
+    async def replay() -> Message:
+        return messages.pop(0) if messages else await receive()
+
+    return replay
+
+
+def _is_json(scope: Scope) -> bool:
+    media = dict(scope["headers"]).get(b"content-type", b"").split(b";")[0].strip().lower()
+    return media == b"application/json" or media.endswith(b"+json")
+
+
+async def _whole(receive: Receive) -> list[Message]:
+    """The request's messages up to the end of its body (already held by `BodySizeLimit`)."""
+    messages = [await receive()]
+    while messages[-1]["type"] == "http.request" and messages[-1].get("more_body", False):
+        messages.append(await receive())
+    return messages
+
+
+def _bad_address(scope: Scope) -> tuple[int, dict[str, Any]] | None:
+    for part, raw in (("path", scope.get("raw_path") or b""), ("query string", scope.get("query_string", b""))):
+        try:
+            unquote_to_bytes(raw.replace(b"+", b" ")).decode("utf-8")
+        except UnicodeDecodeError as err:
+            return 400, {"detail": f"{part}: its percent-escapes are not UTF-8 (byte {err.start})"}
+    return None
+
+
+def _bad_body(body: bytes) -> tuple[int, dict[str, Any]] | None:
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as err:
+        return 400, {"detail": f"body: not UTF-8 (byte {err.start})"}
+    if not _SURROGATE_ESCAPE.search(body):
+        return None
+    try:
+        where = unencodable(json.loads(body))
+    except (ValueError, RecursionError):  # not JSON: the route's own parser says where it breaks
+        return None
+    if where is None:
+        return None
+    field = ".".join(str(part) for part in where) or "body"
+    problem = {"loc": ["body", *where], "msg": NOT_UNICODE, "type": "string_unicode"}
+    return 422, {"detail": [problem], "message": f"{field}: {NOT_UNICODE}"}
+
+
+CREDENTIALS = (b"authorization", b"x-api-key")
+
+
+class OneCredential:
+    """400 for a request that repeats a credential header (two `X-API-Key`, or two `Authorization`)
+    or sends one that is not ASCII: routes read the first of two, the MCP check and `/readyz` the
+    last, so one request was two callers. (`X-API-Key` beside `Authorization` is read as
+    `X-API-Key` everywhere but Dify's `/retrieval`, which reads only its `Bearer`.)"""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        sent = [(name.lower(), value) for name, value in scope["headers"] if name.lower() in CREDENTIALS]
+        if len(sent) > len({name for name, _ in sent}):
+            problem = "send one credential: `Authorization: Bearer <key>` or `X-API-Key: <key>`, once"
+        elif not all(value.isascii() for _, value in sent):
+            problem = "a credential header must be ASCII"
+        else:
+            await self.app(scope, receive, send)
+            return
+        await JSONResponse({"detail": problem}, 400)(scope, receive, send)
+
+
 LOCAL_NAMES = ("localhost", "127.0.0.1", "[::1]")
 _ANY_ADDRESS = ("0.0.0.0", "::", "[::]", "")
 
 
-def _host_name(host: str) -> str:
-    """`host` without its port, lower case: `[::1]:8000` → `[::1]`, `Localhost:80` → `localhost`."""
-    host = host.strip().lower()
-    if host.startswith("["):
-        return host.split("]", 1)[0] + "]"
-    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+# A Host as browsers send it: a name or an IPv4 address, or an IPv6 address in brackets; an optional port.
+_HOST = re.compile(r"(\[[0-9a-f:.]+\]|[a-z0-9_](?:[a-z0-9_.-]*[a-z0-9_])?)(?::\d{1,5})?")
+
+
+def _host_name(host: str) -> str | None:
+    """`host` without its port, lower case: `[::1]:8000` → `[::1]`, `Localhost:80` → `localhost`;
+    None for anything a browser never sends (`[::1]evil`, `localhost:80@attacker.example`)."""
+    matched = _HOST.fullmatch(host.strip().lower())
+    return matched.group(1) if matched else None
 
 
 @dataclass(frozen=True)
@@ -126,11 +242,15 @@ class OriginPolicy:
     @classmethod
     def of(cls, host: str, allowed_hosts: Sequence[str], allowed_origins: Sequence[str]) -> "OriginPolicy":
         bound = [] if host.strip() in _ANY_ADDRESS else [f"[{host}]" if ":" in host else host]
-        names = frozenset(_host_name(name) for name in [*LOCAL_NAMES, *bound, *allowed_hosts])
+        names = frozenset(
+            name.strip().lower() if name.strip() == "*" else _host_name(name) or name
+            for name in [*LOCAL_NAMES, *bound, *allowed_hosts]
+        )
         return cls(names, frozenset(origin.rstrip("/").lower() for origin in allowed_origins))
 
     def allows_host(self, host: str | None) -> bool:
-        return host is not None and ("*" in self.hosts or _host_name(host) in self.hosts)
+        name = _host_name(host) if host is not None else None
+        return name is not None and ("*" in self.hosts or name in self.hosts)
 
     def allows_origin(self, origin: str | None) -> bool:
         """No `Origin` (not a browser, or a same-origin GET) passes; a page's origin passes when it is
@@ -139,7 +259,9 @@ class OriginPolicy:
             return True
         origin = origin.rstrip("/").lower()
         scheme, _, rest = origin.partition("://")
-        return "*" in self.origins or origin in self.origins or (scheme in ("http", "https") and self.allows_host(rest))
+        if "*" in self.origins or origin in self.origins:
+            return True
+        return scheme in ("http", "https") and self.allows_host(rest)
 
 
 class TrustedOrigin:

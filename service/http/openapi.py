@@ -3,7 +3,7 @@
 Statuses that follow from an operation's shape are added to every operation when the schema
 is first built (`document_statuses`): a JSON body can be malformed (400), too large (413) or
 invalid (422); parameters can be invalid (422); a key-protected operation can refuse the key
-(401, 403). Statuses that follow from what a route touches (Elasticsearch, the model) are
+(400, 401, 403). Statuses that follow from what a route touches (Elasticsearch, the model) are
 declared by its router with `error_responses`. The bodies are `ErrorResponse` (`detail`: one
 sentence) and, for 422, `ValidationErrorResponse` (the errors, and `message` naming them).
 Limits that are settings (MAX_QUESTION_CHARS) and values that are (the one embedder a new base
@@ -20,7 +20,10 @@ from pydantic import BaseModel
 from service.http.schemas import ErrorResponse, ValidationErrorResponse
 
 RESPONSES: dict[int, tuple[type[BaseModel], str]] = {
-    400: (ErrorResponse, "the body is not JSON (or not UTF-8); `detail` says where it breaks"),
+    400: (
+        ErrorResponse,
+        "the body is not JSON (or not UTF-8; `detail` says where it breaks), or a credential header is repeated",
+    ),
     401: (ErrorResponse, "API key missing or invalid"),
     403: (ErrorResponse, "the API key may not do this"),
     404: (ErrorResponse, "knowledge base not built (the message gives the command)"),
@@ -39,7 +42,7 @@ RESPONSES: dict[int, tuple[type[BaseModel], str]] = {
 BODY_STATUSES = (400, 413, 422)
 _REF = "#/components/schemas/{model}"
 PARAMETER_STATUSES = (422,)
-SECURED_STATUSES = (401, 403)
+SECURED_STATUSES = (400, 401, 403)
 
 
 def error_responses(*statuses: int, model: type[BaseModel] | None = None) -> dict[int | str, dict[str, Any]]:

@@ -15,6 +15,7 @@ chat UIs show apart and which never enter the answer. `usage` sums the tokens of
 """
 
 import json
+import logging
 import re
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -25,6 +26,7 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import StreamingResponse
 
 from core.config import Settings
+from core.failures import log_failure
 from service.answers import new_answer_id
 from service.deps import CallerDep, Services, ServicesDep, answering, get_caller, log_answer
 from service.feedback import CHAT_PREFIX, answer_key
@@ -80,6 +82,8 @@ def body_limits(settings: Settings) -> list[LargerBody]:
     path = re.compile(r"/v1/(chat/completions|embeddings)")
     return [LargerBody("POST", path, "application/json", limit, named, _LARGER_BODY_ADVICE)]
 
+
+logger = logging.getLogger(__name__)
 
 router = APIRouter(
     prefix="/v1",
@@ -269,7 +273,7 @@ class _Reply:
         yield self.chunk(Delta(content=done.content))
         yield self.chunk(Delta(), "stop", sources=[])
         yield from self.usage_chunk(_usage(done.prompt_tokens, done.completion_tokens))
-        yield "data: [DONE]\n\n"
+        yield DONE
 
 
 async def _stream(chat: _Chat, services: Services, reply: _Reply) -> AsyncIterator[str]:
@@ -293,14 +297,44 @@ async def _stream(chat: _Chat, services: Services, reply: _Reply) -> AsyncIterat
                 yield line
         elif event.event == "error":
             metrics.record_error("/v1/chat/completions", "workflow")
-            yield _sse(
-                {"error": {"message": event.data["message"], "type": "server_error", "param": None, "code": None}}
-            )
-    yield "data: [DONE]\n\n"
+            yield _error_chunk(event.data["message"])
+    yield DONE
+
+
+DONE = "data: [DONE]\n\n"
+
+
+def _error_chunk(message: str) -> str:
+    return _sse({"error": {"message": message, "type": "server_error", "param": None, "code": None}})
 
 
 def _event_stream(lines: AsyncIterator[str] | Iterator[str]) -> StreamingResponse:
-    return StreamingResponse(lines, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+    return StreamingResponse(_ended(lines), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+
+async def _each(lines: AsyncIterator[str] | Iterator[str]) -> AsyncIterator[str]:
+    if isinstance(lines, Iterator):
+        for line in lines:
+            yield line
+    else:
+        async for line in lines:
+            yield line
+
+
+async def _ended(lines: AsyncIterator[str] | Iterator[str]) -> AsyncIterator[bytes]:
+    """`lines` as UTF-8; a failure while they stream ends them as OpenAI ends a failed stream (an
+    error chunk, then `[DONE]`), never a body cut short, which clients read as a network fault."""
+    done = False
+    try:
+        async for line in _each(lines):
+            done = line == DONE
+            yield line.encode("utf-8")
+    except Exception as err:
+        if done:
+            raise
+        error_id = uuid.uuid4().hex[:12]
+        log_failure(logger, err, "chat completion stream failed, error %s", error_id)
+        yield (_error_chunk(f"回答中断：服务内部错误（错误编号 {error_id}，详情见服务日志）") + DONE).encode("utf-8")
 
 
 def _sse(payload: dict[str, Any]) -> str:

@@ -176,6 +176,15 @@ def _stored(services: Services, base: BaseAccess) -> StoredQuestions | None:
     return stored if stored is not None and base.caller.sees_work_of(base.kb, stored.owner) else None
 
 
+def _replaceable(services: Services, base: BaseAccess) -> StoredQuestions | None:
+    """The stored set, when the caller may replace it: a set it may not read is one it may not
+    overwrite either (a 404, word for word as GET's)."""
+    stored = load_questions(services.es, services.settings.questions_index, base.kb)
+    if stored is not None and not base.caller.sees_work_of(base.kb, stored.owner):
+        raise _no_set(base.kb)
+    return stored
+
+
 def _no_set(kb: str) -> HTTPException:
     return HTTPException(404, f"no question set for {kb!r}: PUT /kbs/{kb}/questions first")
 
@@ -209,8 +218,10 @@ def put_questions(
     base: Annotated[BaseAccess, Depends(base_in_path("write", questions_body))],
     services: ServicesDep,
 ) -> QuestionsSummary:
-    """Store the base's question set (replacing the last); every line that cannot be used is listed.
+    """Store the base's question set (replacing the last, when the caller may read it: else a 404 as
+    for GET); every line that cannot be used is listed.
     A line nested past the JSON parser's limit (200 levels) is a 422 for the whole set, and the last set stays."""
+    _replaceable(services, base)
     try:
         stored = save_questions(services.es, services.settings.questions_index, base.kb, body.text, base.caller.name)
     except UnreadableQuestions as err:
@@ -251,7 +262,7 @@ async def draft(
     drafted = await draft_questions(model, chunks)
     if not body.append:
         return DraftResponse(drafted=drafted, questions=None)
-    stored = await run_in_threadpool(_stored, services, base)
+    stored = await run_in_threadpool(_replaceable, services, base)
     lines = [stored.text.rstrip("\n")] if stored and stored.text.strip() else []
     text = "\n".join([*lines, *(json.dumps(line, ensure_ascii=False) for line in drafted)]) + "\n"
     try:
@@ -346,20 +357,21 @@ def undo_evaluation(job_id: JobId, base: WriteBase, services: ServicesDep) -> Fu
         raise HTTPException(409, f"evaluation {job_id!r} is not what {base.kb!r} uses now: nothing to undo")
     previous = result.get("previous")
     services.kbs.write_fusion(base.kb, FusionSetting.from_meta(previous) if previous else None)
-    return _fusion_state(services, base.kb)
+    return _fusion_state(services, base)
 
 
-def _fusion_state(services: Services, kb: str) -> FusionState:
-    stored = services.kbs.read(kb).fusion
+def _fusion_state(services: Services, base: BaseAccess) -> FusionState:
+    stored = services.kbs.read(base.kb).fusion
     effective = fusion_used(services.retriever.params.with_fusion(stored), stored)
-    return FusionState(kb=kb, effective=effective, stored=stored.to_meta() if stored else None)
+    shown = stored.seen_by(base.caller.may(base.kb, "admin")).to_meta() if stored else None
+    return FusionState(kb=base.kb, effective=effective, stored=shown)
 
 
 @router.get("/kbs/{kb}/fusion", response_model=FusionState)
 def get_fusion(base: ReadBase, services: ServicesDep) -> FusionState:
     """The base's own fusion (chosen by an evaluation, or pinned), which its hybrid searches use; 404
     when it has none (or it was deleted): it then uses the service default, which `GET /kbs/{kb}` shows."""
-    state = _fusion_state(services, base.kb)
+    state = _fusion_state(services, base)
     if state.stored is None:
         raise HTTPException(
             404,
@@ -386,7 +398,7 @@ def pin_fusion(
         note=body.note,
     )
     services.kbs.write_fusion(base.kb, setting)
-    return _fusion_state(services, base.kb)
+    return _fusion_state(services, base)
 
 
 @router.delete("/kbs/{kb}/fusion", response_model=FusionState)
@@ -394,4 +406,4 @@ def reset_fusion(base: WriteBase, services: ServicesDep) -> FusionState:
     """Delete the base's own fusion: back to the service default (`FUSION`, `RRF_K`, `RRF_DEPTH`), which
     the answer gives as `effective` (`stored` null); a GET of the fusion is then a 404."""
     services.kbs.write_fusion(base.kb, None)
-    return _fusion_state(services, base.kb)
+    return _fusion_state(services, base)

@@ -5,10 +5,12 @@ details (the cluster, the default base's name and size, the embedder, the model)
 admin of the default base.
 """
 
+import hmac
+
 from elastic_transport import ConnectionError as ESConnectionError
 from elastic_transport import ConnectionTimeout as ESConnectionTimeout
 from elasticsearch import ApiError, Elasticsearch
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, HTTPException, Request, Response
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
 
@@ -18,8 +20,9 @@ from core.reader import Reader
 from core.redact import redact_url
 from core.schema import Mode
 from core.store import IndexNotFoundError, read_index_meta
-from service.deps import CallerDep, Services, ServicesDep
-from service.http.auth import presented_key
+from service.deps import Services, ServicesDep
+from service.http.auth import presented_key, unauthorized
+from service.http.openapi import error_responses
 from service.http.schemas import ElasticsearchStatus, HealthResponse, IndexStatus, ModesResponse, ReadyResponse
 
 router = APIRouter(tags=["health"])
@@ -92,9 +95,20 @@ def readyz(request: Request, services: ServicesDep) -> JSONResponse:
 @router.get(
     "/metrics",
     response_class=Response,
-    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Prometheus metrics"}},
+    responses={
+        200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Prometheus metrics"},
+        **error_responses(401, 403),
+    },
 )
-def metrics_endpoint(services: ServicesDep, caller: CallerDep) -> Response:
-    """Prometheus text format; per-base series only of the bases the caller may read."""
-    rendered = services.metrics.render(lambda kb: caller.may(kb, "read"))
-    return Response(rendered, media_type=services.metrics.content_type)
+def metrics_endpoint(request: Request, services: ServicesDep) -> Response:
+    """Prometheus text format, for the service's admins or a scraper holding `METRICS_KEY`: the
+    figures are service-wide (bases created, uploads), not any one base's."""
+    presented = presented_key({k.lower(): v for k, v in request.headers.items()})
+    scraper = services.settings.metrics_key
+    if scraper is None or not hmac.compare_digest(presented.encode(), scraper.get_secret_value().encode()):
+        caller = services.keys.caller(presented)
+        if caller is None:
+            raise unauthorized()
+        if not caller.admin:
+            raise HTTPException(403, "/metrics is for the service's admins, or a scraper sending METRICS_KEY")
+    return Response(services.metrics.render(), media_type=services.metrics.content_type)

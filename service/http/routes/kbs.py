@@ -77,9 +77,9 @@ def invalid(field: str, message: str) -> RequestValidationError:
     return RequestValidationError([{"type": "value_error", "loc": ("body", field), "msg": message}])
 
 
-def fusion_view(settings: Settings, kb: KnowledgeBase) -> FusionView:
+def fusion_view(settings: Settings, kb: KnowledgeBase, caller: Caller) -> FusionView:
     used = fusion_used(RetrievalParams.from_settings(settings).with_fusion(kb.fusion), kb.fusion)
-    stored = kb.fusion
+    stored = kb.fusion.seen_by(caller.may(kb.name, "admin")) if kb.fusion else None
     return FusionView(
         **used.model_dump(), chosen_at=stored.chosen_at if stored else "", note=stored.note if stored else ""
     )
@@ -100,7 +100,7 @@ def _view(settings: Settings, kb: KnowledgeBase, stats: KnowledgeBaseStats | Non
         shards=kb.shards,
         replicas=kb.replicas,
         created_at=kb.created_at,
-        fusion=fusion_view(settings, kb),
+        fusion=fusion_view(settings, kb, caller),
         passages=PassageWindowsView(**kb.passages.to_meta()) if kb.passages else None,
     )
 

@@ -103,8 +103,8 @@ def gaps(
     services: ServicesDep,
 ) -> GapReport:
     """A base's knowledge-gap report: what the evaluator most often found missing, and how often the
-    web was needed (counting only verdicts on what the caller may read)."""
-    scope = VerdictScope(base.kb, base.scope.documents.key)
+    web was needed (the base's admins: everyone's questions; anyone else: its own)."""
+    scope = VerdictScope(base.kb, base.scope.documents.key, base.caller.name)
     report = knowledge_gap_report(services.es, services.settings, scope, top)
     return report.model_copy(update={"reported": reported_gaps(services, base, top)})
 
