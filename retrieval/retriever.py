@@ -211,14 +211,23 @@ class Retriever:
         clauses = _clauses(filters)
         terms = [expansion.expansion for expansion in found]
         responses = reader.msearch(
-            [self._body(reader.scope, name, query, size, clauses, vector, source=False, expansions=terms) for name in lists]
+            [
+                self._body(reader.scope, name, query, size, clauses, vector, source=False, expansions=terms)
+                for name in lists
+            ]
         )
         ranked: dict[str, list[tuple[str, float]]] = {}
         matched: dict[str, list[PassageMatch]] = {}
         for name, response in zip(lists, responses, strict=True):
             raws = response["hits"]["hits"]
-            ranked[name] = _visible(reader.scope, name, [(chunk_id_from_fields(raw["fields"]), raw["_score"]) for raw in raws])
-            matched |= {chunk_id: passage_matches(raw) for (chunk_id, _), raw in zip(ranked[name], raws) if "inner_hits" in raw}
+            ranked[name] = _visible(
+                reader.scope, name, [(chunk_id_from_fields(raw["fields"]), raw["_score"]) for raw in raws]
+            )
+            matched |= {
+                chunk_id: passage_matches(raw)
+                for (chunk_id, _), raw in zip(ranked[name], raws, strict=True)
+                if "inner_hits" in raw
+            }
         return ranked, matched
 
     def _search(

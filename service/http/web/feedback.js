@@ -5,17 +5,8 @@
 "use strict";
 
 const fbEl = (id) => document.getElementById(id);
+// evalNode (element builder) comes from evaluation.js, loaded before this file.
 let currentAnswer = null;  // {answer_id, question} of the answer on the page
-
-function fbNode(tag, attrs = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [key, value] of Object.entries(attrs)) {
-    if (key === "class") node.className = value;
-    else node.setAttribute(key, value);
-  }
-  node.append(...children.filter((child) => child !== null && child !== undefined));
-  return node;
-}
 
 async function fbError(response) {
   let body = {};
@@ -28,15 +19,15 @@ async function fbError(response) {
 async function searchPassages(query, list, choose, buttonText) {
   list.replaceChildren();
   const response = await fetch("search", { method: "POST", headers: kbHeaders(), body: JSON.stringify({ query, kb: selectedKb(), k: 5 }) });
-  if (!response.ok) { list.append(fbNode("li", { class: "error" }, await fbError(response))); return; }
+  if (!response.ok) { list.append(evalNode("li", { class: "error" }, await fbError(response))); return; }
   for (const hit of (await response.json()).hits) {
-    const button = fbNode("button", { type: "button", class: "pick" }, buttonText);
+    const button = evalNode("button", { type: "button", class: "pick" }, buttonText);
     button.addEventListener("click", () => choose(hit));
-    list.append(fbNode("li", { class: "hit", "data-id": hit.id },
-      fbNode("span", { class: "meta" }, fbNode("span", { class: "where" }, hit.label || hit.title || "")), button,
-      fbNode("span", { class: "text" }, hit.text)));
+    list.append(evalNode("li", { class: "hit", "data-id": hit.id },
+      evalNode("span", { class: "meta" }, evalNode("span", { class: "where" }, hit.label || hit.title || "")), button,
+      evalNode("span", { class: "text" }, hit.text)));
   }
-  if (!list.children.length) list.append(fbNode("li", {}, "（无结果）"));
+  if (!list.children.length) list.append(evalNode("li", {}, "（无结果）"));
 }
 
 // --- under an answer ----------------------------------------------------------------------
@@ -73,24 +64,24 @@ const REVIEW_VOTES = { up: "点赞", down: "点踩" };
 function reviewItem(answer) {
   const rating = answer.rating || {};
   const cited = answer.cited.map((c) => c.label || c.chunk_id).join("；") || "（无本地引用）";
-  const item = fbNode("li", { class: "review-item", "data-id": answer.id },
-    fbNode("span", { class: "question" }, answer.question || "（未保存问题文本）"),
-    fbNode("span", { class: "vote" }, `${REVIEW_VOTES[rating.vote] || "未评价"}${answer.gap ? " · 回答含“无法从上下文确认”" : ""}`),
-    rating.comment ? fbNode("span", { class: "comment" }, `备注：${rating.comment}`) : null,
-    fbNode("span", { class: "cited" }, `引用：${cited}`),
-    rating.chunk_id ? fbNode("span", { class: "picked" }, `提问者指出的段落：${rating.chunk_id}`) : null,
+  const item = evalNode("li", { class: "review-item", "data-id": answer.id },
+    evalNode("span", { class: "question" }, answer.question || "（未保存问题文本）"),
+    evalNode("span", { class: "vote" }, `${REVIEW_VOTES[rating.vote] || "未评价"}${answer.gap ? " · 回答含“无法从上下文确认”" : ""}`),
+    rating.comment ? evalNode("span", { class: "comment" }, `备注：${rating.comment}`) : null,
+    evalNode("span", { class: "cited" }, `引用：${cited}`),
+    rating.chunk_id ? evalNode("span", { class: "picked" }, `提问者指出的段落：${rating.chunk_id}`) : null,
   );
-  const actions = fbNode("span", { class: "actions" });
+  const actions = evalNode("span", { class: "actions" });
   if (answer.accepted) {
     const what = answer.accepted.kind === "question" ? `已加入问题集（${answer.accepted.question_id}）` : "已记为知识缺口";
-    const undo = fbNode("button", { type: "button", class: "undo" }, "撤销");
+    const undo = evalNode("button", { type: "button", class: "undo" }, "撤销");
     undo.addEventListener("click", () => reviewAction(answer.id, "DELETE"));
     actions.append(what, " ", undo);
   } else if (answer.rating) {
-    const accept = fbNode("button", { type: "button", class: "accept" }, rating.chunk_id || rating.vote === "up" ? "加入问题集" : "记为知识缺口");
+    const accept = evalNode("button", { type: "button", class: "accept" }, rating.chunk_id || rating.vote === "up" ? "加入问题集" : "记为知识缺口");
     accept.addEventListener("click", () => reviewAction(answer.id, "POST", {}));
-    const pick = fbNode("button", { type: "button", class: "pick-passage" }, "选择正确段落…");
-    const hits = fbNode("ol", { class: "hits" });
+    const pick = evalNode("button", { type: "button", class: "pick-passage" }, "选择正确段落…");
+    const hits = evalNode("ol", { class: "hits" });
     pick.addEventListener("click", () => searchPassages(answer.question, hits,
       (hit) => reviewAction(answer.id, "POST", { chunk_id: hit.id }), "以此段加入问题集"));
     actions.append(accept, " ", pick, hits);
@@ -121,7 +112,7 @@ async function loadReview() {
   if (!response.ok) { fbEl("review-status").textContent = await fbError(response); return; }
   const { answers } = await response.json();
   fbEl("review-list").replaceChildren(...answers.map(reviewItem));
-  if (!answers.length) fbEl("review-list").append(fbNode("li", {}, "（暂无）"));
+  if (!answers.length) fbEl("review-list").append(evalNode("li", {}, "（暂无）"));
 }
 
 // --- what an evaluation changed, and its undo ----------------------------------------------
@@ -134,14 +125,14 @@ function showChange(status) {
   const sign = (x) => (x >= 0 ? "+" : "") + x.toFixed(3);
   const rows = Object.entries(before.change).map(([metric, c]) => {
     const verdict = c.interval[0] > 0 ? "better" : c.interval[1] < 0 ? "worse" : "level";
-    return fbNode("tr", {}, fbNode("th", { scope: "row" }, metric),
-      fbNode("td", {}, before.test[metric].toFixed(3)), fbNode("td", {}, status.report.test.hybrid[metric].toFixed(3)),
-      fbNode("td", { class: verdict }, `${sign(c.diff)} [${sign(c.interval[0])}, ${sign(c.interval[1])}]`));
+    return evalNode("tr", {}, evalNode("th", { scope: "row" }, metric),
+      evalNode("td", {}, before.test[metric].toFixed(3)), evalNode("td", {}, status.report.test.hybrid[metric].toFixed(3)),
+      evalNode("td", { class: verdict }, `${sign(c.diff)} [${sign(c.interval[0])}, ${sign(c.interval[1])}]`));
   });
   fbEl("eval-change-text").textContent =
     `融合 ${before.label} → ${status.report.chosen.label}${status.stored ? "（已生效）" : "（仅报告，未生效）"}`;
-  const head = fbNode("tr", {}, ...["指标", "之前", "之后", "变化（95% 区间）"].map((h) => fbNode("th", {}, h)));
-  fbEl("eval-change-table").replaceChildren(fbNode("thead", {}, head), fbNode("tbody", {}, ...rows));
+  const head = evalNode("tr", {}, ...["指标", "之前", "之后", "变化（95% 区间）"].map((h) => evalNode("th", {}, h)));
+  fbEl("eval-change-table").replaceChildren(evalNode("thead", {}, head), evalNode("tbody", {}, ...rows));
   const undo = fbEl("eval-undo");
   undo.hidden = !status.stored;
   undo.onclick = async () => {
