@@ -17,6 +17,8 @@ from typing import Any, Literal
 
 from core.access import DocumentAccess
 
+Origin = Literal["mined", "admin", "removed"]
+
 _CJK = "\u4e00-\u9fff"
 # 姓刘，名备，字玄德 / 姓曹名操字孟德: the whole name is 姓 + 名.
 _FAMILY = re.compile(rf"姓([{_CJK}]{{1,2}})[，,]?名([{_CJK}]{{1,2}})[，,]?(?:表)?字([{_CJK}]{{2}})")
@@ -56,12 +58,13 @@ class AliasSource:
 
 @dataclass(frozen=True)
 class Alias:
-    """`alias` names what `name` names; `origin` mined from the documents or added by an admin."""
+    """`alias` names what `name` names; `origin` mined from the documents, added by an admin, or a mined
+    pair an admin removed (kept so that the next run does not mine it back; never used)."""
 
     alias: str
     name: str
     sources: tuple[AliasSource, ...]
-    origin: Literal["mined", "admin"] = "mined"
+    origin: Origin = "mined"
 
     def to_meta(self) -> dict[str, Any]:
         return {
@@ -81,9 +84,9 @@ class Alias:
 
     def visible(self, access: DocumentAccess) -> "Alias | None":
         """This pair with only the sources `access` may read (None: none). An admin's pair has no
-        source document and is for everyone."""
-        if self.origin == "admin":
-            return self
+        source document and is for everyone; a removed pair is for no one."""
+        if self.origin != "mined":
+            return self if self.origin == "admin" else None
         readable = tuple(source for source in self.sources if access.allows(list(source.access)))
         return Alias(self.alias, self.name, readable, self.origin) if readable else None
 
@@ -164,12 +167,12 @@ def mine(documents: Sequence[MinedFrom]) -> list[Alias]:
 
 
 def merged(stored: Sequence[Alias], mined: Sequence[Alias], doc_ids: set[str]) -> list[Alias]:
-    """A base's aliases after a run over `doc_ids`: an admin's pairs kept, other documents' sources kept,
-    the run's documents' sources replaced by what was mined from them now."""
+    """A base's aliases after a run over `doc_ids`: an admin's pairs (added or removed) kept, other
+    documents' sources kept, the run's documents' sources replaced by what was mined from them now."""
     pairs: dict[tuple[str, str], Alias] = {}
     for entry in stored:
-        kept = entry.sources if entry.origin == "admin" else tuple(s for s in entry.sources if s.doc_id not in doc_ids)
-        if kept or entry.origin == "admin":
+        kept = entry.sources if entry.origin != "mined" else tuple(s for s in entry.sources if s.doc_id not in doc_ids)
+        if kept or entry.origin != "mined":
             pairs[(entry.alias, entry.name)] = Alias(entry.alias, entry.name, kept, entry.origin)
     for entry in mined:
         old = pairs.get((entry.alias, entry.name))
@@ -177,6 +180,24 @@ def merged(stored: Sequence[Alias], mined: Sequence[Alias], doc_ids: set[str]) -
             pairs[(entry.alias, entry.name)] = entry
         elif old.origin == "mined":
             pairs[(entry.alias, entry.name)] = Alias(entry.alias, entry.name, (*old.sources, *entry.sources))
+    return list(pairs.values())
+
+
+def corrected(stored: Sequence[Alias], wanted: Sequence[tuple[str, str]]) -> list[Alias]:
+    """The base's aliases once an admin says which pairs it has (`wanted`, (alias, name)): a pair already
+    there keeps its sources (a removed one comes back as mined), a new one is the admin's, and a mined
+    pair left out is kept as removed, so that re-indexing does not mine it back."""
+    before = {(entry.alias, entry.name): entry for entry in stored}
+    pairs: dict[tuple[str, str], Alias] = {}
+    for pair in wanted:
+        old = before.get(pair)
+        if old is None or (old.origin == "removed" and not old.sources):
+            pairs[pair] = Alias(*pair, (), "admin")
+        else:
+            pairs[pair] = Alias(*pair, old.sources, "admin" if old.origin == "admin" else "mined")
+    for pair, entry in before.items():
+        if pair not in pairs and entry.sources:  # an admin's own pair left out is simply gone
+            pairs[pair] = Alias(*pair, entry.sources, "removed")
     return list(pairs.values())
 
 

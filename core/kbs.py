@@ -15,11 +15,19 @@ from typing import Any, Literal
 
 from elasticsearch import Elasticsearch, NotFoundError
 
+from core.aliases import Alias
 from core.chunking import PassageWindows
 from core.config import FusionMethod, Settings
 from core.embeddings import Embedder
 from core.schema import LIST_MODES, Mode
-from core.store import IndexNotFoundError, concrete_indices, create_index, update_kb_meta, versioned_name
+from core.store import (
+    IndexNotFoundError,
+    concrete_indices,
+    create_index,
+    update_kb_meta,
+    versioned_name,
+    write_aliases,
+)
 
 # Lower case, digits, `-`, `_` and `.`, starting with a letter or digit: a valid Elasticsearch alias.
 KB_NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,99}$"
@@ -200,3 +208,12 @@ def write_fusion(es: Elasticsearch, name: str, setting: FusionSetting | None) ->
         raise IndexNotFoundError(name)
     for index in indices:
         update_kb_meta(es, index, {"fusion": setting.to_meta() if setting else None})
+
+
+def write_base_aliases(es: Elasticsearch, name: str, aliases: list[Alias]) -> None:
+    """Store `aliases` as the base's (an admin's correction) on every index behind it."""
+    indices = concrete_indices(es, name)
+    if not indices:
+        raise IndexNotFoundError(name)
+    for index in indices:
+        write_aliases(es, index, aliases)

@@ -19,7 +19,7 @@ the chunks of one run. The options (indexing/options.py) are validated when they
 import logging
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -29,11 +29,12 @@ from pydantic import BaseModel
 from tqdm import tqdm
 
 from core.access import DocumentAccess, Scope
-from core.aliases import MinedFrom, merged, mine
+from core.aliases import Alias, MinedFrom, merged, mine
 from core.documents import Document, source_label
 from core.embeddings import Embedder
 from core.reader import Reader
 from core.store import (
+    concrete_indices,
     create_index,
     ensure_index,
     read_index_meta,
@@ -177,7 +178,7 @@ def _write(run: _Run, documents: list[Document], tokenizer: ChineseTokenizer) ->
     # Whether the base is empty is the base's own fact (its corpus dictionary is made anew then).
     empty = run.scope.recreate or Reader(es, Scope.whole(index)).count() == 0
     tokenizer = corpus_tokenizer(es, index, documents, tokenizer, fresh=empty)
-    learn_aliases(es, index, documents)
+    learn_aliases(es, index, documents, admins_aliases(es, run.alias) if run.scope.recreate else ())
     plan = plan_chunks(reader, documents, run.options.chunking, empty)
     logger.info(
         "%d chunks: %d new, %d unchanged, %d stale", plan.chunks, len(plan.new), plan.unchanged, len(plan.stale)
@@ -205,15 +206,23 @@ def _write(run: _Run, documents: list[Document], tokenizer: ChineseTokenizer) ->
     return _Written(plan, writer.indexed, deleted, embedding.seconds, writer.seconds)
 
 
-def learn_aliases(es: Elasticsearch, index: str, documents: list[Document]) -> None:
-    """Mine the documents' aliases (core/aliases.py) into the base's, replacing what these documents said before."""
+def admins_aliases(es: Elasticsearch, alias: str) -> tuple[Alias, ...]:
+    """What the base's admins said of its aliases (pairs added or removed): a rebuild keeps it."""
+    if not concrete_indices(es, alias):
+        return ()
+    return tuple(entry for entry in read_index_meta(es, alias).aliases if entry.origin != "mined")
+
+
+def learn_aliases(es: Elasticsearch, index: str, documents: list[Document], carried: Sequence[Alias] = ()) -> None:
+    """Mine the documents' aliases (core/aliases.py) into the base's, replacing what these documents said
+    before; `carried`: an admin's pairs from the index a rebuild replaces."""
     mined = mine(
         [
             MinedFrom(document.doc_id, document.text, document_label(document), tuple(document.access))
             for document in documents
         ]
     )
-    stored = read_index_meta(es, index).aliases
+    stored = (*read_index_meta(es, index).aliases, *carried)
     if mined or stored:
         write_aliases(es, index, merged(stored, mined, {document.doc_id for document in documents}))
 

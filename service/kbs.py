@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from elasticsearch import Elasticsearch
 
 from core.access import Scope
+from core.aliases import Alias
 from core.config import Settings
 from core.embeddings import Embedder
 from core.kbs import (
@@ -25,10 +26,11 @@ from core.kbs import (
     delete_kb,
     list_kb_names,
     read_kb,
+    write_base_aliases,
     write_fusion,
 )
 from core.reader import base_stats
-from core.store import IndexNotFoundError
+from core.store import IndexNotFoundError, read_index_meta
 from retrieval.retriever import Retriever
 from service.principals import Caller, Role
 
@@ -137,6 +139,15 @@ class KnowledgeBases:
     def write_fusion(self, name: str, setting: FusionSetting | None) -> None:
         """Store the base's fusion (None: the service default); its next search uses it."""
         write_fusion(self.es, name, setting)
+        self._changed(name)
+
+    def aliases(self, name: str) -> tuple[Alias, ...]:
+        """The base's aliases as stored: mined, added and removed ones, every source with its groups."""
+        return read_index_meta(self.es, name).aliases
+
+    def write_aliases(self, name: str, aliases: list[Alias]) -> None:
+        """Store the base's aliases; its next search expands queries with them."""
+        write_base_aliases(self.es, name, aliases)
         self._changed(name)
 
     def _changed(self, name: str) -> None:

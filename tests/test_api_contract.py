@@ -235,11 +235,12 @@ def test_a_deleted_fusion_is_not_found(writable_url: str, writable_kb: str) -> N
 
 
 # `kb` is most often the fuzzer's own base, so the operations reach their logic instead of a 404.
-# Three checks the schema cannot carry, so a schema-valid request may be a 422 that names them: a new
+# Four checks the schema cannot carry, so a schema-valid request may be a 422 that names them: a new
 # base's `chunk_overlap` is smaller than its `chunk_size` (fields compared); Dify's
 # `metadata_condition` takes, per field, the operators it can answer exactly (names are free: any
 # metadata key), and an uploaded file needs a name of its own with a suffix the service reads (a
-# multipart part's file name is outside JSON Schema).
+# multipart part's file name is outside JSON Schema); a base's aliases are distinct pairs of two names, and
+# their CSV has a header row naming alias,name.
 SCHEMATHESIS_CONFIG = """
 [dictionaries.bases]
 values = ["{kb}"]
@@ -251,7 +252,7 @@ values = ["{kb}"]
 "body.knowledge_id" = {{ dictionary = "bases", probability = 0.8 }}
 
 [[operations]]
-include-name = ["POST /retrieval", "POST /kbs/{{kb}}/documents"]
+include-name = ["POST /retrieval", "POST /kbs/{{kb}}/documents", "PUT /kbs/{{kb}}/aliases"]
 checks.positive_data_acceptance.expected-statuses = ["2XX", "401", "403", "404", "422"]
 
 # A new base: the name may be taken (409), as the schema says.

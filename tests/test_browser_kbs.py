@@ -18,6 +18,7 @@ from tests.conftest import knowledge_base
 from tests.protocols import write_keys_file
 from tests.serving import serve
 from tests.test_access import MED_DOCS
+from tests.test_aliases import DOCUMENTS as ALIAS_DOCUMENTS
 from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, screenshot
 
 pytestmark = pytest.mark.browser
@@ -101,4 +102,49 @@ def test_select_a_base_upload_follow_the_job_search_and_delete(
         expect(tab.locator("#kb-select")).to_have_value(writable)
         expect(tab.locator("#upload-status")).to_contain_text("任务 running")
         browser.close()
+        assert errors == []
+
+
+def test_an_admin_removes_adds_and_restores_aliases_and_a_reader_sees_none(
+    es: Elasticsearch, es_url: str, embedder: Embedder
+) -> None:
+    with knowledge_base(es, embedder, ALIAS_DOCUMENTS, "test-page-aliases") as kb:
+        keys = write_keys_file(
+            [
+                {"name": "admin", "key": KEY, "kbs": {kb: "admin"}},
+                {"name": "reader", "key": "page-reader", "kbs": {kb: "read"}},
+            ]
+        )
+        settings = Settings(_env_file=None, es_url=es_url, es_index=kb, keys_file=keys, jobs_index=f"{kb}-jobs")
+        with serve(create_app(settings, embedder=embedder)) as url, sync_playwright() as playwright:
+            browser: Browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            tab = browser.new_page(locale="zh-CN")
+            errors: list[str] = []
+            tab.on("pageerror", lambda err: errors.append(str(err)))
+            tab.goto(url)
+            tab.click("#ask summary")
+            tab.fill("#api-key", KEY)
+            tab.dispatch_event("#api-key", "change")
+            expect(tab.locator("#kb-select option")).to_have_count(1)
+            tab.click("#aliases-section summary")
+            mined = tab.locator("#aliases li", has_text="玄德 → 刘备")
+            expect(mined).to_contain_text("字玄德")  # the sentence it was found in
+            mined.locator(".remove-alias").click()
+            expect(tab.locator("#aliases li[data-origin=removed]", has_text="玄德 → 刘备")).to_have_count(1)
+            tab.fill("#alias-new", "皇叔")
+            tab.fill("#alias-name", "刘备")
+            tab.click("#alias-add button[type=submit]")
+            expect(tab.locator("#aliases li[data-origin=admin]", has_text="皇叔 → 刘备")).to_have_count(1)
+            tab.locator("#aliases li", has_text="玄德 → 刘备").locator(".restore-alias").click()
+            expect(tab.locator("#aliases li[data-origin=mined]", has_text="玄德 → 刘备")).to_have_count(1)
+            screenshot(tab, "aliases.png")
+
+            tab.fill("#api-key", "page-reader")
+            tab.dispatch_event("#api-key", "change")
+            tab.click("#aliases-section summary")  # closed, then opened again: read with the reader's key
+            tab.click("#aliases-section summary")
+            expect(tab.locator("#aliases-status")).to_contain_text("仅知识库管理员")
+            expect(tab.locator("#aliases li")).to_have_count(0)
+            browser.close()
+        es.options(ignore_status=404).indices.delete(index=f"{kb}-jobs")
         assert errors == []

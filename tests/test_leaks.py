@@ -233,6 +233,12 @@ PROBES: dict[str, Probe] = {
     "DELETE /kbs/{kb}/answers/{answer_id}/accept": lambda c, w: _as_if_absent(
         c, w, "DELETE", "/kbs/{kb}/answers/{job}/accept"
     ),
+    "GET /kbs/{kb}/aliases": lambda c, w: [
+        text for form in ("json", "csv") for text in _one("GET", f"/kbs/{{kb}}/aliases?format={form}")(c, w)
+    ],
+    "PUT /kbs/{kb}/aliases": _one(
+        "PUT", "/kbs/{kb}/aliases", json={"aliases": [{"alias": "血糖高", "name": "高血糖"}]}
+    ),
     "GET /kbs/{kb}/fusion": _one("GET", "/kbs/{kb}/fusion"),
     "PUT /kbs/{kb}/fusion": _one("PUT", "/kbs/{kb}/fusion", json={"method": "rrf"}),
     "DELETE /kbs/{kb}/fusion": _one("DELETE", "/kbs/{kb}/fusion"),
