@@ -37,6 +37,7 @@ from tests.test_evaluate import MEDICAL, question_lines
 SECRET = "会诊密档七七四九号：胰岛素泵参数仅限医生"
 HIDDEN = Document(doc_id="consult-secret", text=f"高血糖会诊记录。{SECRET}。", source="secret.txt", access=["doctors"])
 KEYS = {"admin": "fb-admin", "alice": "fb-alice", "bob": "fb-bob", "outsider": "fb-outsider"}
+METRICS_KEY = "fb-metrics"  # /metrics: the service's admins and its scraper only
 QUESTION = "高血糖的人饮食上要注意什么？"
 ABSENT = "0" * 32
 
@@ -62,7 +63,12 @@ def service(es: Elasticsearch, es_url: str, embedder: Embedder) -> Iterator[Serv
         ]
         jobs = f"test-feedback-jobs-{uuid.uuid4().hex[:8]}"
         settings = Settings(
-            _env_file=None, es_url=es_url, es_index=kb, jobs_index=jobs, keys_file=write_keys_file(principals)
+            _env_file=None,
+            es_url=es_url,
+            es_index=kb,
+            jobs_index=jobs,
+            keys_file=write_keys_file(principals),
+            metrics_key=METRICS_KEY,
         )
         try:
             with serve(create_app(settings, embedder=embedder)) as url:
@@ -142,10 +148,10 @@ def test_only_the_asker_rates_and_hidden_reads_as_absent(service: Service) -> No
         assert bob.post(f"/kbs/{service.kb}/answers/{answer_id}/accept", json={}).status_code == 403
     with service.client("outsider") as outsider:
         assert _absent_like(outsider.get(f"/answers/{answer_id}"), answer_id)
-        metrics = outsider.get("/metrics").text
-        assert service.kb not in metrics  # another base's series are not shown
-    with service.client("admin") as admin:
-        metrics = admin.get("/metrics").text
+        refused = outsider.get("/metrics")
+        assert refused.status_code == 403 and service.kb not in refused.text  # the scraper's and service admins' only
+    with httpx.Client(base_url=service.url, headers={"Authorization": f"Bearer {METRICS_KEY}"}) as scraper:
+        metrics = scraper.get("/metrics").text
     assert f'rag_answer_votes_total{{kb="{service.kb}",vote="down"}}' in metrics
     assert re.search(rf'rag_answers_rated_share{{kb="{service.kb}"}} 0\.\d+', metrics)
 

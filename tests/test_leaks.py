@@ -436,21 +436,20 @@ def test_counts_and_dates_are_of_what_the_caller_may_read(world: World, es: Elas
     ]
 
 
-def _without_the_admins_set(world: World) -> None:
-    """The admin's question set deleted (a writer may not replace a set it may not read)."""
-    Elasticsearch(Settings(_env_file=None).es_url).options(ignore_status=404).delete(
-        index=TEST_INDICES["QUESTIONS_INDEX"], id=world.kb, refresh=True
-    )
+def _without_the_admins_set(es: Elasticsearch, world: World) -> None:
+    """The admin's question set deleted (a writer may not replace a set it may not read), in the
+    session's own Elasticsearch."""
+    es.options(ignore_status=404).delete(index=TEST_INDICES["QUESTIONS_INDEX"], id=world.kb, refresh=True)
 
 
-def test_an_evidence_guess_in_a_hidden_document_reads_as_absent(world: World) -> None:
+def test_an_evidence_guess_in_a_hidden_document_reads_as_absent(world: World, es: Elasticsearch) -> None:
     """The question-set check is no oracle: a guess that is in the hidden document and one that is
     nowhere get the same answer."""
     lines = [
         json.dumps({"id": "in-hidden", "question": "猜？", "evidence": PHRASE[:5]}, ensure_ascii=False),
         json.dumps({"id": "nowhere", "question": "猜？", "evidence": "青龙偃月刀九九"}, ensure_ascii=False),
     ]
-    _without_the_admins_set(world)
+    _without_the_admins_set(es, world)
     with httpx.Client(base_url=world.url, headers={"X-API-Key": world.keys["writer"]}, timeout=60) as writer:
         summary = writer.put(f"/kbs/{world.kb}/questions", json={"text": "\n".join(lines)}).json()
     assert summary["usable"] == 0
@@ -473,7 +472,7 @@ def test_a_running_evaluation_of_another_principal_is_not_named(world: World, es
     running = Job(id=new_job_id(), kind=EVALUATION, kb=world.kb, owner="admin", state="running")
     JobStore(es, world.jobs_index).create(running)
     try:
-        _without_the_admins_set(world)
+        _without_the_admins_set(es, world)
         with httpx.Client(base_url=world.url, headers={"X-API-Key": world.keys["writer"]}, timeout=60) as writer:
             writer.put(f"/kbs/{world.kb}/questions", json={"text": GUESSES})
             refused = writer.post(f"/kbs/{world.kb}/evaluate", json={"dry_run": True})

@@ -16,19 +16,23 @@ from core.embeddings import Embedder
 from tests.protocols import KEY, protocol_settings, service
 
 HEADERS = {"Authorization": f"Bearer {KEY}"}
+METRICS_KEY = "openwebui-metrics-key"  # /metrics is for the service's admins and its scraper
+SCRAPER = {"Authorization": f"Bearer {METRICS_KEY}"}
 FRAGMENTS = ("玄德曰", "蒙兄", "乌牛", "侍中", "<attached_files>", "<file ", "<source", "<context>")
 
 
 @pytest.fixture(scope="module")
 def webui_base(es_url: str, protocol_kb: str, embedder: Embedder) -> Iterator[str]:
-    with service(protocol_settings(es_url, protocol_kb, None), embedder) as base:
+    with service(protocol_settings(es_url, protocol_kb, None, metrics_key=METRICS_KEY), embedder) as base:
         yield base
 
 
 @pytest.fixture(scope="module")
 def tight_base(es_url: str, protocol_kb: str, embedder: Embedder) -> Iterator[str]:
     """Lower limits, to see each refusal: the given context and the /v1 body."""
-    settings = protocol_settings(es_url, protocol_kb, None, max_given_chars=10_000, max_openai_request_bytes=200_000)
+    settings = protocol_settings(
+        es_url, protocol_kb, None, max_given_chars=10_000, max_openai_request_bytes=200_000, metrics_key=METRICS_KEY
+    )
     with service(settings, embedder) as base:
         yield base
 
@@ -58,7 +62,7 @@ def task_json(response: httpx.Response) -> Any:
 
 def refusals(base: str) -> dict[str, float]:
     """`rag_refusals_total` by reason."""
-    metrics = httpx.get(f"{base}/metrics", headers=HEADERS).text
+    metrics = httpx.get(f"{base}/metrics", headers=SCRAPER).text
     found: dict[str, float] = {}
     for line in metrics.splitlines():
         if line.startswith("rag_refusals_total{"):
@@ -154,5 +158,5 @@ def test_a_body_over_the_v1_limit_says_what_to_do_in_openais_shape_and_is_counte
     assert error["type"] == "invalid_request_error"
     assert "MAX_OPENAI_REQUEST_BYTES=200000 bytes: send a shorter question" in error["message"]
     assert "请缩短问题或少附些资料" in error["message"]
-    metrics = httpx.get(f"{tight_base}/metrics", headers=HEADERS).text
+    metrics = httpx.get(f"{tight_base}/metrics", headers=SCRAPER).text
     assert 'rag_refusals_total{endpoint="/v1/chat/completions",reason="body_too_large"} 1.0' in metrics, metrics

@@ -112,6 +112,7 @@ def test_query_options_reject_an_unknown_mode_and_bad_limits() -> None:
         "max_retrievals": None,
         "max_web_searches": None,
         "history": [],
+        "rerank": True,
     }
 
 

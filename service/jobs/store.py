@@ -137,6 +137,9 @@ class JobStore:
                 self.es.options(ignore_status=400).indices.create(
                     index=self.index, mappings=_MAPPING, settings=_SETTINGS
                 )
+            # A new index's primary may start after `create` returns (a loaded node): reading it then
+            # is a no_shard_available 503, so wait until it can be read.
+            self.es.cluster.health(index=self.index, wait_for_status="yellow", timeout="30s")
             self._ready = True
 
     def create(self, job: Job) -> None:
