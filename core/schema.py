@@ -192,6 +192,9 @@ class Mode(StrEnum):
 LIST_MODES: tuple[Mode, ...] = (Mode.VECTOR, Mode.BM25, Mode.BIGRAM, Mode.STANDARD)
 
 
+PASSAGE_VECTOR_FIELD = "passages.vector"
+
+
 def index_body(
     embedder: Embedder, shards: int = 1, replicas: int = 0, passages: PassageWindows | None = None
 ) -> dict[str, Any]:
@@ -213,10 +216,13 @@ def index_body(
             "properties": nested["properties"] | {"vector": {"type": "dense_vector"} | passage_vector}
         }
         meta["passages"] = passages.to_meta()
-    return {
-        "settings": {"number_of_shards": shards, "number_of_replicas": replicas},
-        "mappings": {"_meta": meta, "dynamic": "strict", "properties": properties},
-    }
+    mappings: dict[str, Any] = {"_meta": meta, "dynamic": "strict", "properties": properties}
+    if passages is not None:
+        # The passage vectors are indexed, not kept in `_source`: there they were three quarters of
+        # the index, and every hit's fetch decompressed and parsed them. A chunk is therefore never
+        # updated in place (an update rebuilds it from `_source`): indexing/plan.py rewrites it whole.
+        mappings["_source"] = {"excludes": [PASSAGE_VECTOR_FIELD]}
+    return {"settings": {"number_of_shards": shards, "number_of_replicas": replicas}, "mappings": mappings}
 
 
 def content_hash(text: str) -> str:

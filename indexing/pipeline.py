@@ -179,7 +179,9 @@ def _write(run: _Run, documents: list[Document], tokenizer: ChineseTokenizer) ->
     empty = run.scope.recreate or Reader(es, Scope.whole(index)).count() == 0
     tokenizer = corpus_tokenizer(es, index, documents, tokenizer, fresh=empty)
     learn_aliases(es, index, documents, admins_aliases(es, run.alias) if run.scope.recreate else ())
-    plan = plan_chunks(reader, documents, run.options.chunking, empty)
+    # The index's own passages (a base built before passage vectors keeps one vector per chunk).
+    windows = read_index_meta(es, index).passages
+    plan = plan_chunks(reader, documents, run.options.chunking, empty, rewrite_outdated=windows is not None)
     logger.info(
         "%d chunks: %d new, %d unchanged, %d stale", plan.chunks, len(plan.new), plan.unchanged, len(plan.stale)
     )
@@ -191,8 +193,6 @@ def _write(run: _Run, documents: list[Document], tokenizer: ChineseTokenizer) ->
         run.observer.planned(plan.chunks, len(plan.new), plan.unchanged)
         progress = _Observed(bar, run.observer)
     with bar:
-        # The index's own passages (a base built before passage vectors keeps one vector per chunk).
-        windows = read_index_meta(es, index).passages
         if run.observer is not None:
             embedding = Embedding(run.embedder, windows, run.errors, progress, run.observer.embedded)
         else:

@@ -97,9 +97,13 @@ def outdated_fields(found: Indexed, document: Document) -> dict[str, Any]:
     return update
 
 
-def plan_chunks(reader: Reader, documents: list[Document], chunking: Chunking, empty: bool) -> Plan:
+def plan_chunks(
+    reader: Reader, documents: list[Document], chunking: Chunking, empty: bool, rewrite_outdated: bool = False
+) -> Plan:
     """What indexing `documents` into the reader's base adds, keeps, deletes and re-hashes (`empty`: no
-    lookups). Only chunks the reader sees count: a chunk it may not read is neither kept nor deleted."""
+    lookups). Only chunks the reader sees count: a chunk it may not read is neither kept nor deleted.
+    `rewrite_outdated`: a chunk with outdated fields is written anew rather than updated in place (a
+    base whose `_source` lacks its passage vectors, core.schema.index_body)."""
     plan = Plan()
     for group in batched(documents, _LOOKUP_GROUP):
         existing: dict[str, dict[str, Indexed]] = {}
@@ -111,13 +115,16 @@ def plan_chunks(reader: Reader, documents: list[Document], chunking: Chunking, e
             chunks = document_chunks(document, chunking.size, chunking.overlap)
             indexed = existing.get(document.doc_id, {})
             ids = {chunk.id for chunk in chunks}
+            outdated = {
+                id_: u for id_, found in indexed.items() if id_ in ids and (u := outdated_fields(found, document))
+            }
+            rewritten = outdated.keys() if rewrite_outdated else set()
             plan.chunks += len(chunks)
-            plan.new.extend(chunk for chunk in chunks if chunk.id not in indexed)
-            plan.unchanged += len(ids & indexed.keys())
+            plan.new.extend(chunk for chunk in chunks if chunk.id not in indexed or chunk.id in rewritten)
+            plan.unchanged += len(ids & indexed.keys()) - len(rewritten)
             plan.stale.extend(found for id_, found in sorted(indexed.items()) if id_ not in ids)
-            for id_, found in sorted(indexed.items()):
-                if id_ in ids and (update := outdated_fields(found, document)):
-                    plan.outdated.append((found, update))
+            if not rewrite_outdated:
+                plan.outdated.extend((indexed[id_], update) for id_, update in sorted(outdated.items()))
     return plan
 
 

@@ -81,7 +81,28 @@ def test_a_new_base_holds_its_passages_and_says_so(es: Elasticsearch, base: str)
     source = es.search(index=base, size=10, query={"term": {"doc_id": "wind"}})["hits"]["hits"][0]["_source"]
     text, passages = source["text"], source["passages"]
     assert [(p["start"], p["end"]) for p in passages] == [(s.start, s.end) for s in WINDOWS.spans(text)]
-    assert all(len(p["vector"]) == 384 for p in passages)
+    assert all("vector" not in p for p in passages)  # indexed, not kept in `_source` (what every fetch reads)
+
+
+def test_a_chunk_given_new_groups_is_rewritten_whole_and_keeps_its_passage_vectors(
+    es: Elasticsearch, embedder: Embedder, retriever: Retriever
+) -> None:
+    """An update in place would rebuild the chunk from its `_source`, which lacks the passage vectors:
+    the nested kNN would no longer find it."""
+    alias = _index(es, embedder, WINDOWS, DOCUMENTS[:1])
+    try:
+        regranted = [replace(DOCUMENTS[0], access=["navy"])]
+        summary = index_documents(
+            es, regranted, alias=alias, visible=DocumentAccess(everything=True), embedder=embedder,
+            tokenizer=ChineseTokenizer(), options=replace(INDEX_OPTIONS, passages=WINDOWS),
+        )  # fmt: skip
+        assert summary.failed == 0 and summary.indexed == summary.chunks  # written anew, not updated
+        navy = Scope(alias, DocumentAccess(frozenset({"navy"})))
+        hits = retriever.search(navy, "谁在赤壁借来了东南风", Mode.VECTOR, 3).hits
+        assert hits and hits[0].doc_id == "wind" and hits[0].passages
+        assert retriever.search(Scope(alias, DocumentAccess()), "谁在赤壁借来了东南风", Mode.VECTOR, 3).hits == []
+    finally:
+        delete_indices(es, alias)
 
 
 @pytest.mark.parametrize("mode", [Mode.VECTOR, Mode.HYBRID])
