@@ -151,7 +151,11 @@ def origin_policy(settings: Settings) -> OriginPolicy:
 def _add_middleware(app: FastAPI, settings: Settings, metrics: Metrics, policy: OriginPolicy) -> None:
     """Outermost last: the Host/Origin check runs before anything else reads the request, and every
     refusal made before a route (that check's too) is rendered in the shape of the protocol it was sent to."""
-    larger = [*documents.upload_body_limits(settings), *openai_chat.body_limits(settings)]
+    larger = [
+        *documents.upload_body_limits(settings),
+        *openai_chat.body_limits(settings),
+        *aliases.aliases_body_limits(),
+    ]
     app.add_middleware(UnicodeText, larger=documents.upload_body_limits(settings))  # streamed to their route
     app.add_middleware(BodySizeLimit, limit=settings.max_request_bytes, larger=larger)
     app.add_middleware(

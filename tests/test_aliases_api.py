@@ -90,6 +90,8 @@ BAD_BODIES = [
     ("application/json", '{"aliases": ', "malformed JSON"),  # a 400, as on every route
     ("text/csv", "玄德,刘备\n", "alias,name"),
     ("text/csv", "alias,name\n玄德,玄德\n", "itself"),
+    ("text/csv", "alias,name\n" + "玄" * 140_000 + ",刘备\n", "not CSV"),  # over the csv module's field limit
+    ("application/json", '{"aliases": [' + ",".join(['{"alias": "甲乙", "name": "丙丁"}'] * 5001) + "]}", "5000"),
 ]
 
 

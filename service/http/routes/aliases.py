@@ -12,6 +12,7 @@ gives can be edited and sent back as it is: its other columns are ignored, and a
 
 import csv
 import io
+import re
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
@@ -22,12 +23,15 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 from core.aliases import Alias, Origin, corrected
 from core.contract import StrictModel, parse_json
 from service.deps import AdminBase, BaseAccess, ServicesDep, base_in_path, get_caller
+from service.http.middleware import LargerBody
 from service.http.openapi import error_responses, request_body
 from service.inputs import NOT_UNICODE, is_unicode
 
 router = APIRouter(tags=["knowledge bases"], dependencies=[Depends(get_caller)], responses=error_responses(404, 503))
 
 MAX_ALIASES = 5000
+# The whole list in one body: 5,000 pairs of 40 four-byte characters each fit in 2 MiB (MAX_REQUEST_BYTES does not).
+MAX_ALIASES_BYTES = 2 * 1024 * 1024
 CSV_COLUMNS = ("alias", "name", "origin", "source")
 # Two characters at least (one would expand every query that holds it), no control characters,
 # no space at either end.
@@ -106,6 +110,13 @@ def _csv(listing: AliasList) -> str:
     return out.getvalue()
 
 
+def aliases_body_limits() -> list[LargerBody]:
+    """The PUT's own body limit, in both media types (the middleware's 413 names it)."""
+    path = re.compile(r"/kbs/[^/]+/aliases")
+    named = f"{MAX_ALIASES_BYTES} bytes for a list of at most {MAX_ALIASES} aliases"
+    return [LargerBody("PUT", path, media, MAX_ALIASES_BYTES, named) for media in ("application/json", "text/csv")]
+
+
 def _invalid(errors: Sequence[Mapping[str, Any]]) -> RequestValidationError:
     """A 422 in the shape of FastAPI's own, each error's place under `body`."""
     return RequestValidationError([{**error, "loc": ("body", *error.get("loc", ()))} for error in errors])
@@ -131,6 +142,8 @@ async def aliases_body(request: Request) -> AliasesPut:
         return AliasesPut.model_validate(data)
     except UnicodeDecodeError as err:
         raise _invalid([{"type": "csv_encoding", "loc": (), "msg": f"CSV must be UTF-8: {err.reason}"}]) from None
+    except csv.Error as err:  # a field over the csv module's limit, a NUL byte …
+        raise _invalid([{"type": "csv_invalid", "loc": (), "msg": f"not CSV: {err}"}]) from None
     except ValidationError as err:
         raise _invalid(err.errors(include_url=False)) from None
     except ValueError as err:
@@ -165,7 +178,10 @@ def get_aliases(
     "/kbs/{kb}/aliases",
     response_model=AliasList,
     openapi_extra=_PUT_BODY,
-    responses=error_responses(415, 422),
+    responses={
+        413: {"model": error_responses(413)[413]["model"], "description": f"a body over {MAX_ALIASES_BYTES} bytes"},
+        **error_responses(415, 422),
+    },
 )
 def put_aliases(
     body: AliasesBody, base: Annotated[BaseAccess, Depends(base_in_path("admin", aliases_body))], services: ServicesDep
