@@ -133,9 +133,11 @@ def own_nodes(make: Callable[[Path], Nodes]) -> Iterator[Nodes]:
 
 
 @contextlib.contextmanager
-def throwaway_node(first_port: int, heap: str = "1g") -> Iterator[tuple[str, float]]:
+def throwaway_node(first_port: int, heap: str = "2g") -> Iterator[tuple[str, float]]:
     """One node of the caller's own (ports from `first_port`, a fresh folder): its URL and the
-    seconds it took to start; stopped and deleted at the end whatever happened."""
+    seconds it took to start; stopped and deleted at the end whatever happened. 2 GB of heap: the
+    whole suite leaves it hundreds of small indices (the contract runs create bases), and with 1 GB
+    a new index's shard was at times unavailable late in a CI run (a 503 where a 404 was due)."""
     with contextlib.ExitStack() as stack:
         port = claim_ports(stack, first_port, 1)
         nodes = stack.enter_context(own_nodes(lambda data: EsLocalNodes(data, port, port + TRANSPORT_OFFSET, heap)))
