@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from elasticsearch import Elasticsearch
-from playwright.sync_api import Browser, expect, sync_playwright
+from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from core.config import Settings
 from core.embeddings import Embedder
@@ -53,6 +53,18 @@ def page_url(
             es.options(ignore_status=404).indices.delete(index=f"{readable}-jobs")
 
 
+def open_with_key(browser: Browser, url: str) -> tuple[Page, list[str]]:
+    """The page with `KEY` typed into its settings, and the list its script errors go to."""
+    tab = browser.new_page(locale="zh-CN")
+    errors: list[str] = []
+    tab.on("pageerror", lambda err: errors.append(str(err)))
+    tab.goto(url)
+    tab.click("#ask summary")
+    tab.fill("#api-key", KEY)
+    tab.dispatch_event("#api-key", "change")
+    return tab, errors
+
+
 def test_select_a_base_upload_follow_the_job_search_and_delete(
     es: Elasticsearch, page_url: tuple[str, str, str], tmp_path: Path
 ) -> None:
@@ -61,13 +73,7 @@ def test_select_a_base_upload_follow_the_job_search_and_delete(
     document.write_text(f"# 赤壁\n\n{UPLOADED}\n", encoding="utf-8")
     with sync_playwright() as playwright:
         browser: Browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        tab = browser.new_page(locale="zh-CN")
-        errors: list[str] = []
-        tab.on("pageerror", lambda err: errors.append(str(err)))
-        tab.goto(url)
-        tab.click("#ask summary")
-        tab.fill("#api-key", KEY)
-        tab.dispatch_event("#api-key", "change")
+        tab, errors = open_with_key(browser, url)
         options = tab.locator("#kb-select option")
         expect(options).to_have_count(2)  # the key's two bases, no other base of the cluster
         assert sorted(options.evaluate_all("os => os.map(o => o.value)")) == sorted([readable, writable])
@@ -118,13 +124,7 @@ def test_an_admin_removes_adds_and_restores_aliases_and_a_reader_sees_none(
         settings = Settings(_env_file=None, es_url=es_url, es_index=kb, keys_file=keys, jobs_index=f"{kb}-jobs")
         with serve(create_app(settings, embedder=embedder)) as url, sync_playwright() as playwright:
             browser: Browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            tab = browser.new_page(locale="zh-CN")
-            errors: list[str] = []
-            tab.on("pageerror", lambda err: errors.append(str(err)))
-            tab.goto(url)
-            tab.click("#ask summary")
-            tab.fill("#api-key", KEY)
-            tab.dispatch_event("#api-key", "change")
+            tab, errors = open_with_key(browser, url)
             expect(tab.locator("#kb-select option")).to_have_count(1)
             tab.click("#aliases-section summary")
             mined = tab.locator("#aliases li", has_text="玄德 → 刘备")
