@@ -56,7 +56,9 @@ def test_cli_indexes_a_folder_reports_bad_lines_and_exits_non_zero(
     (folder / "faq.jsonl").write_text('{"id": "f1", "text": "低血糖时应立即进食。"}\n', encoding="utf-8")
     code, again, _ = indexing_result(cli(folder, "--index", alias, "--error-file", error_file, *SMALL))
     assert code == 0 and again["error_file"] is None and not error_file.exists()
-    assert (again["indexed"], again["unchanged"], again["deleted"]) == (0, summary["chunks"], 0)
+    # Only f1's file changed: its one chunk is written again with the new file hash (a passage base
+    # never updates a chunk in place: core.schema.index_body), every other chunk is left as it was.
+    assert (again["indexed"], again["unchanged"], again["deleted"]) == (1, summary["chunks"] - 1, 0)
 
 
 def test_cli_limit_takes_the_first_chapters(
@@ -128,7 +130,8 @@ def test_cli_replaces_a_changed_file_and_prunes_a_removed_one_only_when_all_load
     # The novel lost its third chapter: its chunks go, without --prune.
     write_novel(folder / "novel.txt", chapters=2, sentences=1)
     code, changed, _ = indexing_result(cli(folder, "--index", alias, *SMALL))
-    assert code == 0 and changed["deleted"] > 0 and changed["indexed"] == 0
+    # The remaining chapters' chunks are rewritten with the file's new hash; note.md is untouched.
+    assert code == 0 and changed["deleted"] > 0 and changed["indexed"] == 2 and changed["unchanged"] == 1
     assert doc_ids() == {"novel.txt#ch1", "novel.txt#ch2", "note.md"}
 
     # note.md removed and a broken file present: nothing is pruned (the run saw an error).
@@ -202,5 +205,6 @@ def test_access_groups_of_a_run_apply_to_unchanged_chunks_too(
     }
 
     code, again, _ = indexing_result(cli(tmp_path, "--index", alias, *SMALL))  # no --access: readable by everyone
-    assert code == 0 and (again["indexed"], again["unchanged"]) == (0, first["chunks"])
+    # The novel's chunks get the new groups (rewritten whole on a passage base); f1 keeps its own.
+    assert code == 0 and (again["indexed"], again["unchanged"]) == (first["chunks"] - 1, 1)
     assert groups() == {"novel.txt#ch1": {()}, "novel.txt#ch2": {()}, "f1": {("nurses",)}}
