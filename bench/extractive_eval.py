@@ -1,6 +1,6 @@
 """Extractive answers (no model) on the 三国 questions: is the evidence quoted, is the unknown admitted?
 
-    python -m bench.extractive_eval [--index extractive-sanguo] [--book PATH]
+    python -m bench.extractive_eval [--index extractive-sanguo] [--book PATH] [--save trial.json]
 
 Every question of bench/data/sanguo_questions.jsonl (answerable, with a verbatim `evidence`) and
 bench/data/sanguo_unanswerable.jsonl (about things the book does not contain; `compound` ones
@@ -96,6 +96,9 @@ def run_all(retriever: Retriever, settings: Settings, questions: list[dict[str, 
                     p.model_dump(include={"part", "best_similarity", "coverage", "wants_links"}) for p in result.parts
                 ],
                 "quoted": contains(result.answer, evidence) if evidence else None,
+                "contradiction_quoted": contains(result.answer, item["contradicted_by"])
+                if item.get("contradicted_by")
+                else None,
             }
         )
         print(f"\r{number}/{len(questions)}", end="", file=sys.stderr, flush=True)
@@ -122,19 +125,29 @@ def share(flags: list[bool]) -> dict[str, Any]:
     return {"share": round(hits / len(flags), 3) if flags else 0.0, "n": len(flags), "ci95": wilson(hits, len(flags))}
 
 
+TRAPS = ("modern", "plausible", "false_premise", "out_of_domain")  # kinds of unanswerable question
+
+
 def figures(runs: list[dict[str, Any]], similarity: float, coverage: float) -> dict[str, Any]:
     answerable = [r for r in runs if r["kind"] == "answerable"]
     unanswerable = [r for r in runs if r["kind"] == "unanswerable"]
     compound = [r for r in runs if r["kind"] == "compound"]
     judged = {id(r): judge(r, similarity, coverage) for r in runs}
-    return {
+    found = {
         "answerable_quotes_evidence": share([r["quoted"] for r in answerable]),
         "answerable_judged_answered": share([judged[id(r)]["all_answered"] for r in answerable]),
         "answerable_quoted_and_answered": share([r["quoted"] and judged[id(r)]["all_answered"] for r in answerable]),
+        "answerable_admitted": share([judged[id(r)]["admits"] for r in answerable]),
         "unanswerable_says_unconfirmed": share([judged[id(r)]["admits"] for r in unanswerable]),
-        "compound_first_quoted_second_admitted": share([judged[id(r)]["compound_ok"] for r in compound]),
-        "compound_says_unconfirmed": share([judged[id(r)]["admits"] for r in compound]),
     }
+    for trap in TRAPS:
+        of_trap = [judged[id(r)]["admits"] for r in unanswerable if r.get("trap") == trap]
+        found[f"unanswerable_{trap}_says_unconfirmed"] = share(of_trap)
+    premises = [bool(r["contradiction_quoted"]) for r in unanswerable if r.get("contradicted_by")]
+    found["false_premise_quotes_contradiction"] = share(premises)
+    found["compound_first_quoted_second_admitted"] = share([judged[id(r)]["compound_ok"] for r in compound])
+    found["compound_says_unconfirmed"] = share([judged[id(r)]["admits"] for r in compound])
+    return found
 
 
 def tune(dev: list[dict[str, Any]]) -> dict[str, Any]:
@@ -180,6 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.extractive_eval", description=__doc__.split("\n\n")[0])
     parser.add_argument("--index", default="extractive-sanguo", help="alias (or index) holding the whole book")
     parser.add_argument("--book", type=Path, help="the book (default: SHARED_DATA/sanguo/sanguo_yanyi.txt)")
+    parser.add_argument("--save", type=Path, help="write the report here instead of bench/results and the docs")
     args = parser.parse_args(argv)
 
     settings = Settings(es_index=args.index)
@@ -219,12 +233,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "latency_ms": {"p50": percentile([r["ms"] for r in runs], 50), "p95": percentile([r["ms"] for r in runs], 95)},
         "runs": runs,
     }
+    table = markdown(report)
+    print(table)
+    if args.save:  # a trial (another setting on dev): the published figures stay as they are
+        args.save.write_text(json.dumps(report, ensure_ascii=False, indent=1), encoding="utf-8")
+        return 0
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "extractive_eval.json").write_text(json.dumps(report, ensure_ascii=False, indent=1), encoding="utf-8")
-    table = markdown(report)
     (RESULTS / "extractive_eval.md").write_text(table + "\n", encoding="utf-8")
     update_docs(table, "<!-- extractive-eval:begin -->", "<!-- extractive-eval:end -->", REPO / "docs" / "workflow.md")
-    print(table)
     return 0
 
 

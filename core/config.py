@@ -179,6 +179,7 @@ class Settings(BaseSettings):
     extractive_min_similarity: float = 0.895
     extractive_min_coverage: float = 0.2
     extractive_coverage_weight: float = 0.5  # a window's score: similarity + this * keyword coverage
+    extractive_passage_weight: float = 0.0  # … + this when its sentence lies in a passage the search matched
 
     # HTTP service
     host: str = "127.0.0.1"

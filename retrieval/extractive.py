@@ -22,6 +22,7 @@ alone, for bench/extractive_eval.py.
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
 from pydantic import BaseModel
 
@@ -31,6 +32,7 @@ from core.config import Settings
 from core.embeddings import Embedder, cosine_similarities
 from core.schema import Mode
 from core.text import ChineseTokenizer
+from retrieval.conflicts import Conflict, describe
 from retrieval.results import Hit
 from retrieval.retriever import Retriever
 
@@ -87,6 +89,8 @@ class Source:
     chunk: int = 0
     web: bool = False
     given: bool = False
+    # Where the search found the part in this text (`Hit.passages`: character offsets), best first.
+    matched: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,7 @@ class Thresholds:
     context: int
     candidates: int  # windows embedded per part at most, the best by keyword coverage first
     coverage_weight: float
+    passage_weight: float  # a window's bonus for lying in a passage the search matched
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "Thresholds":
@@ -109,12 +114,19 @@ class Thresholds:
             context=settings.extractive_context,
             candidates=settings.extractive_candidates,
             coverage_weight=settings.extractive_coverage_weight,
+            passage_weight=settings.extractive_passage_weight,
         )
 
 
 def local_sources(hits: Sequence[Hit]) -> list[Source]:
-    """Retrieved passages as sources to quote, in book order keys (chapter, chunk)."""
-    return [Source(hit.id, hit.text, hit.chapter or 0, hit.chunk_index) for hit in hits]
+    """Retrieved passages as sources to quote, in book order keys (chapter, chunk), with the passages
+    the search matched in them."""
+    return [
+        Source(
+            hit.id, hit.text, hit.chapter or 0, hit.chunk_index, matched=tuple((p.start, p.end) for p in hit.passages)
+        )
+        for hit in hits
+    ]
 
 
 def link_answer(part: str, links: Sequence[tuple[str, str]]) -> PartAnswer:
@@ -221,12 +233,14 @@ def _span(pieces: list[str], position: int, context: int) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class Window:
-    """Sentences `first..last` of a source, verbatim: a sentence with its neighbours."""
+    """Sentences `first..last` of a source, verbatim: a sentence with its neighbours, and whether it
+    overlaps a passage the search matched (`Source.matched`)."""
 
     source: Source
     first: int
     last: int
     text: str
+    matched: bool = False
 
 
 def windows_of(sources: Sequence[Source], context: int) -> list[Window]:
@@ -239,6 +253,7 @@ def windows_of(sources: Sequence[Source], context: int) -> list[Window]:
     found = []
     for source in sources:
         pieces = split_sentences(source.text)
+        offsets = [0, *accumulate(len(piece) for piece in pieces)]
         for position, raw in enumerate(pieces):
             if len(raw.strip(_BLANK)) < MIN_SENTENCE_CHARS:
                 continue
@@ -246,7 +261,9 @@ def windows_of(sources: Sequence[Source], context: int) -> list[Window]:
             text = "".join(pieces[first : last + 1]).strip(_BLANK)
             if text not in seen:
                 seen.add(text)
-                found.append(Window(source, first, last, text))
+                start, end = offsets[position], offsets[position + 1]
+                matched = any(a < end and start < b for a, b in source.matched)
+                found.append(Window(source, first, last, text, matched))
     return found
 
 
@@ -278,15 +295,17 @@ def select(
     if not candidates:
         return PartAnswer(part=part, extracts=[], answered=False, best_similarity=0.0, coverage=0.0)
     covered = [coverage(terms, window.text) for window in candidates]
-    # Only the windows sharing the most terms with the part are embedded (ties: retrieval order).
-    shortlist = sorted(range(len(candidates)), key=lambda i: -covered[i])[: limits.candidates]
+    prior = [limits.passage_weight * window.matched for window in candidates]
+    # Only the windows sharing the most terms with the part (or lying in a matched passage) are
+    # embedded (ties: retrieval order).
+    shortlist = sorted(range(len(candidates)), key=lambda i: -(covered[i] + prior[i]))[: limits.candidates]
     vectors = embedder.embed_documents([candidates[i].text for i in shortlist])
     similarities = cosine_similarities(vectors, embedder.embed_query(part))
     scored = []
     for i, similarity in zip(shortlist, similarities, strict=True):
         window = candidates[i]
         order = (int(window.source.web), window.source.chapter, window.source.chunk, window.first)
-        score = float(similarity) + limits.coverage_weight * covered[i]
+        score = float(similarity) + limits.coverage_weight * covered[i] + prior[i]
         extract = Extract(
             text=window.text,
             source_id=window.source.id,
@@ -321,11 +340,16 @@ class Quoted:
 
 
 def compose(
-    parts: Sequence[PartAnswer], sources: dict[str, Quoted], why_not: Sequence[str], notes: Sequence[str] = ()
+    parts: Sequence[PartAnswer],
+    sources: dict[str, Quoted],
+    why_not: Sequence[str],
+    notes: Sequence[str] = (),
+    disagreements: Sequence[Conflict] = (),
 ) -> str:
     """The answer: the header and `notes` (how the question was searched), per part its quotes
-    `「…」[n]` (web ones with their URL), then 「无法从上下文确认：…」 naming the unanswered parts and
-    why (`why_not`). Only quotes and fixed phrases."""
+    `「…」[n]` (web ones with their URL), the sources that disagree (`disagreements`, each side
+    quoted), then 「无法从上下文确认：…」 naming the unanswered parts and why (`why_not`). Only
+    quotes and fixed phrases."""
     lines = [HEADER, *notes]
     numbered = len(parts) > 1
     web = [quoted for quoted in sources.values() if quoted.url]
@@ -341,6 +365,8 @@ def compose(
             quoted = sources[extract.source_id]
             link = f"（{quoted.url}）" if quoted.url else ""
             lines.append(f"「{extract.text}」[{quoted.number}]{link}")
+    if disagreements:
+        lines.append(describe(disagreements))
     missing = [part.part for part in parts if not part.answered]
     if missing:
         reasons = "；".join([NO_EVIDENCE, *why_not])

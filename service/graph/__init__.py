@@ -1,5 +1,6 @@
 """The agentic answer workflow (LangGraph): route, decompose, retrieve, evaluate, web fallback, cite."""
 
+from retrieval.conflicts import Conflict
 from service.graph.memory import JudgementMemory, VerdictScope, knowledge_gap_report
 from service.graph.schemas import (
     ChatTurn,
@@ -32,6 +33,7 @@ __all__ = [
     "ChatTurn",
     "Citation",
     "ClientContext",
+    "Conflict",
     "Evaluation",
     "EvaluationStep",
     "GapAspect",

@@ -12,7 +12,8 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-from service.graph.schemas import Citation, GivenSource
+from retrieval.conflicts import Conflict, ConflictSource
+from service.graph.schemas import Citation, GivenSource, JudgedConflict
 from service.graph.state import Passage
 from service.websearch import WebResult
 
@@ -87,43 +88,60 @@ def cited_numbers(answer: str) -> list[int]:
 def citations(answer: str, contexts: list[NumberedContext]) -> list[Citation]:
     """Structured sources for every `[n]` the answer cites (unknown numbers are ignored)."""
     by_number = {c.number: c for c in contexts}
-    result = []
-    for number in cited_numbers(answer):
-        context = by_number.get(number)
-        if context is None:
-            continue
-        if context.passage:
-            p = context.passage
-            result.append(
-                Citation(
-                    number=number,
-                    kind="local",
-                    title=p.title or p.chapter_title or p.source,
-                    chapter=p.chapter,
-                    source=p.source,
-                    snippet=p.text[:160],
-                    page=p.page,
-                    section=p.section,
-                    label=p.label,
-                    chunk_id=p.id,
-                )
-            )
-        elif context.web:
-            w = context.web
-            result.append(
-                Citation(
-                    number=number,
-                    kind="web",
-                    title=w.title,
-                    source=w.site_name,
-                    url=w.url,
-                    snippet=w.text[:160],
-                    label=w.title or w.url,
-                )
-            )
-        elif context.given:
-            result.append(given_citation(number, context.given))
-    return result
+    return [citation_of(by_number[number]) for number in cited_numbers(answer) if number in by_number]
+
+
+def citation_of(context: NumberedContext) -> Citation:
+    """How a numbered context is cited: a local passage, a web page or the client's source."""
+    number = context.number
+    if context.passage:
+        p = context.passage
+        return Citation(
+            number=number,
+            kind="local",
+            title=p.title or p.chapter_title or p.source,
+            chapter=p.chapter,
+            source=p.source,
+            snippet=p.text[:160],
+            page=p.page,
+            section=p.section,
+            label=p.label,
+            chunk_id=p.id,
+        )
+    if context.web:
+        w = context.web
+        return Citation(
+            number=number,
+            kind="web",
+            title=w.title,
+            source=w.site_name,
+            url=w.url,
+            snippet=w.text[:160],
+            label=w.title or w.url,
+        )
+    if context.given is None:
+        raise ValueError(f"context [{number}] holds no source")
+    return given_citation(number, context.given)
+
+
+def conflict_source(context: NumberedContext, says: str) -> ConflictSource:
+    cited = citation_of(context)
+    return ConflictSource(
+        number=cited.number, kind=cited.kind, title=cited.label or cited.title, url=cited.url, says=says
+    )
+
+
+def resolve_conflicts(judged: list[JudgedConflict], contexts: list[NumberedContext]) -> list[Conflict]:
+    """The judgement's conflicts on the contexts it was shown: a source number it did not see is
+    dropped, and a conflict left with fewer than two sources is no conflict."""
+    by_number = {c.number: c for c in contexts}
+    resolved = []
+    for conflict in judged:
+        sides = {claim.source: claim.says for claim in conflict.sources if claim.source in by_number}
+        if len(sides) > 1:
+            sources = [conflict_source(by_number[number], says) for number, says in sides.items()]
+            resolved.append(Conflict(claim=conflict.claim, sources=sources))
+    return resolved
 
 
 def given_citation(number: int, source: GivenSource) -> Citation:

@@ -9,9 +9,11 @@ import asyncio
 
 from langgraph.runtime import Runtime
 
-from retrieval import extractive
+from core.text import ChineseTokenizer
+from retrieval import conflicts, extractive
+from retrieval.conflicts import Conflict
 from retrieval.extractive import PartAnswer, Quoted, Source, Thresholds
-from service.graph.context import NumberedContext, citations, contexts_hash
+from service.graph.context import NumberedContext, citations, conflict_source, contexts_hash
 from service.graph.nodes import NodeResult, after_evaluation, log_verdict, state_contexts, traced
 from service.graph.schemas import MAX_MISSING, EvaluationStep
 from service.graph.state import RunContext, WorkflowState
@@ -82,19 +84,22 @@ async def select_evidence(state: WorkflowState, runtime: Runtime[RunContext]) ->
             found = await asyncio.to_thread(extractive.select, judged, sources, retriever.embedder, tokenizer, limits)
             answers.append(found.model_copy(update={"part": part}))
     step = _verdict(answers, with_web=bool(web))
+    disagreements = _disagreements(state, answers, tokenizer)
     contexts, _ = state_contexts(state, ctx)
-    warnings = await log_verdict(ctx, state["question"], contexts_hash(contexts), step)
+    warnings = await log_verdict(ctx, state["question"], contexts_hash(contexts), step, disagreements)
     search_web, why, unavailable = after_evaluation(state, ctx, step, state["llm_calls"])
     if unavailable:
         warnings.append(unavailable)
     update: WorkflowState = {
         "part_answers": answers,
+        "conflicts": disagreements,
         "evaluations": [step],
         "search_web": search_web,
         "web_unavailable": unavailable,
         "warnings": warnings,
     }
     verdict = "足够" if step.enough else f"不足（缺少 {len(step.missing)} 项）"
+    verdict += f"，{len(disagreements)} 处资料有出入" if disagreements else ""
     return update, f"{verdict}[extractive]，{why} → {'web_search' if search_web else 'quote_answer'}"
 
 
@@ -114,6 +119,30 @@ def _verdict(answers: list[PartAnswer], with_web: bool) -> EvaluationStep:
         with_web=with_web,
         source="extractive",
     )
+
+
+def _disagreements(state: WorkflowState, answers: list[PartAnswer], tokenizer: ChineseTokenizer) -> list[Conflict]:
+    """Figures and dates on which the quotes of an answered part, from different documents, disagree
+    (`retrieval.conflicts`), each side cited with the number the answer gives it."""
+    contexts, quoted = _numbered(state, answers)
+    by_number = {context.number: context for context in contexts}
+    documents = {chunk_id: passage.source for chunk_id, passage in state.get("passages", {}).items()}
+    quotes = [
+        conflicts.Quote(answer.part, e.source_id, documents.get(e.source_id) or e.source_id, e.text)
+        for answer in answers
+        if answer.answered and not answer.wants_links
+        for e in answer.extracts
+    ]
+    return [
+        Conflict(
+            claim=found.part,
+            sources=[
+                conflict_source(by_number[quoted[figure.quote.source_id].number], figure.clause)
+                for figure in found.figures
+            ],
+        )
+        for found in conflicts.figure_conflicts(quotes, tokenizer)
+    ]
 
 
 def _numbered(state: WorkflowState, answers: list[PartAnswer]) -> tuple[list[NumberedContext], dict[str, Quoted]]:
@@ -149,7 +178,8 @@ async def quote_answer(state: WorkflowState, runtime: Runtime[RunContext]) -> No
     searched = state["web_searches"] > 0 and not unavailable
     why_not = [unavailable] if unavailable else [WEB_DID_NOT_CONFIRM] if searched else []
     terms = state.get("history_terms", [])
-    answer = extractive.compose(answers, quoted, why_not, [follow_up_note(terms)] if terms else [])
+    notes = [follow_up_note(terms)] if terms else []
+    answer = extractive.compose(answers, quoted, why_not, notes, state.get("conflicts", []))
     for line in answer.splitlines(keepends=True):
         runtime.stream_writer({"event": "token", "data": {"text": line}})
     cited = citations(answer, contexts)

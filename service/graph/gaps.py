@@ -38,6 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     print("most frequent missing aspects:" if report.top_missing else "no missing aspects recorded")
     for gap in report.top_missing:
         print(f"  {gap.count:5d}  {gap.aspect}")
+    if report.conflicts:
+        print("these sources disagree:")
+    for conflict in report.conflicts:
+        print(f"  {conflict.count:5d}  {conflict.claim}: {' / '.join(conflict.sources)}")
     return 0
 
 

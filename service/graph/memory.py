@@ -18,7 +18,7 @@ import hashlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -27,7 +27,8 @@ from cachetools import TTLCache
 from elasticsearch import ApiError, Elasticsearch, NotFoundError, helpers
 
 from core.config import Settings
-from service.graph.schemas import EvaluationStep, GapAspect, GapReport, Judgement
+from retrieval.conflicts import Conflict
+from service.graph.schemas import EvaluationStep, GapAspect, GapConflict, GapReport, Judgement
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +48,14 @@ JUDGEMENTS_MAPPING: dict[str, Any] = {
         "with_web": {"type": "boolean"},
         "needed_web": {"type": "boolean"},
         "source": {"type": "keyword"},
+        # Sources the answer rested on that disagree: the point, and the sources by name.
+        "conflicts": {
+            "type": "nested",
+            "properties": {
+                "claim": {"type": "keyword", "ignore_above": 512},
+                "sources": {"type": "keyword", "ignore_above": 512},
+            },
+        },
         "created_at": {"type": "date"},
     },
 }
@@ -105,9 +114,16 @@ class JudgementMemory:
             self._cache[self._key(scope, question, contexts_hash)] = evaluation.model_copy()
 
     def log(
-        self, scope: "VerdictScope", query_id: str, question: str, contexts_hash: str, step: EvaluationStep
+        self,
+        scope: "VerdictScope",
+        query_id: str,
+        question: str,
+        contexts_hash: str,
+        step: EvaluationStep,
+        conflicts: Sequence[Conflict] = (),
     ) -> None:
-        """Append one verdict to the log (blocking: call it from a worker thread)."""
+        """Append one verdict and the conflicts found among its sources (blocking: call it from a
+        worker thread)."""
         if self.es is None:
             return
         self._ensure_index()
@@ -127,6 +143,7 @@ class JudgementMemory:
                 "with_web": step.with_web,
                 "needed_web": not step.enough and bool(step.missing),
                 "source": step.source,
+                "conflicts": [{"claim": c.claim, "sources": [source.title for source in c.sources]} for c in conflicts],
                 "created_at": datetime.now(UTC).isoformat(),
             },
         )
@@ -166,6 +183,31 @@ class VerdictScope:
     asker: str = ""  # the principal asking ("" for the command line, which reads everything)
 
 
+def _report_aggregations(top: int) -> dict[str, Any]:
+    """Distinct questions, those that needed the web, the missing aspects of verdicts on local
+    passages only, and the points on which sources disagreed (with the sources by name)."""
+    return {
+        "questions": {"cardinality": {"field": "query_id"}},
+        "needing_web": {
+            "filter": {"term": {"needed_web": True}},
+            "aggs": {"questions": {"cardinality": {"field": "query_id"}}},
+        },
+        "gaps": {
+            "filter": {"bool": {"filter": [{"term": {"enough": False}}, {"term": {"with_web": False}}]}},
+            "aggs": {"missing": {"terms": {"field": "missing", "size": top}}},
+        },
+        "conflicts": {
+            "nested": {"path": "conflicts"},
+            "aggs": {
+                "claims": {
+                    "terms": {"field": "conflicts.claim", "size": top},
+                    "aggs": {"sources": {"terms": {"field": "conflicts.sources", "size": 10}}},
+                }
+            },
+        },
+    }
+
+
 def knowledge_gap_report(es: Elasticsearch, settings: Settings, scope: VerdictScope, top: int = 20) -> GapReport:
     """Most frequent missing aspects of a knowledge base and the share of questions needing the web.
 
@@ -191,17 +233,7 @@ def knowledge_gap_report(es: Elasticsearch, settings: Settings, scope: VerdictSc
             index=index,
             size=0,
             query={"bool": {"filter": readers}},
-            aggs={
-                "questions": {"cardinality": {"field": "query_id"}},
-                "needing_web": {
-                    "filter": {"term": {"needed_web": True}},
-                    "aggs": {"questions": {"cardinality": {"field": "query_id"}}},
-                },
-                "gaps": {
-                    "filter": {"bool": {"filter": [{"term": {"enough": False}}, {"term": {"with_web": False}}]}},
-                    "aggs": {"missing": {"terms": {"field": "missing", "size": top}}},
-                },
-            },
+            aggs=_report_aggregations(top),
         ).body
     except NotFoundError:
         return GapReport(
@@ -224,5 +256,9 @@ def knowledge_gap_report(es: Elasticsearch, settings: Settings, scope: VerdictSc
         evaluations=int(body["hits"]["total"]["value"]),
         top_missing=[
             GapAspect(aspect=b["key"], count=b["doc_count"]) for b in body["aggregations"]["gaps"]["missing"]["buckets"]
+        ],
+        conflicts=[
+            GapConflict(claim=b["key"], count=b["doc_count"], sources=[s["key"] for s in b["sources"]["buckets"]])
+            for b in body["aggregations"]["conflicts"]["claims"]["buckets"]
         ],
     )

@@ -21,8 +21,9 @@ from langgraph.runtime import Runtime
 from langgraph.types import StreamWriter
 
 from core.config import Settings
+from retrieval.conflicts import Conflict
 from service.graph import prompts
-from service.graph.context import NumberedContext, citations, contexts_hash, select_contexts
+from service.graph.context import NumberedContext, citations, contexts_hash, resolve_conflicts, select_contexts
 from service.graph.schemas import (
     Decomposition,
     Evaluation,
@@ -215,13 +216,15 @@ async def evaluate(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeRe
     contexts, _ = state_contexts(state, ctx)
     digest = contexts_hash(contexts)
     step, calls, warnings = await _judge(state, ctx, contexts, digest)
-    warnings += await log_verdict(ctx, question, digest, step)
+    disagreements = resolve_conflicts(step.conflicts, contexts)
+    warnings += await log_verdict(ctx, question, digest, step, disagreements)
     search_web, why, unavailable = after_evaluation(state, ctx, step, state["llm_calls"] + calls)
     if unavailable:
         warnings.append(unavailable)
     verdict = "足够" if step.enough else f"不足（缺少 {len(step.missing)} 项）"
     update: WorkflowState = {
         "evaluations": [step],
+        "conflicts": disagreements,
         "llm_calls": calls,
         "search_web": search_web,
         "web_unavailable": unavailable,
@@ -270,13 +273,17 @@ async def _judge(
     return EvaluationStep(**parsed.model_dump(), with_web=with_web, source="model"), result.calls, []
 
 
-async def log_verdict(ctx: RunContext, question: str, digest: str, step: EvaluationStep) -> list[str]:
-    """Append the verdict to the judgement log; a failed write is a warning, never a failed query."""
+async def log_verdict(
+    ctx: RunContext, question: str, digest: str, step: EvaluationStep, disagreements: list[Conflict]
+) -> list[str]:
+    """Append the verdict (and the sources it found disagreeing) to the judgement log; a failed write
+    is a warning, never a failed query."""
     memory = ctx.deps.judgements
     if memory is None:
         return []
+    scope = ctx.deps.verdict_scope
     try:
-        await asyncio.to_thread(memory.log, ctx.deps.verdict_scope, ctx.query_id, question, digest, step)
+        await asyncio.to_thread(memory.log, scope, ctx.query_id, question, digest, step, disagreements)
     except Exception as err:  # the log is a report, never a reason to fail a query
         logger.warning("could not log the judgement to %s: %s", memory.index, err)
         return [f"评估记录未能写入 {memory.index}"]
@@ -336,11 +343,15 @@ async def generate(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeRe
     last = evaluations[-1] if evaluations else None
     unavailable = state.get("web_unavailable")
     notes = [unavailable] if unavailable else []
-    messages = prompts.generate_messages(state["question"], contexts, last, notes, state.get("instructions", ""))
+    disagreements = state.get("conflicts", [])
+    instructions = state.get("instructions", "")
+    messages = prompts.generate_messages(state["question"], contexts, last, notes, instructions, disagreements)
     answer, reasoning = await stream_answer(ctx.deps.answer_llm, messages, runtime.stream_writer, ctx.deps.settings)
     tail = ""
     if last is not None and not last.enough and prompts.UNCONFIRMED not in answer:
         tail += prompts.unconfirmed_note(last)
+    if disagreements and prompts.DISAGREE not in answer:
+        tail += prompts.conflict_note(disagreements)
     if unavailable and unavailable not in answer:
         tail += prompts.web_unavailable_note(unavailable)
     if tail:

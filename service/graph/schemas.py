@@ -8,10 +8,11 @@ prompt: `service/structured.py`), and every word the model reads lives in `promp
 import re
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, Field, StrictBool, field_validator
+from pydantic import AliasChoices, BaseModel, Field, StrictBool, ValidationError, field_validator
 
 from core.contract import Choice, StrictModel
 from core.schema import Mode
+from retrieval.conflicts import Conflict
 from retrieval.extractive import PartAnswer
 
 MAX_SUB_QUESTIONS = 8
@@ -72,11 +73,41 @@ class PlanDecision(BaseModel):
     reason: str = ""
 
 
+class JudgedClaim(BaseModel):
+    source: int
+    says: str = Field(min_length=1)
+
+
+class JudgedConflict(BaseModel):
+    claim: str = Field(min_length=1)
+    sources: list[JudgedClaim] = Field(min_length=2)
+
+
+def _conflicts(value: object) -> list[JudgedConflict]:
+    """The well-formed conflicts of a verdict, each naming two sources or more; a malformed one is
+    dropped, never the verdict (a weak model's habit must not cost the judgement)."""
+    kept: list[JudgedConflict] = []
+    for item in value if isinstance(value, list) else []:
+        try:
+            conflict = JudgedConflict.model_validate(item)
+        except ValidationError:
+            continue
+        if len({claim.source for claim in conflict.sources}) > 1:
+            kept.append(conflict)
+    return kept[:MAX_MISSING]
+
+
 # A verdict. `enough` must be a JSON boolean: "true"/"yes" strings are unparseable (the seeds' rule).
 class Judgement(BaseModel):
     enough: StrictBool
     missing: list[str] = Field(default_factory=list)
     reason: str = ""
+    conflicts: list[JudgedConflict] = Field(default_factory=list)
+
+    @field_validator("conflicts", mode="before")
+    @classmethod
+    def _well_formed(cls, value: object) -> object:
+        return _conflicts(value)
 
     @field_validator("missing", mode="before")
     @classmethod
@@ -214,6 +245,11 @@ class QueryResult(BaseModel):
     parts: list[PartAnswer] = Field(
         default_factory=list, description="extractive mode: per question part, its quotes and the verdict's figures"
     )
+    conflicts: list[Conflict] = Field(
+        default_factory=list,
+        description="sources the answer rests on that disagree (a figure, a date, a name, a yes/no): each side "
+        "cited; the answer states them too",
+    )
     usage: TokenUsage = Field(
         default_factory=TokenUsage, description="tokens of every model call, as the endpoint counted them"
     )
@@ -227,6 +263,14 @@ class WorkflowEvent(BaseModel):
 class GapAspect(BaseModel):
     aspect: str
     count: int
+
+
+class GapConflict(BaseModel):
+    """A point on which the base's sources (or the base and the web) were found to disagree."""
+
+    claim: str
+    count: int = Field(description="verdicts that found it")
+    sources: list[str] = Field(description="the disagreeing sources by name: the documents to fix")
 
 
 class ReportedGap(BaseModel):
@@ -246,6 +290,9 @@ class GapReport(BaseModel):
     web_share: float
     evaluations: int
     top_missing: list[GapAspect]
+    conflicts: list[GapConflict] = Field(
+        default_factory=list, description="these documents disagree: the points and the sources found disagreeing"
+    )
     reported: list[ReportedGap] = Field(
         default_factory=list,
         description="answers voted down with no passage picked (the answer log: the caller's own, an admin's all)",

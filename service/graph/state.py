@@ -9,6 +9,7 @@ from typing import Annotated, Literal, TypedDict
 from core.access import Scope
 from core.config import Settings
 from core.schema import Mode
+from retrieval.conflicts import Conflict
 from retrieval.extractive import PartAnswer
 from retrieval.results import Hit
 from retrieval.retriever import Retriever
@@ -46,6 +47,7 @@ class WorkflowState(TypedDict, total=False):
     passages: dict[str, Passage]  # merged by chunk id, best score and rank kept
     found: dict[str, list[str]]  # sub-question -> chunk ids its retrieval returned, best first
     part_answers: list[PartAnswer]  # extractive mode: the verdict and quotes per question part
+    conflicts: list[Conflict]  # the last verdict's: cited sources that disagree
     web_results: list[WebResult]  # kept apart from local passages
     web_searches: Count
     web_unavailable: str | None  # why the web could not be searched, said in the answer

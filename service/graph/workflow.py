@@ -304,6 +304,7 @@ def _result(state: WorkflowState, ctx: RunContext, usage: UsageMetadataCallbackH
         web_calls=state["web_searches"],
         warnings=list(dict.fromkeys(state.get("warnings", []))),
         parts=state.get("part_answers", []),
+        conflicts=state.get("conflicts", []),
         usage=TokenUsage(
             prompt_tokens=sum(model["input_tokens"] for model in usage.usage_metadata.values()),
             completion_tokens=sum(model["output_tokens"] for model in usage.usage_metadata.values()),

@@ -35,7 +35,7 @@ from retrieval.results import Hit
 from service.answers import Vote
 from service.deps import Services, answering, log_answer
 from service.feedback import AbsentAnswer, NotTheAsker, rate
-from service.graph import Citation, QueryOptions, run_query
+from service.graph import Citation, Conflict, QueryOptions, run_query
 from service.http.auth import presented_key, unauthorized
 from service.http.middleware import OriginPolicy
 from service.http.protocols.access import open_base
@@ -90,6 +90,7 @@ class Answer(BaseModel):
     answer_id: str = Field(description="the answer's id: rate it with the rate_answer tool")
     answer: str = Field(description="the answer with [n] citations and the numbered source list")
     citations: list[Citation]
+    conflicts: list[Conflict] = Field(description="cited sources that disagree; the answer states them too")
     mode: str = Field(description="llm: written by the model; extractive: quoted sentences only")
     web_used: bool
     warnings: list[str]
@@ -210,6 +211,7 @@ def _add_answer_tools(server: MCPServer, services: ServicesOf) -> None:
                 answer_id=result.answer_id,
                 answer=result.answer + source_list(result.citations),
                 citations=result.citations,
+                conflicts=result.conflicts,
                 mode=result.answer_mode,
                 web_used=result.web_used,
                 warnings=result.warnings,

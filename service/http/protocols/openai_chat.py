@@ -244,6 +244,7 @@ class _Reply:
             choices=[Choice(message=message)],
             usage=usage,
             sources=result.citations if result is not None else [],
+            conflicts=result.conflicts if result is not None else [],
         )
 
     def chunk(self, delta: Delta, finish: Literal["stop"] | None = None, **extra: Any) -> str:
@@ -293,7 +294,7 @@ async def _stream(chat: _Chat, services: Services, reply: _Reply) -> AsyncIterat
             await log_answer(services, chat.base, result, "openai", answer_id=answer_key(reply.id))
             if tail := notes(result, conversation.notes) + source_list(result.citations):
                 yield reply.chunk(Delta(content=tail))
-            yield reply.chunk(Delta(), "stop", sources=result.citations)
+            yield reply.chunk(Delta(), "stop", sources=result.citations, conflicts=result.conflicts)
             for line in reply.usage_chunk(_usage(result.usage.prompt_tokens, result.usage.completion_tokens)):
                 yield line
         elif event.event == "error":

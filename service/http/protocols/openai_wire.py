@@ -15,7 +15,7 @@ from fastapi import HTTPException
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.graph import Citation
+from service.graph import Citation, Conflict
 
 OWNER = "es-agentic-rag"
 
@@ -170,6 +170,9 @@ class ChatCompletion(_Completion):
     choices: list[Choice]
     usage: Usage
     sources: list[Citation] = Field(description="extension: the cited passages and web pages, as /query's citations")
+    conflicts: list[Conflict] = Field(
+        default_factory=list, description="extension: cited sources that disagree, as /query's conflicts"
+    )
 
 
 class Delta(BaseModel):
@@ -188,6 +191,7 @@ class ChatCompletionChunk(_Completion):
     choices: list[ChunkChoice]
     usage: Usage | None = None
     sources: list[Citation] | None = Field(None, description="extension: on the chunk that finishes the answer")
+    conflicts: list[Conflict] | None = Field(None, description="extension: on the chunk that finishes the answer")
 
 
 class Model(BaseModel):

@@ -100,6 +100,24 @@ function renderCitations(citations) {
   if (!list.children.length) list.append(el("li", { class: "snippet" }, "（无引用）"));
 }
 
+// Sources that disagree: each point, and every side with its citation link (text only, never HTML).
+function renderConflicts(conflicts) {
+  const list = $("conflicts");
+  list.replaceChildren();
+  for (const c of conflicts || []) {
+    const sides = el("ul");
+    for (const s of c.sources) {
+      sides.append(el("li", {},
+        el("a", { class: "cite", href: `#cite-${s.number}` }, `[${s.number}]`),
+        el("span", { class: s.kind === "web" ? "kind web" : "kind" }, s.kind === "web" ? "网络" : s.kind === "given" ? "对话" : "本地"),
+        el("span", { class: "where" }, s.title || ""),
+        el("q", {}, s.says)));
+    }
+    list.append(el("li", {}, el("strong", {}, c.claim), sides));
+  }
+  $("conflicts-section").hidden = !list.children.length;
+}
+
 // A "node" event: {node, ms, outcome}; the final result later adds route, sub-questions, verdicts.
 function addTimelineStep(data) {
   const item = el("li", { "data-node": data.node },
@@ -183,6 +201,7 @@ async function ask(event) {
   $("timeline-section").hidden = false;
   $("timeline").replaceChildren();
   $("citations").replaceChildren();
+  renderConflicts([]);
   $("warnings").hidden = true;
   $("answer-mode").hidden = true;
   $("feedback").hidden = true;
@@ -203,6 +222,7 @@ async function ask(event) {
         renderAnswer(data.answer ?? text);
         showReasoning(data.reasoning ?? thought);
         renderCitations(data.citations);
+        renderConflicts(data.conflicts);
         finishTimeline(data);
         showFeedback(data);
         if (data.warnings && data.warnings.length) { $("warnings").textContent = `提示：${data.warnings.join("；")}`; $("warnings").hidden = false; }

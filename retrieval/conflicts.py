@@ -1,0 +1,225 @@
+"""Sources that disagree on a number or a date, found in code (answers without a model).
+
+The extractive answer quotes sentences from several sources for one question part. When two
+quotes from different documents state a figure about the same thing and the figures differ
+(5.5 千瓦 against 7.5 千瓦, 建安十三年 against 建安十二年, 2019年3月 against 2021年3月), the answer
+must say so rather than quote one in silence. "About the same thing" is decided narrowly, so a
+conflict is never invented where the sources agree or talk about different things:
+
+- the figures have the same unit (年, 千瓦, 人, %, …) and, for a year under 100, the same era
+  written before it (建安十三年 is not compared with 公元208年);
+- each figure's clause (the text between punctuation marks around it, the figure removed) shares
+  most of its character bigrams with the other's (`MIN_ANCHOR_OVERLAP`), the character next to
+  each figure (what it measures: 功率, 生于, 卒于, fillers such as 为 skipped) is in the other's
+  clause, and both
+  sentences name one of the part's terms, and no model number sets them apart (X200, Y100);
+- they come from different documents (one document's several figures are its own business).
+
+With a model, the judgement finds conflicts of any kind (names, yes/no too): `service/graph`.
+"""
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import cn2an
+from pydantic import BaseModel, Field
+
+from core.chunking import split_sentences
+from core.text import ChineseTokenizer
+
+DISAGREE = "资料之间有出入"
+CHECK_THE_ORIGINALS = "请对照原始资料核实，本回答不替资料做取舍"
+
+MIN_ANCHOR_OVERLAP = 0.5  # shared character bigrams / the smaller clause's
+
+_CN_DIGITS = "零〇一二两三四五六七八九十百千万亿"
+_UNITS = (
+    "万人|万元|亿元|美元|千瓦|千米|公里|厘米|毫米|公斤|千克|毫克|毫升|小时|分钟|周岁|"
+    "年|月|日|岁|人|名|个|次|天|周|秒|米|里|斤|克|吨|元|瓦|伏|度|℃|%|％|页|章|回|卷|匹|骑|艘|座|户|"
+    "片|粒|袋|支|滴|丈|尺|寸|步|石|mg|ml|kg|km|cm|mm|kW|W|V|m"
+)
+_DATE = re.compile(
+    r"(\d{4}|[〇零一二三四五六七八九]{4})年(\d{1,2}|[一二三四五六七八九十]{1,3})月(?:(\d{1,2}|[一二三四五六七八九十]{1,3})[日号])?"
+)
+_FIGURE = re.compile(rf"(\d+(?:\.\d+)?|[{_CN_DIGITS}]+)\s?({_UNITS})")
+_CLAUSE_EDGE = re.compile(r"[，,；;。！!？?\n]")
+_ERA_CHARS = 2
+_CODE = re.compile(r"[A-Za-z]+-?\d[A-Za-z0-9-]*")  # model numbers: X200, GB-2760, iPhone15
+
+_FILLERS = "为是约有达共计在于的了仅只近逾超过"  # 功率为5.5千瓦: what is measured is 功率
+_WORD_CHAR = re.compile(r"[\w\u4e00-\u9fff]")
+
+
+@dataclass(frozen=True)
+class Quote:
+    """A quoted text of one question part and where it is from (`document`: what makes two sources
+    different documents: a file, a URL, a client's source)."""
+
+    part: str
+    source_id: str
+    document: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A number or date stated in a quote, with what it is about."""
+
+    quote: Quote
+    sentence: str
+    unit: str  # "年", "千瓦", … or "date" for a full date
+    era: str  # the two characters before a year under 100 (建安); "" otherwise
+    value: tuple[float, ...]
+    clause: str  # the clause holding it, verbatim: what the source says
+    anchor: frozenset[str]  # the clause's character bigrams, the figure removed (no tokenizer's whims)
+    next_to: str  # the character next to the figure (before it, else after it): what it measures
+
+
+@dataclass(frozen=True)
+class FigureConflict:
+    """One part's quotes from different documents that state different figures about one thing."""
+
+    part: str
+    figures: list[Figure]  # one per distinct value, in the order quoted
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(cn2an.cn2an(text, "smart"))
+    except (ValueError, KeyError, IndexError):
+        return None
+
+
+def _bigrams(text: str) -> frozenset[str]:
+    kept = "".join(_WORD_CHAR.findall(text))
+    return frozenset(kept[i : i + 2] for i in range(len(kept) - 1))
+
+
+def _figure(
+    quote: Quote, sentence: str, span: tuple[int, int], unit: str, era: str, value: tuple[float, ...]
+) -> Figure:
+    """The figure at `span` of `sentence`, with its clause and the characters around it. A clause
+    too short to say what it is about (卒于234年) is read with the rest of its sentence."""
+    start, end = span
+    edges = [m.start() for m in _CLAUSE_EDGE.finditer(sentence)]
+    first = max((e + 1 for e in edges if e < start), default=0)
+    last = min((e for e in edges if e >= end), default=len(sentence))
+    before = "".join(_WORD_CHAR.findall(sentence[first:start]))
+    after = "".join(_WORD_CHAR.findall(sentence[end:last]))
+    anchor = _bigrams(before + after)
+    if len(anchor) < 2:
+        anchor = _bigrams(sentence[:start] + sentence[end:])
+    next_to = before.rstrip(_FILLERS)[-1:] or after[:1]
+    return Figure(quote, sentence, unit, era, value, sentence[first:last].strip(), anchor, next_to)
+
+
+def figures_of(quote: Quote) -> list[Figure]:
+    """Every full date and every number with a unit in the quote, each with its clause."""
+    found: list[Figure] = []
+    for sentence in split_sentences(quote.text):
+        taken: list[tuple[int, int]] = []
+        for match in _DATE.finditer(sentence):
+            parts = [_number(group) for group in match.groups() if group]
+            if all(part is not None for part in parts):
+                taken.append(match.span())
+                date = tuple(part for part in parts if part is not None)
+                found.append(_figure(quote, sentence, match.span(), "date", "", date))
+        for match in _FIGURE.finditer(sentence):
+            value = _number(match.group(1))
+            if value is None or any(a < match.end() and match.start() < b for a, b in taken):
+                continue
+            unit = match.group(2).replace("％", "%")
+            era = sentence[max(0, match.start() - _ERA_CHARS) : match.start()] if unit == "年" and value < 100 else ""
+            found.append(_figure(quote, sentence, match.span(), unit, era, (value,)))
+    return found
+
+
+def _same_subject(a: Figure, b: Figure, part_terms: set[str]) -> bool:
+    if a.unit != b.unit or a.era != b.era or not a.anchor or not b.anchor:
+        return False
+    if a.next_to not in b.clause or b.next_to not in a.clause:  # 生于181年 is not 234年去世
+        return False
+    if len(a.anchor & b.anchor) < MIN_ANCHOR_OVERLAP * min(len(a.anchor), len(b.anchor)):
+        return False
+    codes_a, codes_b = set(_CODE.findall(a.sentence)), set(_CODE.findall(b.sentence))
+    if codes_a and codes_b and not codes_a & codes_b:  # X200's power is not Y100's
+        return False
+    return any(term in a.sentence and term in b.sentence for term in part_terms)
+
+
+def figure_conflicts(quotes: Sequence[Quote], tokenizer: ChineseTokenizer) -> list[FigureConflict]:
+    """Per question part, the figures about one subject on which different documents disagree."""
+    conflicts: list[FigureConflict] = []
+    for part in dict.fromkeys(quote.part for quote in quotes):
+        terms = {term for term in tokenizer.query_terms(part) if len(term) > 1}
+        figures = [f for quote in quotes if quote.part == part for f in figures_of(quote)]
+        reported: set[int] = set()
+        for i, first in enumerate(figures):
+            if i in reported:
+                continue
+            group = [first]
+            for j in range(i + 1, len(figures)):
+                other = figures[j]
+                if j not in reported and _same_subject(first, other, terms):
+                    group.append(other)
+                    reported.add(j)
+            documents = {f.quote.document for f in group}
+            values = {f.value for f in group}
+            if len(documents) > 1 and len(values) > 1 and _split_by_document(group):
+                conflicts.append(FigureConflict(part, _one_per_value(group)))
+    return conflicts
+
+
+def _split_by_document(group: list[Figure]) -> bool:
+    """True when two documents each state a value the other does not (a document that states 5.5
+    and 7.5 does not contradict one that states 5.5: it may be listing models)."""
+    by_document: dict[str, set[tuple[float, ...]]] = {}
+    for figure in group:
+        by_document.setdefault(figure.quote.document, set()).add(figure.value)
+    values = list(by_document.values())
+    return any(not a <= b and not b <= a for i, a in enumerate(values) for b in values[i + 1 :])
+
+
+def _one_per_value(group: list[Figure]) -> list[Figure]:
+    """The first figure stating each value, one per document and value."""
+    seen: set[tuple[str, tuple[float, ...]]] = set()
+    kept = []
+    for figure in group:
+        key = (figure.quote.document, figure.value)
+        if key not in seen:
+            seen.add(key)
+            kept.append(figure)
+    return kept
+
+
+class ConflictSource(BaseModel):
+    """What one cited source says on the disputed point."""
+
+    number: int = Field(description="the source's citation number [n] in the answer")
+    kind: Literal["local", "web", "given"] = Field(description="the knowledge base, a web page, or the client's source")
+    title: str
+    url: str | None = None
+    says: str = Field(description="the source's own words on the point (a quote without a model)")
+
+
+class Conflict(BaseModel):
+    """Sources the answer rests on that disagree: the point, and each side with its citation."""
+
+    claim: str = Field(description="what the sources disagree on")
+    sources: list[ConflictSource] = Field(min_length=2)
+
+
+def describe(conflicts: Sequence[Conflict]) -> str:
+    """The conflicts as the answer states them: each point with every side quoted and cited."""
+    lines = []
+    for conflict in conflicts:
+        sides = "；".join(
+            f"{_KIND_LABEL[source.kind]}[{source.number}]：「{source.says}」" for source in conflict.sources
+        )
+        lines.append(f"{DISAGREE}（{conflict.claim}）：{sides}。{CHECK_THE_ORIGINALS}。")
+    return "\n".join(lines)
+
+
+_KIND_LABEL = {"local": "本地资料", "web": "网络资料", "given": "对话中提供的资料"}

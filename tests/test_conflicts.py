@@ -1,0 +1,327 @@
+"""Sources that disagree are said plainly (issue 37): found in code for figures and dates without a
+model, reported by the judgement with one, and carried in every shape: /query, the chat completion,
+MCP, the judgement log and the gap report. None is invented where the sources agree.
+
+The corpus is made up: two editions of a pump manual that give different powers, two company
+profiles with different founding years, and two fan sheets that agree. A fake Bocha page
+contradicts the local manual. Elasticsearch is real; the models are fake servers.
+"""
+
+import asyncio
+import json
+import re
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import httpx2
+import openai
+import pytest
+from elasticsearch import Elasticsearch
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from openai.types.chat import ChatCompletionMessageParam
+from pydantic import SecretStr
+
+from core.access import Scope
+from core.config import Settings
+from core.documents import Document
+from core.embeddings import Embedder
+from core.text import get_tokenizer
+from retrieval.conflicts import DISAGREE, Quote, figure_conflicts
+from retrieval.retriever import build_retriever
+from service.graph import QueryResult, WorkflowDeps, build_deps, knowledge_gap_report
+from tests.conftest import ask, knowledge_base
+from tests.fakes.bocha_server import API_KEY, FakeBochaServer, page
+from tests.fakes.habits import HABITS
+from tests.fakes.openai_server import ANSWER, FakeChatServer, prompt_text
+from tests.protocols import KEY, protocol_settings, service
+
+PUMP = "X200型水泵的额定功率是多少？"
+FOUNDED = "星河公司是哪一年成立的？"
+FAN = "Y100型风机有多重？"
+DOCS = [
+    Document(
+        "pump-2019",
+        "X200型水泵的额定功率为5.5千瓦，扬程32米，适用于农田灌溉。",
+        "pump-2019.txt",
+        title="X200 手册（2019 版）",
+    ),
+    Document(
+        "pump-2021",
+        "根据新版手册，X200型水泵额定功率7.5千瓦，扬程32米。",
+        "pump-2021.txt",
+        title="X200 手册（2021 版）",
+    ),
+    Document("company-a", "星河公司成立于2008年，总部在杭州，主营水泵。", "company-a.txt", title="星河公司简介"),
+    Document("company-b", "星河公司成立于2010年，总部位于杭州。", "company-b.txt", title="行业名录"),
+    Document("fan-a", "Y100型风机的重量为35公斤，适用于车间通风。", "fan-a.txt", title="Y100 产品页"),
+    Document("fan-b", "Y100型风机重量为35公斤，安装前请检查叶轮。", "fan-b.txt", title="Y100 安装说明"),
+]
+PUMP_PAGE = page(
+    "X200 水泵参数", "https://pumps.example.org/x200", "X200型水泵额定功率为11千瓦，扬程32米。", site="泵业网"
+)
+
+
+# --- in code: figures and dates ----------------------------------------------------------
+
+
+def quotes(part: str, *texts: str, same_document: bool = False) -> list[Quote]:
+    return [Quote(part, f"s{i}", "one.txt" if same_document else f"doc{i}.txt", t) for i, t in enumerate(texts)]
+
+
+@pytest.mark.parametrize(
+    ("part", "texts", "values"),
+    [
+        (PUMP, ["X200型水泵的额定功率为5.5千瓦。", "X200型水泵额定功率7.5千瓦。"], [(5.5,), (7.5,)]),
+        ("赤壁之战是哪年？", ["赤壁之战发生在建安十三年冬。", "赤壁之战发生于建安十二年。"], [(13.0,), (12.0,)]),
+        ("诸葛亮哪年去世？", ["诸葛亮生于181年，卒于234年。", "诸葛亮卒于235年。"], [(234.0,), (235.0,)]),
+        (
+            "第二版何时发布？",
+            ["第二版于2021年3月5日发布。", "第二版于2021年4月1日发布。"],
+            [(2021.0, 3.0, 5.0), (2021.0, 4.0, 1.0)],
+        ),
+        ("成人用量是多少？", ["成人一次两片，一日3次。", "成人一次1片，一日3次。"], [(2.0,), (1.0,)]),
+    ],
+)
+def test_documents_that_state_different_figures_on_one_point_conflict(
+    part: str, texts: list[str], values: list[tuple[float, ...]]
+) -> None:
+    found = figure_conflicts(quotes(part, *texts), get_tokenizer())
+    assert [[figure.value for figure in conflict.figures] for conflict in found] == [values]
+
+
+@pytest.mark.parametrize(
+    ("part", "texts", "same_document"),
+    [
+        (FAN, ["Y100型风机的重量为35公斤。", "Y100型风机重量为35公斤。"], False),  # they agree
+        (PUMP, ["X200型水泵的额定功率为5.5千瓦。", "X200型水泵额定功率7.5千瓦。"], True),  # one document's own figures
+        ("诸葛亮哪年去世？", ["诸葛亮生于181年。", "诸葛亮234年去世。"], False),  # born is not died
+        ("赤壁之战是哪年？", ["赤壁之战发生在建安十三年。", "赤壁之战发生在公元208年。"], False),  # two calendars
+        (
+            PUMP,
+            ["X200型水泵有5.5千瓦和7.5千瓦两种功率。", "X200型水泵的功率为5.5千瓦。"],
+            False,
+        ),  # a list, not a denial
+        ("曹操有多少兵马？", ["曹操引兵八十三万。", "刘备只有三千人马。"], False),  # other subjects
+        (PUMP, ["X200型水泵的额定功率为5.5千瓦。", "Y100型风机的额定功率为7.5千瓦。"], False),  # not the part's subject
+    ],
+)
+def test_no_conflict_is_invented(part: str, texts: list[str], same_document: bool) -> None:
+    assert figure_conflicts(quotes(part, *texts, same_document=same_document), get_tokenizer()) == []
+
+
+# --- the workflow, with and without a model ---------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def conflict_kb(es: Elasticsearch, embedder: Embedder) -> Iterator[str]:
+    with knowledge_base(es, embedder, DOCS, "test-conflicts") as alias:
+        yield alias  # its judgement logs (alias-judgements-…) go with it
+
+
+def deps_for(
+    es: Elasticsearch, embedder: Embedder, kb: str, chat: FakeChatServer | None, web: FakeBochaServer | None = None
+) -> WorkflowDeps:
+    values: dict[str, Any] = {"es_index": kb, "judgements_index": f"{kb}-judgements-{uuid.uuid4().hex[:8]}"}
+    if chat is not None:
+        values.update(
+            openai_base_url=chat.base_url, openai_api_key=SecretStr("k"), model_name="fake", answer_mode="llm"
+        )
+    else:
+        values.update(answer_mode="extractive")
+    if web is not None:
+        values.update(bocha_api_key=SecretStr(API_KEY), bocha_api_url=web.api_url)
+    settings = Settings(_env_file=None, **values)
+    return build_deps(settings, es, build_retriever(settings, es, embedder)).for_scope(Scope.whole(kb))
+
+
+def sides(result: QueryResult) -> list[tuple[str, str, str]]:
+    return sorted((s.kind, s.title, s.says) for c in result.conflicts for s in c.sources)
+
+
+def assert_every_side_cited(result: QueryResult) -> None:
+    cited = {citation.number for citation in result.citations}
+    for conflict in result.conflicts:
+        assert {source.number for source in conflict.sources} <= cited
+        for source in conflict.sources:
+            assert f"[{source.number}]" in result.answer and source.says in result.answer
+
+
+def test_without_a_model_figures_and_dates_that_disagree_are_quoted_side_by_side(es, embedder, conflict_kb) -> None:
+    deps = deps_for(es, embedder, conflict_kb, None)
+    pump = ask(deps, PUMP, web=False)
+    assert len(pump.conflicts) == 1 and pump.conflicts[0].claim == PUMP.rstrip("？")
+    assert sides(pump) == [
+        ("local", "《X200 手册（2019 版）》", "X200型水泵的额定功率为5.5千瓦"),
+        ("local", "《X200 手册（2021 版）》", "X200型水泵额定功率7.5千瓦"),
+    ]
+    assert DISAGREE in pump.answer
+    assert_every_side_cited(pump)
+
+    founded = ask(deps, FOUNDED, web=False)
+    assert [s.says for c in founded.conflicts for s in c.sources] == ["星河公司成立于2008年", "星河公司成立于2010年"]
+    assert DISAGREE in founded.answer
+
+    fan = ask(deps, FAN, web=False)
+    assert fan.conflicts == [] and DISAGREE not in fan.answer and "35公斤" in fan.answer
+
+
+def number_in(body: dict[str, Any], needle: str) -> int:
+    """The number `[n]` of the context block holding `needle`, in whatever form the prompt took."""
+    for block in re.split(r"\n(?=\[\d+\] )", prompt_text(body)):
+        if needle in block and (match := re.match(r"\[(\d+)\]", block)):
+            return int(match.group(1))
+    raise AssertionError(f"{needle!r} is in no numbered context")
+
+
+def judged_conflict(*needles: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """A verdict that finds the contexts holding `needles` disagreeing (numbers read off the prompt)."""
+
+    def reply(body: dict[str, Any]) -> dict[str, Any]:
+        sources = [{"source": number_in(body, needle), "says": needle} for needle in needles]
+        return {
+            "enough": True,
+            "missing": [],
+            "reason": "两份资料数字不同",
+            "conflicts": [{"claim": "额定功率", "sources": sources}],
+        }
+
+    return reply
+
+
+def script(chat: FakeChatServer, answer: str, *verdicts: Any) -> None:
+    chat.on("RouteDecision", {"strategy": "complex", "reason": "查资料"})
+    chat.on("Decomposition", {"sub_questions": [PUMP], "reason": "一问"})
+    chat.on("PlanDecision", {"next_action": "evaluate", "reason": "够了"})
+    chat.on("Evaluation", *verdicts)
+    chat.on(ANSWER, answer)
+
+
+@pytest.mark.parametrize("habit", list(HABITS))
+def test_with_a_model_the_judgement_names_the_conflict_and_the_answer_states_it(
+    es, embedder, conflict_kb, habit: str
+) -> None:
+    with FakeChatServer(HABITS[habit]) as chat:
+        script(chat, "X200 的额定功率为 5.5 千瓦[1]。", judged_conflict("5.5千瓦", "7.5千瓦"))
+        result = ask(deps_for(es, embedder, conflict_kb, chat), PUMP, web=False)
+        answer_prompt = prompt_text(chat.calls(ANSWER)[-1].body)
+    assert sides(result) == [
+        ("local", "《X200 手册（2019 版）》", "5.5千瓦"),
+        ("local", "《X200 手册（2021 版）》", "7.5千瓦"),
+    ], habit
+    assert DISAGREE in answer_prompt and "7.5千瓦" in answer_prompt  # the answer model is told
+    assert result.answer.startswith("X200 的额定功率为 5.5 千瓦[1]。")  # it picked one in silence:
+    assert DISAGREE in result.answer  # so the service says it
+    assert_every_side_cited(result)
+
+
+def test_an_answer_that_states_the_conflict_is_left_as_it_is(es, embedder, conflict_kb) -> None:
+    stated = f"{DISAGREE}：旧版手册写 5.5 千瓦[1]，新版写 7.5 千瓦[2]。"
+    with FakeChatServer() as chat:
+        script(chat, stated, judged_conflict("5.5千瓦", "7.5千瓦"))
+        result = ask(deps_for(es, embedder, conflict_kb, chat), PUMP, web=False)
+    assert result.answer == stated and len(result.conflicts) == 1
+
+
+@pytest.mark.parametrize(
+    "conflicts",
+    [
+        [
+            {"claim": "额定功率", "sources": [{"source": 1, "says": "5.5千瓦"}, {"source": 99, "says": "9千瓦"}]}
+        ],  # unseen [99]
+        [{"claim": "额定功率", "sources": [{"source": 1, "says": "5.5千瓦"}]}],  # one side is no conflict
+        "资料之间没有矛盾",  # not a list
+        [{"claim": "", "sources": []}],
+    ],
+)
+def test_a_malformed_or_unfounded_conflict_is_dropped_and_the_verdict_kept(
+    es, embedder, conflict_kb, conflicts
+) -> None:
+    with FakeChatServer() as chat:
+        script(
+            chat,
+            "X200 的额定功率为 5.5 千瓦[1]。",
+            {"enough": True, "missing": [], "reason": "够", "conflicts": conflicts},
+        )
+        result = ask(deps_for(es, embedder, conflict_kb, chat), PUMP, web=False)
+    assert result.evaluations[-1].source == "model" and result.evaluations[-1].enough is True
+    assert result.conflicts == [] and DISAGREE not in result.answer
+
+
+def test_a_web_page_that_contradicts_the_base_is_labelled_web(es, embedder, conflict_kb) -> None:
+    with FakeChatServer() as chat, FakeBochaServer([PUMP_PAGE]) as web:
+        not_enough = {"enough": False, "missing": ["最新参数"], "reason": "需要核实", "web_query": "X200 水泵 额定功率"}
+        script(chat, "X200 的额定功率为 11 千瓦[3]。", not_enough)
+        chat.on("EvaluationWithWeb", judged_conflict("5.5千瓦", "11千瓦"))
+        result = ask(deps_for(es, embedder, conflict_kb, chat, web), PUMP)
+    assert result.web_used
+    assert sorted((s.kind, s.url or "") for c in result.conflicts for s in c.sources) == [
+        ("local", ""),
+        ("web", "https://pumps.example.org/x200"),
+    ]
+    assert "网络资料" in result.answer and "本地资料" in result.answer
+    assert_every_side_cited(result)
+
+
+def test_conflicts_reach_the_judgement_log_and_the_gap_report(es, embedder, conflict_kb) -> None:
+    deps = deps_for(es, embedder, conflict_kb, None)
+    ask(deps, PUMP, web=False)
+    ask(deps, FAN, web=False)
+    es.indices.refresh(index=deps.settings.judgements_index)
+    report = knowledge_gap_report(es, deps.settings, deps.verdict_scope)
+    assert [(c.claim, c.count, sorted(c.sources)) for c in report.conflicts] == [
+        (PUMP.rstrip("？"), 1, ["《X200 手册（2019 版）》", "《X200 手册（2021 版）》"])
+    ]
+
+
+# --- every protocol's shape ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def conflict_service(es_url: str, conflict_kb: str, embedder: Embedder) -> Iterator[str]:
+    with service(protocol_settings(es_url, conflict_kb, None, answer_mode="extractive"), embedder) as base:
+        yield base
+
+
+def without_none(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: without_none(item) for key, item in value.items() if item is not None}
+    return [without_none(item) for item in value] if isinstance(value, list) else value
+
+
+def test_query_chat_and_mcp_carry_the_conflicts(conflict_service: str) -> None:
+    headers = {"Authorization": f"Bearer {KEY}"}
+    query = httpx.post(f"{conflict_service}/query", json={"question": PUMP, "web": False}, headers=headers, timeout=120)
+    assert query.status_code == 200 and len(query.json()["conflicts"]) == 1
+
+    chat = openai.OpenAI(base_url=f"{conflict_service}/v1", api_key=KEY, max_retries=0, timeout=120)
+    message: list[ChatCompletionMessageParam] = [{"role": "user", "content": PUMP}]
+    completion = chat.chat.completions.create(model="rag", messages=message)
+    assert DISAGREE in (completion.choices[0].message.content or "")
+    assert (completion.model_extra or {})["conflicts"] == query.json()["conflicts"]
+    chunks = list(chat.chat.completions.create(model="rag", messages=message, stream=True))
+    streamed = [(c.model_extra or {}).get("conflicts") for c in chunks if (c.model_extra or {}).get("conflicts")]
+    assert streamed == [without_none(query.json()["conflicts"])]  # chunks leave out empty fields
+
+    async def mcp_ask() -> dict[str, Any]:
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=120) as http,
+            Client(streamable_http_client(f"{conflict_service}/mcp", http_client=http)) as client,
+        ):
+            return (await client.call_tool("ask", {"question": PUMP, "web": False})).structured_content or {}
+
+    answered = asyncio.run(mcp_ask())
+    assert answered["conflicts"] == query.json()["conflicts"] and DISAGREE in answered["answer"]
+
+
+def test_no_shape_carries_a_conflict_where_the_sources_agree(conflict_service: str) -> None:
+    headers = {"Authorization": f"Bearer {KEY}"}
+    query = httpx.post(f"{conflict_service}/query", json={"question": FAN, "web": False}, headers=headers, timeout=120)
+    assert query.json()["conflicts"] == [] and DISAGREE not in query.json()["answer"]
+    chat = openai.OpenAI(base_url=f"{conflict_service}/v1", api_key=KEY, max_retries=0, timeout=120)
+    completion = chat.chat.completions.create(model="rag", messages=[{"role": "user", "content": FAN}])
+    assert (completion.model_extra or {})["conflicts"] == [] and json.dumps(completion.model_dump()).count(
+        DISAGREE
+    ) == 0
