@@ -51,6 +51,7 @@ from retrieval.retriever import RetrievalParams, Retriever
 
 K = 8  # passages searched per part: the default `k` of POST /query
 SIMILARITIES = [round(0.80 + 0.005 * i, 3) for i in range(31)]  # 0.800 … 0.950
+UNKNOWN_TERMS = [0, 1, 2, 99]  # 99: no limit
 COVERAGES = [round(0.1 * i, 1) for i in range(11)]  # 0.0 … 1.0
 _MARKUP = re.compile(r"\[\d+\](?:（https?://[^）]*）)?|[「」\n]")
 
@@ -93,7 +94,8 @@ def run_all(retriever: Retriever, settings: Settings, questions: list[dict[str, 
                 "ms": round((time.perf_counter() - started) * 1000, 1),
                 "answer": result.answer,
                 "parts": [
-                    p.model_dump(include={"part", "best_similarity", "coverage", "wants_links"}) for p in result.parts
+                    p.model_dump(include={"part", "best_similarity", "coverage", "wants_links", "unknown"})
+                    for p in result.parts
                 ],
                 "quoted": contains(result.answer, evidence) if evidence else None,
                 "contradiction_quoted": contains(result.answer, item["contradicted_by"])
@@ -106,13 +108,17 @@ def run_all(retriever: Retriever, settings: Settings, questions: list[dict[str, 
     return runs
 
 
-def answered(part: dict[str, Any], similarity: float, coverage: float) -> bool:
-    return bool(part["wants_links"]) or (part["best_similarity"] >= similarity and part["coverage"] >= coverage)
+def answered(part: dict[str, Any], similarity: float, coverage: float, unknown: int) -> bool:
+    """`retrieval.extractive.select`'s verdict at these thresholds."""
+    if part["wants_links"]:
+        return True
+    known = len(part.get("unknown", [])) <= unknown
+    return part["best_similarity"] >= similarity and part["coverage"] >= coverage and known
 
 
-def judge(run: dict[str, Any], similarity: float, coverage: float) -> dict[str, bool]:
+def judge(run: dict[str, Any], similarity: float, coverage: float, unknown: int) -> dict[str, bool]:
     """What the answer says at these thresholds: all parts answered, or 无法从上下文确认 for some."""
-    verdicts = [answered(p, similarity, coverage) for p in run["parts"]]
+    verdicts = [answered(p, similarity, coverage, unknown) for p in run["parts"]]
     result = {"all_answered": all(verdicts), "admits": not all(verdicts)}
     if run["kind"] == "compound":
         # First part answered and quoted, some later part admitted.
@@ -128,11 +134,11 @@ def share(flags: list[bool]) -> dict[str, Any]:
 TRAPS = ("modern", "plausible", "false_premise", "out_of_domain")  # kinds of unanswerable question
 
 
-def figures(runs: list[dict[str, Any]], similarity: float, coverage: float) -> dict[str, Any]:
+def figures(runs: list[dict[str, Any]], similarity: float, coverage: float, unknown: int) -> dict[str, Any]:
     answerable = [r for r in runs if r["kind"] == "answerable"]
     unanswerable = [r for r in runs if r["kind"] == "unanswerable"]
     compound = [r for r in runs if r["kind"] == "compound"]
-    judged = {id(r): judge(r, similarity, coverage) for r in runs}
+    judged = {id(r): judge(r, similarity, coverage, unknown) for r in runs}
     found = {
         "answerable_quotes_evidence": share([r["quoted"] for r in answerable]),
         "answerable_judged_answered": share([judged[id(r)]["all_answered"] for r in answerable]),
@@ -152,15 +158,20 @@ def figures(runs: list[dict[str, Any]], similarity: float, coverage: float) -> d
 
 def tune(dev: list[dict[str, Any]]) -> dict[str, Any]:
     """The grid point with the best balanced accuracy on dev; ties go to the stricter point."""
-    best: tuple[float, float, float] | None = None
-    for similarity, coverage in product(SIMILARITIES, COVERAGES):
-        found = figures(dev, similarity, coverage)
-        admitted = [judge(r, similarity, coverage)["admits"] for r in dev if r["kind"] != "answerable"]
+    best: tuple[float, float, float, int] | None = None
+    for similarity, coverage, unknown in product(SIMILARITIES, COVERAGES, UNKNOWN_TERMS):
+        found = figures(dev, similarity, coverage, unknown)
+        admitted = [judge(r, similarity, coverage, unknown)["admits"] for r in dev if r["kind"] != "answerable"]
         balanced = (found["answerable_judged_answered"]["share"] + sum(admitted) / max(1, len(admitted))) / 2
-        if best is None or (balanced, similarity, coverage) > best:
-            best = (balanced, similarity, coverage)
+        if best is None or (balanced, similarity, coverage, -unknown) > (*best[:3], -best[3]):
+            best = (balanced, similarity, coverage, unknown)
     assert best is not None
-    return {"balanced_accuracy": round(best[0], 3), "min_similarity": best[1], "min_coverage": best[2]}
+    return {
+        "balanced_accuracy": round(best[0], 3),
+        "min_similarity": best[1],
+        "min_coverage": best[2],
+        "max_unknown_terms": best[3],
+    }
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -170,7 +181,8 @@ def markdown(report: dict[str, Any]) -> str:
         f"{report['questions']} questions asked ({report['skipped']} skipped: evidence not in the index); "
         f"machine: {report['machine']['cores']} cores, load {report['machine']['load_average']}, {report['machine']['date']}.",
         f"Thresholds chosen on dev (balanced accuracy {chosen['balanced_accuracy']}): "
-        f"EXTRACTIVE_MIN_SIMILARITY={chosen['min_similarity']}, EXTRACTIVE_MIN_COVERAGE={chosen['min_coverage']}.",
+        f"EXTRACTIVE_MIN_SIMILARITY={chosen['min_similarity']}, EXTRACTIVE_MIN_COVERAGE={chosen['min_coverage']}, "
+        f"EXTRACTIVE_MAX_UNKNOWN_TERMS={chosen['max_unknown_terms']}.",
         "",
         "| figure | dev | test |",
         "|---|---|---|",
@@ -221,6 +233,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     dev = [r for r in runs if r["split"] == "dev"]
     chosen = tune(dev)
+    thresholds = (chosen["min_similarity"], chosen["min_coverage"], chosen["max_unknown_terms"])
     report = {
         "index": args.index,
         "chunks": len(chunks),
@@ -228,8 +241,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "skipped": len(questions) - len(askable),
         "machine": machine(es, embedder),
         "chosen": chosen,
-        "dev": figures(dev, chosen["min_similarity"], chosen["min_coverage"]),
-        "test": figures([r for r in runs if r["split"] == "test"], chosen["min_similarity"], chosen["min_coverage"]),
+        "dev": figures(dev, *thresholds),
+        "test": figures([r for r in runs if r["split"] == "test"], *thresholds),
         "latency_ms": {"p50": percentile([r["ms"] for r in runs], 50), "p95": percentile([r["ms"] for r in runs], 95)},
         "runs": runs,
     }

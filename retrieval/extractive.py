@@ -20,8 +20,9 @@ alone, for bench/extractive_eval.py.
 """
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from itertools import accumulate
 
 from pydantic import BaseModel
@@ -76,6 +77,7 @@ class PartAnswer(BaseModel):
     best_similarity: float
     coverage: float
     wants_links: bool = False
+    unknown: list[str] = []  # the part's terms that neither its sources nor the base mention (血型, 手机)
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,7 @@ class Thresholds:
     candidates: int  # windows embedded per part at most, the best by keyword coverage first
     coverage_weight: float
     passage_weight: float  # a window's bonus for lying in a passage the search matched
+    max_unknown_terms: int  # a part naming more terms that the base never mentions is not answered
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "Thresholds":
@@ -115,6 +118,7 @@ class Thresholds:
             candidates=settings.extractive_candidates,
             coverage_weight=settings.extractive_coverage_weight,
             passage_weight=settings.extractive_passage_weight,
+            max_unknown_terms=settings.extractive_max_unknown_terms,
         )
 
 
@@ -287,9 +291,16 @@ def _merge(chosen: list[tuple[Window, Extract]]) -> list[Extract]:
 
 
 def select(
-    part: str, sources: Sequence[Source], embedder: Embedder, tokenizer: ChineseTokenizer, limits: Thresholds
+    part: str,
+    sources: Sequence[Source],
+    embedder: Embedder,
+    tokenizer: ChineseTokenizer,
+    limits: Thresholds,
+    held: Callable[[Sequence[str]], set[str]] | None = None,
 ) -> PartAnswer:
-    """The best sentence windows for `part`, in book order, and whether they answer it."""
+    """The best sentence windows for `part`, in book order, and whether they answer it. `held`
+    tells which terms the whole base holds: a term of the part that neither the sources nor the
+    base mention (血型, 高铁) is `unknown`, and too many unknown terms mean no answer."""
     terms = content_terms(part, tokenizer)
     candidates = windows_of(sources, limits.context)
     if not candidates:
@@ -326,8 +337,18 @@ def select(
         kept = sorted(_merge(best), key=lambda e: e.order)
     union = coverage(terms, "".join(e.text for e in kept))
     top_similarity = max(extract.similarity for _, extract in scored)
-    answered = union >= limits.min_coverage and top_similarity >= limits.min_similarity
-    return PartAnswer(part=part, extracts=kept, answered=answered, best_similarity=top_similarity, coverage=union)
+    unknown = [term for term in terms if len(term) > 1 and not any(_covers(term, s.text) for s in sources)]
+    if held is not None and unknown:
+        in_base = held(unknown)
+        unknown = [term for term in unknown if term not in in_base]
+    answered = (
+        union >= limits.min_coverage
+        and top_similarity >= limits.min_similarity
+        and len(unknown) <= limits.max_unknown_terms
+    )
+    return PartAnswer(
+        part=part, extracts=kept, answered=answered, best_similarity=top_similarity, coverage=union, unknown=unknown
+    )
 
 
 @dataclass(frozen=True)
@@ -406,6 +427,7 @@ def answer_locally(
             answers.append(link_answer(part, []))
             continue
         hits = retriever.search(scope, text, mode, k).hits[:passages]
-        answers.append(select(part, local_sources(hits), retriever.embedder, tokenizer, limits))
+        held = partial(retriever.terms_held, scope)
+        answers.append(select(part, local_sources(hits), retriever.embedder, tokenizer, limits, held))
     numbers = {source_id: Quoted(number) for number, source_id in enumerate(quoted_ids(answers), start=1)}
     return LocalAnswer(compose(answers, numbers, []), answers)

@@ -346,6 +346,11 @@ class Retriever:
         source = Reader(self.es, scope).fetch([chunk_id], HIT_SOURCE_FIELDS).get(chunk_id)
         return Hit.from_source(source, id=chunk_id, score=0.0) if source is not None else None
 
+    def terms_held(self, scope: Scope, terms: Sequence[str]) -> set[str]:
+        """Which of `terms` (index terms) some chunk `scope` reads holds: a term the base never
+        mentions cannot be answered from it (the extractive verdict, `retrieval.extractive`)."""
+        return Reader(self.es, scope).holding("tokens", list(terms))
+
     def index_tokenizer(self, scope: Scope) -> ChineseTokenizer:
         """The tokenizer `scope`'s base was cut with: the base dictionaries plus its stored corpus
         dictionary, of which a scope that hides documents gets the terms its chunks hold."""

@@ -5,8 +5,11 @@ The answer may contain only quotes of the sources and fixed template phrases: `a
 checks every line of every answer produced here.
 """
 
+import dataclasses
 import re
 from collections.abc import Callable
+from functools import partial
+from typing import Any
 
 import pytest
 from elasticsearch import Elasticsearch
@@ -68,6 +71,35 @@ def test_content_terms_drop_question_words_and_coverage_counts_them() -> None:
     assert extractive.coverage(["关羽", "兵器"], "关羽提青龙偃月刀") == 0.5
     assert extractive.coverage(["青龙偃月刀"], "云长造青龙偃月刀") == 1.0
     assert extractive.coverage(["偃月宝刀"], "云长造青龙偃月刀") == 0.0
+
+
+LIU_BEI = extractive.Source("liu", "刘备字玄德，涿郡涿县人。身长七尺五寸，两耳垂肩。生得面如冠玉，唇若涂脂。")
+
+
+def limits(**changes: Any) -> extractive.Thresholds:
+    """The settings' thresholds with `changes` (every verdict threshold open unless changed)."""
+    opened: dict[str, Any] = {"min_similarity": 0.0, "min_coverage": 0.0, "max_unknown_terms": 99, **changes}
+    return dataclasses.replace(extractive.Thresholds.from_settings(Settings(_env_file=None)), **opened)
+
+
+def test_a_part_naming_what_no_source_mentions_is_not_answered(embedder: Embedder) -> None:
+    """刘备's blood group: the sources share 刘备 with the part, and never mention 血型."""
+    select = partial(extractive.select, "刘备的血型是什么", [LIU_BEI], embedder, get_tokenizer())
+    assert select(limits(max_unknown_terms=1)).answered
+    strict = select(limits(max_unknown_terms=0))
+    assert strict.unknown == ["血型"] and not strict.answered
+    assert select(limits(max_unknown_terms=0)).extracts  # the closest quote is still shown, as such
+
+
+def test_a_sentence_the_search_matched_is_preferred(embedder: Embedder) -> None:
+    """Two sentences answer alike; the one inside the passage the search matched is quoted first."""
+    text = LIU_BEI.text
+    second = text.index("身长")
+    matched = dataclasses.replace(LIU_BEI, matched=((second, second + 12),))
+    select = partial(extractive.select, "刘备长什么样", [matched], embedder, get_tokenizer())
+    preferred = select(limits(passage_weight=1.0, sentences=1, context=0))
+    assert preferred.extracts[0].text == "身长七尺五寸，两耳垂肩。"
+    assert select(limits(passage_weight=0.0, sentences=1, context=0)).extracts[0].text != preferred.extracts[0].text
 
 
 # --- the workflow ---------------------------------------------------------------------------

@@ -6,6 +6,7 @@ They share `retrieve` and `web_search` with the agentic workflow, and the web-fa
 """
 
 import asyncio
+from functools import partial
 
 from langgraph.runtime import Runtime
 
@@ -81,7 +82,9 @@ async def select_evidence(state: WorkflowState, runtime: Runtime[RunContext]) ->
         else:
             sources = _sources(state, part, settings.extractive_passages)
             judged = " ".join([*state.get("history_terms", []), part])  # a follow-up is about the earlier subject
-            found = await asyncio.to_thread(extractive.select, judged, sources, retriever.embedder, tokenizer, limits)
+            held = partial(retriever.terms_held, ctx.deps.scope)
+            select = partial(extractive.select, judged, sources, retriever.embedder, tokenizer, limits, held)
+            found = await asyncio.to_thread(select)
             answers.append(found.model_copy(update={"part": part}))
     step = _verdict(answers, with_web=bool(web))
     disagreements = _disagreements(state, answers, tokenizer)
