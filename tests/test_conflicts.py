@@ -22,6 +22,7 @@ from elasticsearch import Elasticsearch
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from openai.types.chat import ChatCompletionMessageParam
+from playwright.sync_api import Browser, expect
 from pydantic import SecretStr
 
 from core.access import Scope
@@ -31,12 +32,15 @@ from core.embeddings import Embedder
 from core.text import get_tokenizer
 from retrieval.conflicts import DISAGREE, Quote, figure_conflicts
 from retrieval.retriever import build_retriever
+from service.app import create_app
 from service.graph import QueryResult, WorkflowDeps, build_deps, knowledge_gap_report
 from tests.conftest import ask, knowledge_base
 from tests.fakes.bocha_server import API_KEY, FakeBochaServer, page
 from tests.fakes.habits import HABITS
 from tests.fakes.openai_server import ANSWER, FakeChatServer, prompt_text
 from tests.protocols import KEY, protocol_settings, service
+from tests.serving import serve
+from tests.test_browser import asked, browser, screenshot  # noqa: F401 (browser: the module's Chromium fixture)
 
 PUMP = "X200型水泵的额定功率是多少？"
 FOUNDED = "星河公司是哪一年成立的？"
@@ -325,3 +329,29 @@ def test_no_shape_carries_a_conflict_where_the_sources_agree(conflict_service: s
     assert (completion.model_extra or {})["conflicts"] == [] and json.dumps(completion.model_dump()).count(
         DISAGREE
     ) == 0
+
+
+@pytest.fixture(scope="module")
+def page_url(es_url: str, conflict_kb: str, embedder: Embedder) -> Iterator[str]:
+    """The page over the conflict corpus, no key and no model (as a new user's `./run demo`)."""
+    settings = Settings(_env_file=None, es_url=es_url, es_index=conflict_kb, answer_mode="extractive")
+    with serve(create_app(settings, embedder=embedder)) as url:
+        yield url
+
+
+@pytest.mark.browser
+def test_the_page_shows_each_side_linked_to_its_citation(browser: Browser, page_url: str) -> None:  # noqa: F811
+    with asked(browser, page_url, PUMP) as tab:
+        box = tab.locator("#conflicts-section")
+        expect(box).to_be_visible(timeout=60_000)
+        expect(box).to_contain_text(PUMP.rstrip("？"))
+        sides = box.locator("#conflicts > li > ul > li")
+        expect(sides).to_have_count(2)
+        expect(sides.nth(0)).to_contain_text("《X200 手册（2019 版）》")
+        expect(sides.nth(1)).to_contain_text("X200型水泵额定功率7.5千瓦")
+        expect(sides.nth(1).locator("a.cite")).to_have_attribute("href", "#cite-2")
+        screenshot(tab, "answer-conflicts.png")
+    with asked(browser, page_url, FAN) as tab:
+        expect(tab.locator("#timeline li.total")).to_be_visible(timeout=60_000)
+        expect(tab.locator("#answer")).to_contain_text("35公斤")
+        expect(tab.locator("#conflicts-section")).to_be_hidden()
