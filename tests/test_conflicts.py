@@ -1,4 +1,4 @@
-"""Sources that disagree are said plainly (issue 37): found in code for figures and dates without a
+"""Sources that disagree are said plainly, and what the base lacks is admitted (issue 37): found in code for figures and dates without a
 model, reported by the judgement with one, and carried in every shape: /query, the chat completion,
 MCP, the judgement log and the gap report. None is invented where the sources agree.
 
@@ -31,6 +31,7 @@ from core.documents import Document
 from core.embeddings import Embedder
 from core.text import get_tokenizer
 from retrieval.conflicts import DISAGREE, Quote, figure_conflicts
+from retrieval.extractive import UNCONFIRMED
 from retrieval.retriever import build_retriever
 from service.app import create_app
 from service.graph import QueryResult, WorkflowDeps, build_deps, knowledge_gap_report
@@ -219,6 +220,26 @@ def test_with_a_model_the_judgement_names_the_conflict_and_the_answer_states_it(
     assert result.answer.startswith("X200 的额定功率为 5.5 千瓦[1]。")  # it picked one in silence:
     assert DISAGREE in result.answer  # so the service says it
     assert_every_side_cited(result)
+
+
+@pytest.mark.parametrize("habit", list(HABITS))
+def test_with_a_model_what_the_base_lacks_is_admitted_under_every_habit(es, embedder, conflict_kb, habit: str) -> None:
+    """An unanswerable question (the pump's price, which no document states), web off: the verdict says
+    what is missing; the answer model does not say it and picks a figure; the service says it, and
+    the model's reasoning stays out of the answer."""
+    price = "X200型水泵卖多少钱？"
+    missing = {
+        "enough": False,
+        "missing": ["X200 水泵的价格"],
+        "reason": "资料只有功率和扬程",
+        "web_query": "X200 价格",
+    }
+    with FakeChatServer(HABITS[habit]) as chat:
+        script(chat, "X200 水泵大约 2000 元[1]。", missing)
+        chat.on("Decomposition", {"sub_questions": [price], "reason": "一问"})
+        result = ask(deps_for(es, embedder, conflict_kb, chat), price, web=False)
+    assert f"{UNCONFIRMED}：X200 水泵的价格" in result.answer, habit
+    assert result.conflicts == [] and HABITS[habit].reasoning_text not in result.answer
 
 
 def test_an_answer_that_states_the_conflict_is_left_as_it_is(es, embedder, conflict_kb) -> None:
