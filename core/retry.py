@@ -8,7 +8,8 @@ A `Policy` is how often and how long to try, and which errors are worth another 
 - `ES_SEARCH`: one failed search of an `_msearch` (`core.reader`);
 - `ES_BULK`: bulk writes of the indexing job (`indexing/write.py`);
 - `WEB_SEARCH`: the Bocha web search (`service/websearch.py`);
-- `RERANK`: a rerank endpoint (`retrieval/rerank.py`).
+- `RERANK`: a rerank endpoint (`retrieval/rerank.py`);
+- `ES_NEW_INDEX`: the first read of an index just created (`core.store.wait_until_readable`).
 
 The transient tests say which failures may pass when tried later; the API answers those with
 503 and Retry-After (`service/errors.py`).
@@ -111,6 +112,9 @@ WEB_SEARCH = Policy(2, wait_fixed(0.2), marked_transient)
 # One retry on a refused or reset connection or a 5xx; none on a time-out (the stage has a time
 # budget) nor on 429: the query goes on with the fused order (retrieval/rerank.py).
 RERANK = Policy(2, wait_fixed(0.05), marked_transient)
+# A new index's primary is started for the cluster (health yellow) a moment before its node serves
+# reads of it: on a loaded machine a read then is a 503 no_shard_available. 10 s of reads at most.
+ES_NEW_INDEX = Policy(40, wait_fixed(0.25), lambda error: isinstance(error, ApiError) and es_api_transient(error))
 
 
 def log_retry(log: logging.Logger, what: str) -> Callable[[RetryCallState], None]:

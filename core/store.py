@@ -16,7 +16,7 @@ from core.aliases import Alias
 from core.chunking import PassageWindows
 from core.config import Settings
 from core.embeddings import Embedder
-from core.retry import is_transient
+from core.retry import ES_NEW_INDEX, is_transient, retrying
 from core.schema import ADDED_PROPERTIES, index_body
 
 
@@ -106,6 +106,15 @@ def create_index(
     passages: PassageWindows | None = None,
 ) -> None:
     es.indices.create(index=name, **index_body(embedder, shards, replicas, passages))
+
+
+def wait_until_readable(es: Elasticsearch, index: str) -> None:
+    """Return once `index`, just created, answers reads: its primary started (30 s at most), then
+    a read that succeeds (`ES_NEW_INDEX`). Without it the first request after creation can be a 503."""
+    es.cluster.health(index=index, wait_for_status="yellow", timeout="30s")
+    for attempt in retrying(ES_NEW_INDEX, f"the first read of {index!r}"):
+        with attempt:
+            es.options(ignore_status=404).get(index=index, id="readable-probe")
 
 
 def concrete_indices(es: Elasticsearch, alias: str) -> list[str]:

@@ -22,6 +22,7 @@ from elasticsearch import Elasticsearch, NotFoundError
 from pydantic import BaseModel, Field
 
 from core.config import Settings
+from core.store import wait_until_readable
 from service.graph import QueryResult
 from service.principals import Caller
 
@@ -158,6 +159,7 @@ class AnswerLog:
             self.es.options(ignore_status=400).indices.create(  # 400: another process created it first
                 index=self.index, mappings=_MAPPING, settings={"number_of_replicas": self.replicas}
             )
+        wait_until_readable(self.es, self.index)
         self._ready = True
 
     def record(self, answer: LoggedAnswer) -> None:

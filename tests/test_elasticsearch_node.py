@@ -1,12 +1,15 @@
 """The Elasticsearch node is real and has every server feature this project relies on."""
 
+import threading
 from collections.abc import Callable
 
 import numpy as np
 import pytest
-from elasticsearch import Elasticsearch, helpers
+from elastic_transport import ApiResponseMeta, HttpHeaders, NodeConfig
+from elasticsearch import ApiError, Elasticsearch, NotFoundError, helpers
 
 from core.embeddings import Embedder
+from core.retry import ES_NEW_INDEX
 from core.store import (
     EmbedderMismatchError,
     IndexNotFoundError,
@@ -17,6 +20,7 @@ from core.store import (
     read_index_meta,
     swap_alias,
     versioned_name,
+    wait_until_readable,
 )
 from tests.conftest import ES_VERSION
 from tests.test_indexing import OtherEmbedder
@@ -121,3 +125,34 @@ def test_embedder_returns_normalized_vectors(embedder: Embedder) -> None:
     query = embedder.embed_query("血糖高怎么办")
     assert docs.shape == (2, embedder.dim) and query.shape == (embedder.dim,)
     assert np.allclose(np.linalg.norm(docs, axis=1), 1.0, atol=1e-3)
+
+
+def test_a_new_index_is_read_only_once_its_primary_serves(es: Elasticsearch, index_name: Callable[[str], str]) -> None:
+    """The jobs, answers and judgement stores create their index on first use and read it at once.
+    Here the primary may not start until a second later; the first read after the wait succeeds."""
+    name = index_name("late-primary")
+    es.indices.create(index=name, settings={"index.routing.allocation.require._name": "no-such-node"})
+    allow = threading.Timer(
+        1.0, lambda: es.indices.put_settings(index=name, settings={"index.routing.allocation.require._name": None})
+    )
+    allow.start()
+    try:
+        wait_until_readable(es, name)
+        with pytest.raises(NotFoundError):
+            es.get(index=name, id="absent")
+    finally:
+        allow.join()
+        es.indices.delete(index=name)
+
+
+def _answer(status: int, error_type: str) -> ApiError:
+    meta = ApiResponseMeta(status, "1.1", HttpHeaders(), 0.0, NodeConfig("http", "127.0.0.1", 9200))
+    return ApiError(error_type, meta, {"error": {"type": error_type}, "status": status})
+
+
+def test_the_first_read_is_retried_while_the_shard_is_unavailable_and_only_then() -> None:
+    """The race itself (yellow for the cluster, a 503 for the read) cannot be made on demand: the
+    policy is checked on the answers Elasticsearch gives."""
+    assert ES_NEW_INDEX.transient(_answer(503, "no_shard_available_action_exception"))
+    assert not ES_NEW_INDEX.transient(_answer(404, "index_not_found_exception"))
+    assert not ES_NEW_INDEX.transient(_answer(400, "illegal_argument_exception"))

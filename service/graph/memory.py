@@ -27,6 +27,7 @@ from cachetools import TTLCache
 from elasticsearch import ApiError, Elasticsearch, NotFoundError, helpers
 
 from core.config import Settings
+from core.store import wait_until_readable
 from retrieval.conflicts import Conflict
 from service.graph.schemas import EvaluationStep, GapAspect, GapConflict, GapReport, Judgement
 
@@ -160,6 +161,7 @@ class JudgementMemory:
                 raise
             # A log written before knowledge bases had access scopes: add the field in place.
             self.es.indices.put_mapping(index=self.index, properties=JUDGEMENTS_MAPPING["properties"])
+        wait_until_readable(self.es, self.index)
         self._index_ready = True
         self.forget_old()
 

@@ -21,6 +21,7 @@ from elasticsearch import ConflictError, Elasticsearch, NotFoundError
 from pydantic import BaseModel, Field
 
 from core.access import DocumentAccess
+from core.store import wait_until_readable
 
 logger = logging.getLogger(__name__)
 
@@ -137,9 +138,7 @@ class JobStore:
                 self.es.options(ignore_status=400).indices.create(
                     index=self.index, mappings=_MAPPING, settings=_SETTINGS
                 )
-            # A new index's primary may start after `create` returns (a loaded node): reading it then
-            # is a no_shard_available 503, so wait until it can be read.
-            self.es.cluster.health(index=self.index, wait_for_status="yellow", timeout="30s")
+            wait_until_readable(self.es, self.index)
             self._ready = True
 
     def create(self, job: Job) -> None:
