@@ -5,6 +5,7 @@ A knowledge base is an alias (`ES_INDEX`, default `kb`) pointing at one concrete
 index `_meta` records which embedder built it, so queries with another one fail loudly.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -108,13 +109,14 @@ def create_index(
     es.indices.create(index=name, **index_body(embedder, shards, replicas, passages))
 
 
-def wait_until_readable(es: Elasticsearch, index: str) -> None:
+def wait_until_readable(es: Elasticsearch, index: str, first_read: Callable[[], object]) -> None:
     """Return once `index`, just created, answers reads: its primary started (30 s at most), then
-    a read that succeeds (`ES_NEW_INDEX`). Without it the first request after creation can be a 503."""
+    `first_read` (the owner's own read of it) succeeding (`ES_NEW_INDEX`). Without it the first
+    request after creation can be a 503 no_shard_available."""
     es.cluster.health(index=index, wait_for_status="yellow", timeout="30s")
     for attempt in retrying(ES_NEW_INDEX, f"the first read of {index!r}"):
         with attempt:
-            es.options(ignore_status=404).get(index=index, id="readable-probe")
+            first_read()
 
 
 def concrete_indices(es: Elasticsearch, alias: str) -> list[str]:

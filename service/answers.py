@@ -159,7 +159,7 @@ class AnswerLog:
             self.es.options(ignore_status=400).indices.create(  # 400: another process created it first
                 index=self.index, mappings=_MAPPING, settings={"number_of_replicas": self.replicas}
             )
-        wait_until_readable(self.es, self.index)
+        wait_until_readable(self.es, self.index, lambda: self.es.options(ignore_status=404).count(index=self.index))
         self._ready = True
 
     def record(self, answer: LoggedAnswer) -> None:

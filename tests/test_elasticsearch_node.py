@@ -137,7 +137,7 @@ def test_a_new_index_is_read_only_once_its_primary_serves(es: Elasticsearch, ind
     )
     allow.start()
     try:
-        wait_until_readable(es, name)
+        wait_until_readable(es, name, lambda: es.count(index=name))
         with pytest.raises(NotFoundError):
             es.get(index=name, id="absent")
     finally:

@@ -150,18 +150,19 @@ class JudgementMemory:
         )
 
     def _ensure_index(self) -> None:
-        if self._index_ready or self.es is None:
+        es = self.es
+        if self._index_ready or es is None:
             return
         try:
-            self.es.indices.create(
+            es.indices.create(
                 index=self.index, mappings=JUDGEMENTS_MAPPING, settings={"number_of_replicas": self.replicas}
             )
         except ApiError as err:
             if err.meta.status != 400 or "resource_already_exists" not in str(err):
                 raise
             # A log written before knowledge bases had access scopes: add the field in place.
-            self.es.indices.put_mapping(index=self.index, properties=JUDGEMENTS_MAPPING["properties"])
-        wait_until_readable(self.es, self.index)
+            es.indices.put_mapping(index=self.index, properties=JUDGEMENTS_MAPPING["properties"])
+        wait_until_readable(es, self.index, lambda: es.options(ignore_status=404).count(index=self.index))
         self._index_ready = True
         self.forget_old()
 

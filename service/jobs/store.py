@@ -138,7 +138,7 @@ class JobStore:
                 self.es.options(ignore_status=400).indices.create(
                     index=self.index, mappings=_MAPPING, settings=_SETTINGS
                 )
-            wait_until_readable(self.es, self.index)
+            wait_until_readable(self.es, self.index, lambda: self.es.options(ignore_status=404).count(index=self.index))
             self._ready = True
 
     def create(self, job: Job) -> None:
