@@ -94,7 +94,17 @@ def run_all(retriever: Retriever, settings: Settings, questions: list[dict[str, 
                 "ms": round((time.perf_counter() - started) * 1000, 1),
                 "answer": result.answer,
                 "parts": [
-                    p.model_dump(include={"part", "best_similarity", "coverage", "wants_links", "unknown"})
+                    p.model_dump(
+                        include={
+                            "part",
+                            "best_similarity",
+                            "coverage",
+                            "wants_links",
+                            "unknown",
+                            "wanted",
+                            "wanted_found",
+                        }
+                    )
                     for p in result.parts
                 ],
                 "quoted": contains(result.answer, evidence) if evidence else None,
@@ -113,7 +123,8 @@ def answered(part: dict[str, Any], similarity: float, coverage: float, unknown: 
     if part["wants_links"]:
         return True
     known = len(part.get("unknown", [])) <= unknown
-    return part["best_similarity"] >= similarity and part["coverage"] >= coverage and known
+    found = part.get("wanted_found", True)  # a quote holds the kind of answer asked for (retrieval/answer_kinds.py)
+    return part["best_similarity"] >= similarity and part["coverage"] >= coverage and known and found
 
 
 def judge(run: dict[str, Any], similarity: float, coverage: float, unknown: int) -> dict[str, bool]:

@@ -34,7 +34,7 @@ CHECK_THE_ORIGINALS = "请对照原始资料核实，本回答不替资料做取
 
 MIN_ANCHOR_OVERLAP = 0.5  # shared character bigrams / the smaller clause's
 
-_CN_DIGITS = "零〇一二两三四五六七八九十百千万亿"
+CN_DIGITS = "零〇一二两三四五六七八九十百千万亿"
 _UNITS = (
     "万人|万元|亿元|美元|千瓦|千米|公里|厘米|毫米|公斤|千克|毫克|毫升|小时|分钟|周岁|"
     "年|月|日|岁|人|名|个|次|天|周|秒|米|里|斤|克|吨|元|瓦|伏|度|℃|%|％|页|章|回|卷|匹|骑|艘|座|户|"
@@ -43,7 +43,7 @@ _UNITS = (
 _DATE = re.compile(
     r"(\d{4}|[〇零一二三四五六七八九]{4})年(\d{1,2}|[一二三四五六七八九十]{1,3})月(?:(\d{1,2}|[一二三四五六七八九十]{1,3})[日号])?"
 )
-_FIGURE = re.compile(rf"(\d+(?:\.\d+)?|[{_CN_DIGITS}]+)\s?({_UNITS})")
+_FIGURE = re.compile(rf"(\d+(?:\.\d+)?|[{CN_DIGITS}]+)\s?({_UNITS})")
 _CLAUSE_EDGE = re.compile(r"[，,；;。！!？?\n]")
 _ERA_CHARS = 2
 _CODE = re.compile(r"[A-Za-z]+-?\d[A-Za-z0-9-]*")  # model numbers: X200, GB-2760, iPhone15

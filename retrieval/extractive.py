@@ -33,6 +33,7 @@ from core.config import Settings
 from core.embeddings import Embedder, cosine_similarities
 from core.schema import Mode
 from core.text import ChineseTokenizer
+from retrieval.answer_kinds import asked_kind, holds
 from retrieval.conflicts import Conflict, describe
 from retrieval.results import Hit
 from retrieval.retriever import Retriever
@@ -78,6 +79,8 @@ class PartAnswer(BaseModel):
     coverage: float
     wants_links: bool = False
     unknown: list[str] = []  # the part's terms that neither its sources nor the base mention (血型, 手机)
+    wanted: str | None = None  # the kind of answer the part asks for, when it has a visible form (重量)
+    wanted_found: bool = True  # whether a quote holds one (`retrieval.answer_kinds`)
 
 
 @dataclass(frozen=True)
@@ -290,25 +293,14 @@ def _merge(chosen: list[tuple[Window, Extract]]) -> list[Extract]:
     ]
 
 
-def select(
-    part: str,
-    sources: Sequence[Source],
-    embedder: Embedder,
-    tokenizer: ChineseTokenizer,
-    limits: Thresholds,
-    held: Callable[[Sequence[str]], set[str]] | None = None,
-) -> PartAnswer:
-    """The best sentence windows for `part`, in book order, and whether they answer it. `held`
-    tells which terms the whole base holds: a term of the part that neither the sources nor the
-    base mention (血型, 高铁) is `unknown`, and too many unknown terms mean no answer."""
-    terms = content_terms(part, tokenizer)
-    candidates = windows_of(sources, limits.context)
-    if not candidates:
-        return PartAnswer(part=part, extracts=[], answered=False, best_similarity=0.0, coverage=0.0)
+def _scored(
+    part: str, terms: list[str], candidates: list[Window], embedder: Embedder, limits: Thresholds
+) -> list[tuple[Window, Extract]]:
+    """The shortlisted windows, best first: similarity to the part + weighted keyword coverage (+ the
+    matched-passage prior). Only the windows sharing the most terms with the part (or lying in a
+    matched passage) are embedded (ties: retrieval order)."""
     covered = [coverage(terms, window.text) for window in candidates]
     prior = [limits.passage_weight * window.matched for window in candidates]
-    # Only the windows sharing the most terms with the part (or lying in a matched passage) are
-    # embedded (ties: retrieval order).
     shortlist = sorted(range(len(candidates)), key=lambda i: -(covered[i] + prior[i]))[: limits.candidates]
     vectors = embedder.embed_documents([candidates[i].text for i in shortlist])
     similarities = cosine_similarities(vectors, embedder.embed_query(part))
@@ -326,7 +318,27 @@ def select(
             score=score,
         )
         scored.append((window, extract))
-    scored.sort(key=lambda pair: -pair[1].score)
+    return sorted(scored, key=lambda pair: -pair[1].score)
+
+
+def select(
+    part: str,
+    sources: Sequence[Source],
+    embedder: Embedder,
+    tokenizer: ChineseTokenizer,
+    limits: Thresholds,
+    held: Callable[[Sequence[str]], set[str]] | None = None,
+) -> PartAnswer:
+    """The best sentence windows for `part`, in book order, and whether they answer it. `held`
+    tells which terms the whole base holds: a term of the part that neither the sources nor the
+    base mention (血型, 高铁) is `unknown`, and too many unknown terms mean no answer. A part that
+    asks for a kind of answer with a visible form (a weight, an age: `retrieval.answer_kinds`) is
+    answered only when a quote holds one."""
+    terms = content_terms(part, tokenizer)
+    candidates = windows_of(sources, limits.context)
+    if not candidates:
+        return PartAnswer(part=part, extracts=[], answered=False, best_similarity=0.0, coverage=0.0)
+    scored = _scored(part, terms, candidates, embedder, limits)
     best = [pair for rank, pair in enumerate(scored[: limits.sentences]) if rank == 0 or pair[1].coverage > 0]
     if any(source.given for source in sources):
         # The client's text competes with the base on relevance: quotes best first, and no quote that
@@ -341,14 +353,29 @@ def select(
     if held is not None and unknown:
         in_base = held(unknown)
         unknown = [term for term in unknown if term not in in_base]
+    kind = asked_kind(part)
+    found = holds(kind, [extract.text for extract in kept])
     answered = (
         union >= limits.min_coverage
         and top_similarity >= limits.min_similarity
         and len(unknown) <= limits.max_unknown_terms
+        and found
     )
     return PartAnswer(
-        part=part, extracts=kept, answered=answered, best_similarity=top_similarity, coverage=union, unknown=unknown
+        part=part,
+        extracts=kept,
+        answered=answered,
+        best_similarity=top_similarity,
+        coverage=union,
+        unknown=unknown,
+        wanted=kind.name if kind else None,
+        wanted_found=found,
     )
+
+
+def lacks(part: PartAnswer) -> str:
+    """Why a part whose quotes hold no answer of the kind it asks for is not answered."""
+    return f"所引原文没有给出所问的{part.wanted}"
 
 
 @dataclass(frozen=True)
@@ -390,7 +417,8 @@ def compose(
         lines.append(describe(disagreements))
     missing = [part.part for part in parts if not part.answered]
     if missing:
-        reasons = "；".join([NO_EVIDENCE, *why_not])
+        lacking = [lacks(part) for part in parts if not part.answered and not part.wanted_found]
+        reasons = "；".join([NO_EVIDENCE, *dict.fromkeys(lacking), *why_not])
         lines.append(f"{UNCONFIRMED}：{'；'.join(missing)}（{reasons}）。")
     return "\n".join(lines)
 

@@ -18,7 +18,7 @@ from core.access import Scope
 from core.config import Settings
 from core.embeddings import Embedder
 from core.text import get_tokenizer
-from retrieval import extractive
+from retrieval import answer_kinds, extractive
 from retrieval.retriever import build_retriever
 from service.graph import QueryResult, WorkflowDeps, build_deps
 from tests.conftest import ask, sanguo_slices
@@ -100,6 +100,43 @@ def test_a_sentence_the_search_matched_is_preferred(embedder: Embedder) -> None:
     preferred = select(limits(passage_weight=1.0, sentences=1, context=0))
     assert preferred.extracts[0].text == "身长七尺五寸，两耳垂肩。"
     assert select(limits(passage_weight=0.0, sentences=1, context=0)).extracts[0].text != preferred.extracts[0].text
+
+
+@pytest.mark.parametrize(
+    ("part", "kind", "answer", "not_answer"),
+    [
+        ("张飞的丈八点钢矛有多重", "重量", "重八十二斤", "张飞造丈八点钢矛"),
+        ("孙坚死时多大年纪", "年龄", "坚年三十七", "孙坚死于岘山"),
+        ("赤兔马死的时候几岁", "年龄", "寿止三十七岁", "其马数日不食草料而死"),
+        ("曹操的青釭剑有多长", "长度", "身长七尺五寸", "青釭剑砍铁如泥"),
+        ("诸葛亮在五丈原病了多久", "时长", "病了三个月", "孔明病于五丈原"),
+        ("曹操南下带了多少兵马", "数目", "引兵八十三万", "曹操引大军南下"),
+        ("刘备哪一年称帝", "年份或日期", "章武元年", "刘备即皇帝位"),
+        ("一台手机多少钱", "金额", "售价3999元", "手机很贵"),
+    ],
+)
+def test_a_part_asking_for_a_figure_wants_one(part: str, kind: str, answer: str, not_answer: str) -> None:
+    asked = answer_kinds.asked_kind(part)
+    assert asked is not None and asked.name == kind
+    assert answer_kinds.holds(asked, [not_answer, answer])
+    assert not answer_kinds.holds(asked, [not_answer])
+
+
+@pytest.mark.parametrize("part", ["谁杀了华雄", "关羽在哪里结义", "曹操为什么退兵", "孔明说了什么"])
+def test_who_where_why_and_what_was_said_are_not_checked(part: str) -> None:
+    assert answer_kinds.asked_kind(part) is None and answer_kinds.holds(None, [])
+
+
+def test_a_part_asking_for_a_weight_no_quote_gives_is_not_answered(embedder: Embedder) -> None:
+    """刘备's swords are named, never weighed: the closest quote is shown as such, and the answer says
+    which kind of answer the quotes lack; his height is in the same sentences and is answered."""
+    swords = extractive.Source("swords", "玄德造双股剑。云长造青龙偃月刀，又名冷艳锯。张飞造丈八点钢矛。")
+    weight = extractive.select("刘备的双股剑有多重", [swords], embedder, get_tokenizer(), limits())
+    assert weight.extracts and not weight.answered and weight.wanted == "重量" and not weight.wanted_found
+    answer = extractive.compose([weight], {"swords": extractive.Quoted(1)}, [])
+    assert extractive.CLOSEST in answer and "所引原文没有给出所问的重量" in answer
+    height = extractive.select("刘备有多高", [LIU_BEI], embedder, get_tokenizer(), limits())
+    assert height.answered and height.wanted == "长度" and height.wanted_found
 
 
 # --- the workflow ---------------------------------------------------------------------------

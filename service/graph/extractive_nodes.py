@@ -110,7 +110,10 @@ def _verdict(answers: list[PartAnswer], with_web: bool) -> EvaluationStep:
     """The evaluator's verdict, made in code: the unanswered parts are what is missing."""
     missing = [a.part for a in answers if not a.answered]
     figures = "；".join(
-        f"「{a.part}」相似度 {a.best_similarity:.3f}，关键词覆盖 {a.coverage:.0%}" for a in answers if not a.wants_links
+        f"「{a.part}」相似度 {a.best_similarity:.3f}，关键词覆盖 {a.coverage:.0%}"
+        + ("" if a.wanted_found else f"，{extractive.lacks(a)}")
+        for a in answers
+        if not a.wants_links
     )
     searchable = [part for part in missing if not extractive.wants_links(part)]
     query = " ".join(searchable or [a.part for a in answers if not a.wants_links])

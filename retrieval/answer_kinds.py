@@ -1,0 +1,67 @@
+"""The kind of answer a question part asks for, when its form is visible, and whether a quote holds one.
+
+「张飞的丈八点钢矛有多重？」 is not answered by the sentence that names the spear, however many
+words they share: it asks for a weight, and a quote with no number and unit of weight cannot be
+the answer. Without a model this tells a plausible detail the documents never state (a weight,
+an age, a length) from a quote that answers, so the extractive verdict admits it
+(`retrieval.extractive.select`; measured on dev in docs/workflow.md).
+
+Only kinds whose answer has a visible form are checked: a figure with its unit (weight, length,
+age, duration, money), a year or a day, a count (some number). Who, where, why and what was said
+are not: almost any sentence holds a name or a place, so a check would prove nothing. The kinds
+are tried in order, the most specific first (多长时间 is a duration, not a length).
+"""
+
+import re
+from dataclasses import dataclass
+
+from retrieval.conflicts import CN_DIGITS
+
+NUMBER = rf"(?:\d+(?:\.\d+)?|[{CN_DIGITS}]+|[数半])"
+
+
+@dataclass(frozen=True)
+class AnswerKind:
+    """`name` is what the answer says is missing (重量); `asks` finds the kind in a question part,
+    `holds` the answer's form in a quote."""
+
+    name: str
+    asks: re.Pattern[str]
+    holds: re.Pattern[str]
+
+
+def _kind(name: str, asks: str, units: str, other: str = "") -> AnswerKind:
+    """A kind whose answer is a number followed by one of `units` (三个月, 八十二斤), or `other`."""
+    form = rf"{NUMBER}\s?个?(?:{units})" + (f"|{other}" if other else "")
+    return AnswerKind(name, re.compile(asks), re.compile(form, re.IGNORECASE))
+
+
+KINDS = (
+    _kind(
+        "时长",
+        r"多久|多长时间|多少年|多少天|多少个?月|多少个?小时|几年|几天|几个月|几个?小时",
+        r"年|载|月|日|天|旬|时|分钟|秒|周",
+    ),
+    _kind(
+        "重量", r"多重|有多沉|多少斤|几斤|多少公斤|多少千克|多少克|多少吨|重量", r"斤|两|钧|公斤|千克|克|吨|磅|kg|g\b"
+    ),
+    _kind(
+        "长度", r"多长|多高|多宽|多远|多深|多厚|身高|长度|高度", r"尺|丈|寸|里|步|米|公里|千米|厘米|毫米|km|cm|mm|m\b"
+    ),
+    _kind(
+        "年龄", r"几岁|多少岁|多大年纪|多大岁数|年纪多大|享年|终年|年龄", r"岁", rf"(?:年|寿|年方|时年){NUMBER}"
+    ),  # 年二十四: the classical age
+    _kind("金额", r"多少钱|价格|价钱|售价|费用|多少元", r"元|块|钱|两|金|贯|文|美元"),
+    _kind("年份或日期", r"哪一年|哪年|何年|几月|几号|几日", r"年|月|日|号", "元年"),
+    _kind("数目", r"^(?!.*(?:谁|什么|哪)).*(?:多少|几[个位名人匹头座间条次万千百员艘支把张本篇首部层路种样句回])", r""),
+)
+
+
+def asked_kind(part: str) -> AnswerKind | None:
+    """The first kind `part` asks for, or None (who, where, why, …: no visible form to check)."""
+    return next((kind for kind in KINDS if kind.asks.search(part)), None)
+
+
+def holds(kind: AnswerKind | None, texts: list[str]) -> bool:
+    """Whether some text holds an answer of `kind` (always, when no kind is asked)."""
+    return kind is None or any(kind.holds.search(text) for text in texts)
