@@ -21,7 +21,7 @@ alone, for bench/extractive_eval.py.
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from itertools import accumulate
 
@@ -96,6 +96,9 @@ class Source:
     given: bool = False
     # Where the search found the part in this text (`Hit.passages`: character offsets), best first.
     matched: tuple[tuple[int, int], ...] = ()
+    # Every passage of this text with its cosine to the part, as Elasticsearch scored the stored
+    # passage vectors (`score_passages`; a base with passage vectors): (start, end, cosine).
+    passages: tuple[tuple[int, int, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -133,6 +136,20 @@ def local_sources(hits: Sequence[Hit]) -> list[Source]:
             hit.id, hit.text, hit.chapter or 0, hit.chunk_index, matched=tuple((p.start, p.end) for p in hit.passages)
         )
         for hit in hits
+    ]
+
+
+def score_passages(retriever: Retriever, scope: Scope, part: str, sources: list[Source]) -> list[Source]:
+    """`sources` with every passage of each local one scored against `part` by Elasticsearch
+    (`Retriever.scored_passages`): on a base with passage vectors the quotes are its passages, chosen
+    without embedding them; web results, the client's texts and a base built before keep sentence windows."""
+    local = [source.id for source in sources if not source.web]
+    scored = retriever.scored_passages(scope, local, part)
+    return [
+        replace(source, passages=tuple((p.start, p.end, p.cosine) for p in scored[source.id]))
+        if source.id in scored
+        else source
+        for source in sources
     ]
 
 
@@ -240,80 +257,105 @@ def _span(pieces: list[str], position: int, context: int) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class Window:
-    """Sentences `first..last` of a source, verbatim: a sentence with its neighbours, and whether it
-    overlaps a passage the search matched (`Source.matched`)."""
+    """A quotable stretch of a source, verbatim: characters `start..end` (end exclusive), either a
+    sentence with its neighbours or a passage of the index; whether it overlaps a passage the search
+    matched (`Source.matched`), and its cosine to the part when Elasticsearch already gave it (a
+    scored passage: nothing left to embed)."""
 
     source: Source
-    first: int
-    last: int
+    start: int
+    end: int
     text: str
     matched: bool = False
+    similarity: float | None = None
+
+
+def _sentence_windows(source: Source, context: int) -> list[Window]:
+    """A window around every quotable sentence: the answer often sits next to the sentence that
+    names the subject (曰…, then what was said), so a sentence is scored and quoted with its neighbours."""
+    pieces = split_sentences(source.text)
+    offsets = [0, *accumulate(len(piece) for piece in pieces)]
+    found = []
+    for position, raw in enumerate(pieces):
+        if len(raw.strip(_BLANK)) < MIN_SENTENCE_CHARS:
+            continue
+        first, last = _span(pieces, position, context)
+        start, end = offsets[position], offsets[position + 1]
+        matched = any(a < end and start < b for a, b in source.matched)
+        text = source.text[offsets[first] : offsets[last + 1]].strip(_BLANK)
+        found.append(Window(source, offsets[first], offsets[last + 1], text, matched))
+    return found
 
 
 def windows_of(sources: Sequence[Source], context: int) -> list[Window]:
-    """A window around every quotable sentence of every source, each distinct text once.
-
-    The answer often sits next to the sentence that names the subject (曰…, then what was said),
-    so a sentence is scored and quoted with its neighbours.
-    """
+    """The quotable windows of every source, each distinct text once: a source's scored passages
+    when it has them (`Source.passages`), else a window around each of its sentences."""
     seen: set[str] = set()
     found = []
     for source in sources:
-        pieces = split_sentences(source.text)
-        offsets = [0, *accumulate(len(piece) for piece in pieces)]
-        for position, raw in enumerate(pieces):
-            if len(raw.strip(_BLANK)) < MIN_SENTENCE_CHARS:
-                continue
-            first, last = _span(pieces, position, context)
-            text = "".join(pieces[first : last + 1]).strip(_BLANK)
-            if text not in seen:
-                seen.add(text)
-                start, end = offsets[position], offsets[position + 1]
-                matched = any(a < end and start < b for a, b in source.matched)
-                found.append(Window(source, first, last, text, matched))
+        own = [
+            Window(source, start, end, text, similarity=similarity)
+            for start, end, similarity in source.passages
+            if len(text := source.text[start:end].strip(_BLANK)) >= MIN_SENTENCE_CHARS
+        ]
+        for window in own or _sentence_windows(source, context):
+            if window.text not in seen:
+                seen.add(window.text)
+                found.append(window)
     return found
 
 
 def _merge(chosen: list[tuple[Window, Extract]]) -> list[Extract]:
     """Overlapping or adjacent windows of one source become one quote (the better figures kept)."""
-    chosen = sorted(chosen, key=lambda pair: (pair[0].source.id, pair[0].first))
+    chosen = sorted(chosen, key=lambda pair: (pair[0].source.id, pair[0].start))
     merged: list[tuple[Window, Extract]] = []
     for window, extract in chosen:
-        if merged and merged[-1][0].source.id == window.source.id and window.first <= merged[-1][0].last + 1:
+        if merged and merged[-1][0].source.id == window.source.id and window.start <= merged[-1][0].end:
             previous, best = merged[-1]
-            last = max(previous.last, window.last)
-            text = "".join(split_sentences(window.source.text)[previous.first : last + 1]).strip(_BLANK)
+            end = max(previous.end, window.end)
+            text = window.source.text[previous.start : end].strip(_BLANK)
             better = best if best.score >= extract.score else extract
-            merged[-1] = (Window(window.source, previous.first, last, text), better)
+            merged[-1] = (Window(window.source, previous.start, end, text), better)
         else:
             merged.append((window, extract))
     return [
-        extract.model_copy(update={"text": window.text, "order": (*extract.order[:3], window.first)})
+        extract.model_copy(update={"text": window.text, "order": (*extract.order[:3], window.start)})
         for window, extract in merged
     ]
+
+
+def _similarities(part: str, windows: list[Window], embedder: Embedder) -> list[float]:
+    """Each window's cosine to `part`: as Elasticsearch gave it, the others embedded (one call)."""
+    todo = [i for i, window in enumerate(windows) if window.similarity is None]
+    found = {i: window.similarity for i, window in enumerate(windows) if window.similarity is not None}
+    if todo:
+        vectors = embedder.embed_documents([windows[i].text for i in todo])
+        found |= dict(zip(todo, map(float, cosine_similarities(vectors, embedder.embed_query(part))), strict=True))
+    return [float(found[i]) for i in range(len(windows))]
 
 
 def _scored(
     part: str, terms: list[str], candidates: list[Window], embedder: Embedder, limits: Thresholds
 ) -> list[tuple[Window, Extract]]:
     """The shortlisted windows, best first: similarity to the part + weighted keyword coverage (+ the
-    matched-passage prior). Only the windows sharing the most terms with the part (or lying in a
-    matched passage) are embedded (ties: retrieval order)."""
+    matched-passage prior). Scored passages are all kept; of the other windows only those sharing the
+    most terms with the part (or lying in a matched passage) are embedded (ties: retrieval order)."""
     covered = [coverage(terms, window.text) for window in candidates]
     prior = [limits.passage_weight * window.matched for window in candidates]
-    shortlist = sorted(range(len(candidates)), key=lambda i: -(covered[i] + prior[i]))[: limits.candidates]
-    vectors = embedder.embed_documents([candidates[i].text for i in shortlist])
-    similarities = cosine_similarities(vectors, embedder.embed_query(part))
+    given = [i for i, window in enumerate(candidates) if window.similarity is not None]
+    embedded = [i for i in range(len(candidates)) if candidates[i].similarity is None]
+    shortlist = given + sorted(embedded, key=lambda i: -(covered[i] + prior[i]))[: limits.candidates]
+    similarities = _similarities(part, [candidates[i] for i in shortlist], embedder)
     scored = []
     for i, similarity in zip(shortlist, similarities, strict=True):
         window = candidates[i]
-        order = (int(window.source.web), window.source.chapter, window.source.chunk, window.first)
-        score = float(similarity) + limits.coverage_weight * covered[i] + prior[i]
+        order = (int(window.source.web), window.source.chapter, window.source.chunk, window.start)
+        score = similarity + limits.coverage_weight * covered[i] + prior[i]
         extract = Extract(
             text=window.text,
             source_id=window.source.id,
             order=order,
-            similarity=float(similarity),
+            similarity=similarity,
             coverage=covered[i],
             score=score,
         )
@@ -412,7 +454,9 @@ def compose(
         for extract in part.extracts:
             quoted = sources[extract.source_id]
             link = f"（{quoted.url}）" if quoted.url else ""
-            lines.append(f"「{extract.text}」[{quoted.number}]{link}")
+            # A passage may run over a paragraph break: one quote line per paragraph, each cited.
+            paragraphs = [line.strip(_BLANK) for line in extract.text.split("\n") if line.strip(_BLANK)]
+            lines += [f"「{paragraph}」[{quoted.number}]{link}" for paragraph in paragraphs]
     if disagreements:
         lines.append(describe(disagreements))
     missing = [part.part for part in parts if not part.answered]
@@ -456,6 +500,7 @@ def answer_locally(
             continue
         hits = retriever.search(scope, text, mode, k).hits[:passages]
         held = partial(retriever.terms_held, scope)
-        answers.append(select(part, local_sources(hits), retriever.embedder, tokenizer, limits, held))
+        sources = score_passages(retriever, scope, part, local_sources(hits))
+        answers.append(select(part, sources, retriever.embedder, tokenizer, limits, held))
     numbers = {source_id: Quoted(number) for number, source_id in enumerate(quoted_ids(answers), start=1)}
     return LocalAnswer(compose(answers, numbers, []), answers)

@@ -68,6 +68,9 @@ def knn(vector: list[float], size: int, num_candidates: int, clauses: Clauses) -
 
 # The offsets of a matched passage, read from doc values (a passage's `_source` holds its vector).
 PASSAGE_FIELDS = ["passages.start", "passages.end"]
+# Inner hits a chunk returns at most (Elasticsearch's index.max_inner_result_window): every passage of
+# an 800-character chunk (about 9 at 120/30), and of one ten times as long.
+MAX_PASSAGES_PER_CHUNK = 100
 
 
 def passage_knn(vector: list[float], size: int, num_candidates: int, clauses: Clauses, hits: int) -> dict[str, Any]:

@@ -18,6 +18,11 @@ class PassageMatch(BaseModel):
     end: int
     score: float
 
+    @property
+    def cosine(self) -> float:
+        """The passage's cosine to the query: Elasticsearch scores a cosine kNN (1 + cosine) / 2."""
+        return 2 * self.score - 1
+
 
 class RerankEvidence(BaseModel):
     """A reranked hit's part: the reranker's own score, and its 1-based rank and score after fusion

@@ -80,8 +80,9 @@ async def select_evidence(state: WorkflowState, runtime: Runtime[RunContext]) ->
         elif extractive.wants_links(part):
             answers.append(extractive.link_answer(part, [(w.title, w.url) for w in web]))
         else:
-            sources = _sources(state, part, settings.extractive_passages)
             judged = " ".join([*state.get("history_terms", []), part])  # a follow-up is about the earlier subject
+            known = _sources(state, part, settings.extractive_passages)
+            sources = await asyncio.to_thread(extractive.score_passages, retriever, ctx.deps.scope, judged, known)
             held = partial(retriever.terms_held, ctx.deps.scope)
             select = partial(extractive.select, judged, sources, retriever.embedder, tokenizer, limits, held)
             found = await asyncio.to_thread(select)
