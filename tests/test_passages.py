@@ -6,6 +6,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import replace
 
+import numpy as np
 import pytest
 from elasticsearch import Elasticsearch
 
@@ -21,6 +22,7 @@ from core.store import read_index_meta
 from core.text import ChineseTokenizer
 from indexing.options import IndexOptions
 from indexing.pipeline import index_documents
+from retrieval.extractive import Thresholds, answer_locally
 from retrieval.lists import Filters, envelope, passage_knn
 from retrieval.retriever import Retriever
 from tests.conftest import INDEX_OPTIONS, PARAMS, delete_indices
@@ -174,6 +176,7 @@ def test_a_base_built_before_passage_vectors_keeps_serving(
         hits = retriever.search(Scope.whole(alias), "谁在赤壁借来了东南风", Mode.VECTOR, 2).hits
         assert hits[0].doc_id == "wind" and all(not hit.passages for hit in hits)
         assert retriever.search(Scope.whole(alias), "谁在赤壁借来了东南风", Mode.HYBRID, 2).hits[0].doc_id == "wind"
+        assert retriever.scored_passages(Scope.whole(alias), [hits[0].id], "谁在赤壁借来了东南风") == {}
     finally:
         delete_indices(es, alias)
 
@@ -186,3 +189,71 @@ def test_a_base_created_empty_gets_the_configured_passages(es: Elasticsearch, em
         assert Settings(_env_file=None, passage_size=0).passage_windows is None
     finally:
         delete_indices(es, name)
+
+
+def test_every_passage_of_the_asked_chunks_is_scored_and_hidden_ones_are_not(retriever: Retriever, base: str) -> None:
+    """The extractive answer's passages: all of each chunk (not only the kNN's best three), best first,
+    their cosine the query's to the stored vector; a chunk the reader may not see gives nothing."""
+    whole, public = Scope.whole(base), Scope(base, DocumentAccess())
+    hits = retriever.search(whole, QUERY, Mode.HYBRID, 3).hits
+    ids = [hit.id for hit in hits]
+    scored = retriever.scored_passages(whole, ids, QUERY)
+    assert set(scored) == set(ids)
+    for hit in hits:
+        passages = scored[hit.id]
+        assert [(p.start, p.end) for p in sorted(passages, key=lambda p: p.start)] == [
+            (s.start, s.end) for s in WINDOWS.spans(hit.text)
+        ]
+        assert [p.score for p in passages] == sorted((p.score for p in passages), reverse=True)
+    secret = next(hit for hit in hits if hit.doc_id == "secret")
+    assert SECRET in secret.text[scored[secret.id][0].start : scored[secret.id][0].end]
+    embedded = retriever.embedder.embed_documents([secret.text[p.start : p.end] for p in scored[secret.id]])
+    cosines = embedded @ retriever.embedder.embed_query(QUERY)
+    assert max(abs(p.cosine - c) for p, c in zip(scored[secret.id], cosines, strict=True)) < 0.02  # int8 HNSW
+    assert secret.id not in retriever.scored_passages(public, ids, QUERY)
+
+
+class CountingEmbedder:
+    """The session's embedder, counting the texts it embeds as documents."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner, self.name, self.documents = inner, inner.name, 0
+
+    @property
+    def dim(self) -> int:
+        return self.inner.dim
+
+    def embed_documents(self, texts: list[str]) -> np.ndarray:
+        self.documents += len(texts)
+        return self.inner.embed_documents(texts)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.inner.embed_query(text)
+
+
+@pytest.mark.parametrize("passages", [True, False])
+def test_the_extractive_answer_quotes_the_passage_that_answers(
+    es: Elasticsearch, embedder: Embedder, base: str, passages: bool
+) -> None:
+    """On a passage base the quote is the passage Elasticsearch scored best, and nothing is embedded at
+    answer time; a base built before embeds its sentence windows as it always did."""
+    alias = base if passages else _index(es, embedder, None, DOCUMENTS)
+    counting = CountingEmbedder(embedder)
+    reader = Retriever(es, counting, ChineseTokenizer(), PARAMS)
+    limits = replace(Thresholds.from_settings(Settings(_env_file=None)), min_similarity=0.0, sentences=1)
+    try:
+        found = answer_locally(
+            reader,
+            Scope.whole(alias),
+            "黄盖是怎样骗过曹操的？",
+            mode=Mode.HYBRID,
+            k=3,
+            max_parts=1,
+            passages=3,
+            limits=limits,
+        )
+        assert SECRET in found.answer and found.parts[0].answered
+        assert (counting.documents == 0) == passages
+    finally:
+        if not passages:
+            delete_indices(es, alias)
