@@ -176,9 +176,9 @@ class Settings(BaseSettings):
     extractive_sentences: int = 3  # best sentences per part, each quoted with its neighbours
     extractive_context: int = 1  # neighbouring sentences quoted on either side of a chosen one
     extractive_candidates: int = 16  # windows embedded per part (the best by keyword coverage): the cost
-    extractive_min_similarity: float = 0.895
-    extractive_min_coverage: float = 0.1
-    extractive_coverage_weight: float = 0.0  # a window's score: similarity + this * keyword coverage (0: chosen on dev)
+    extractive_min_similarity: float = 0.89
+    extractive_min_coverage: float = 0.2
+    extractive_coverage_weight: float = 0.5  # a window's score: similarity + this * keyword coverage
     extractive_passage_weight: float = 0.0  # … + this when its sentence lies in a passage the search matched
     extractive_max_unknown_terms: int = 99  # terms of a part the base never mentions, at most, for an answer
 
