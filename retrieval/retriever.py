@@ -265,13 +265,16 @@ class Retriever:
                 Hit.from_source(raw["_source"], id=raw["_id"], score=score, passages=passage_matches(raw))
                 for raw, (_, score) in zip(raws, scores, strict=True)
             ]
+        expanded = [QueryExpansion(term=e.term, expansion=e.expansion, source=e.source) for e in found]
+        for hit in hits:  # each hit's explanation names the expansions it holds
+            hit.expansions = [e for e in expanded if e.expansion in hit.text]
         return SearchResult(
             mode=mode,
             took_ms=(time.perf_counter() - started) * 1000,
             hits=hits,
             fusion=fusion,
             rerank=reranked,
-            expansions=[QueryExpansion(term=e.term, expansion=e.expansion, source=e.source) for e in found],
+            expansions=expanded,
         )
 
     def rerank_weight(self, setting: FusionSetting | None) -> float:

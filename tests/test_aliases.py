@@ -108,6 +108,10 @@ def test_a_query_by_one_name_finds_the_passage_that_uses_the_other(retriever: Re
     assert "deeds" in {hit.doc_id for hit in result.hits}  # says 玄德 only
     assert [(e.term, e.expansion) for e in result.expansions] == [("刘备", "玄德")]
     assert "第1章" in result.expansions[0].source and "字玄德" in result.expansions[0].source
+    # Each hit's explanation names the expansions it holds: the chunk that says only 玄德 was found by it.
+    by_doc = {hit.doc_id: hit for hit in result.hits}
+    assert [(e.term, e.expansion) for e in by_doc["deeds"].expansions] == [("刘备", "玄德")]
+    assert all(all(e.expansion in hit.text for e in hit.expansions) for hit in result.hits)
     plain = Retriever(retriever.es, retriever.embedder, ChineseTokenizer(), replace(PARAMS, alias_weight=0.0))
     assert "deeds" not in {hit.doc_id for hit in plain.search(Scope.whole(base), "刘备的事迹", Mode.BM25, 5).hits}
 
@@ -122,3 +126,6 @@ def test_an_alias_from_a_hidden_document_is_neither_used_nor_shown(retriever: Re
     seen = retriever.search(allowed, query, Mode.BM25, 5)
     assert [(e.term, e.expansion) for e in seen.expansions] == [("诸葛亮", "孔明")]
     assert "public" in {hit.doc_id for hit in seen.hits}
+    assert [(e.term, e.expansion) for hit in seen.hits if hit.doc_id == "public" for e in hit.expansions] == [
+        ("诸葛亮", "孔明")
+    ]

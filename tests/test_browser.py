@@ -136,6 +136,37 @@ def test_comparison_shows_both_columns(tab: Page, base_url: str) -> None:
     screenshot(tab, "compare.png")
 
 
+def test_hits_mark_their_matched_passages_and_name_their_expansions(tab: Page, base_url: str, alias: str) -> None:
+    """The vector search's best passage is marked in each chunk; the query analysis names its alias
+    expansion with its source, and each hit that holds the other name says so."""
+    url = f"{base_url}/kbs/{alias}/aliases"
+    before = httpx.get(url).json()["aliases"]
+    pairs = [{"alias": a["alias"], "name": a["name"]} for a in before if (a["alias"], a["name"]) != ("玄德", "刘备")]
+    assert httpx.put(url, json={"aliases": [*pairs, {"alias": "玄德", "name": "刘备"}]}).status_code == 200
+    try:
+        query = "刘备在哪里做官"
+        tab.fill("#question", query)
+        tab.fill("#k", "6")
+        tab.click("#compare-button")
+        expect(tab.locator("#compare-expansions")).to_have_text("别名扩展：刘备 → 玄德（管理员添加）")
+        served = httpx.post(f"{base_url}/compare", json={"query": query, "k": 6, "modes": ["vector", "hybrid"]}).json()
+        vector, hybrid = served["results"]["vector"]["hits"], served["results"]["hybrid"]["hits"]
+        best = [hit["text"][hit["passages"][0]["start"] : hit["passages"][0]["end"]] for hit in vector]
+        expect(tab.locator("#vector-hits li.hit")).to_have_count(len(vector))
+        marked = tab.locator("#vector-hits li.hit").evaluate_all(
+            "items => items.map(li => [...li.querySelectorAll('mark.passage.best')].map(m => m.textContent).join(''))"
+        )
+        assert marked == best
+        holding = [hit["id"] for hit in hybrid if hit["expansions"]]
+        assert holding and all("玄德" in hit["text"] for hit in hybrid if hit["expansions"])
+        badges = tab.locator("#hybrid-hits li.hit:has(.rank.alias)")
+        assert badges.evaluate_all("items => items.map(li => li.dataset.id)") == holding
+        expect(badges.first.locator(".rank.alias")).to_have_text("别名 刘备→玄德")
+        screenshot(tab, "compare-passages.png")
+    finally:
+        httpx.put(url, json={"aliases": [{"alias": a["alias"], "name": a["name"]} for a in before]})
+
+
 def test_answer_streams_with_citations_and_timeline(tab: Page) -> None:
     tab.fill("#question", "桃园结义的是哪三个人？是哪一年？")
     tab.click("#ask-button")

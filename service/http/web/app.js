@@ -253,13 +253,45 @@ function renderHits(list, hits, mode, other, shared, ranks) {
       const text = part.rank ? `${label} 第${part.rank}名 +${part.contribution.toFixed(4)}` : `${label} 未召回`;
       meta.append(el("span", { class: `rank ${list}` }, text));
     }
+    // The query's other names this chunk holds: the keyword lists found it by them too.
+    for (const found of hit.expansions || []) {
+      meta.append(el("span", { class: "rank alias", title: `来源：${found.source}` }, `别名 ${found.term}→${found.expansion}`));
+    }
     // A reranked hit: the reranker's score and where fusion had it before (hybrid vs hybrid + reranking).
     if (hit.rerank) meta.append(el("span", { class: "rank rerank" }, `重排 ${Number(hit.rerank.score).toFixed(3)} · 融合第${hit.rerank.fused_rank}名`));
     const otherRank = (ranks.get(hit.id) || {})[other];
     if (shared.has(hit.id)) meta.append(el("span", { class: "rank both" }, `两者皆有 · 另一列第${otherRank}名`));
-    list.append(el("li", { class: shared.has(hit.id) ? "hit overlap" : "hit", "data-id": hit.id }, meta, el("span", { class: "text" }, hit.text)));
+    const text = hitText(hit);
+    list.append(el("li", { class: shared.has(hit.id) ? "hit overlap" : "hit", "data-id": hit.id }, meta, text));
+    const best = text.querySelector("mark.best");
+    if (best) text.scrollTop = best.offsetTop;  // the sentence asked about, the rest of the chunk around it
   }
   if (!hits.length) list.append(el("li", {}, "（无结果）"));
+}
+
+// The chunk's text with the passages the vector search matched marked, the best one (`best`) apart:
+// the chunk stays the context, the passage is where the question was found. Passages may overlap, so
+// the text is cut at every passage boundary and each piece marked by the passages that cover it.
+function hitText(hit) {
+  const node = el("span", { class: "text" });
+  const passages = hit.passages || [];
+  const cuts = [...new Set([0, hit.text.length, ...passages.flatMap((p) => [p.start, p.end])])].sort((a, b) => a - b);
+  for (let i = 0; i + 1 < cuts.length; i++) {
+    const [start, end] = [cuts[i], cuts[i + 1]];
+    const covering = passages.filter((p) => p.start <= start && end <= p.end);
+    const piece = hit.text.slice(start, end);
+    if (!covering.length) { node.append(piece); continue; }
+    const best = covering.includes(passages[0]);
+    const score = Math.max(...covering.map((p) => p.score)).toFixed(3);
+    node.append(el("mark", { class: best ? "passage best" : "passage", title: `向量匹配的段落 ${score}` }, piece));
+  }
+  return node;
+}
+
+// The query's alias expansions (玄德 → 刘备) and where each was learnt: the query analysis, shown once.
+function expansionNote(result) {
+  const found = result.expansions || [];
+  return found.length ? `别名扩展：${found.map((e) => `${e.term} → ${e.expansion}（${e.source}）`).join("；")}` : "";
 }
 
 // What the reranking stage did to a column: applied (its weight), or why the fused order was kept.
@@ -290,6 +322,9 @@ async function compare() {
       ` · ${MODE_NAMES[left] || left} ${Math.round(comparison.results[left].took_ms)} ms，` +
       `${MODE_NAMES[right] || right} ${Math.round(comparison.results[right].took_ms)} ms` +
       rerankNote(comparison.results[right]);
+    const note = expansionNote(comparison.results[right]);
+    $("compare-expansions").textContent = note;
+    $("compare-expansions").hidden = !note;
     $("compare-section").hidden = false;
   } catch (err) {
     showError(`连接中断：${err.message}`);
