@@ -36,6 +36,7 @@ def _kind(name: str, asks: str, units: str, other: str = "") -> AnswerKind:
     return AnswerKind(name, re.compile(asks), re.compile(form, re.IGNORECASE))
 
 
+_MEASURES = ("间", "匹", "艘", "座", "层", "条", "支|枝", "张", "本", "篇", "首", "部", "头")
 KINDS = (
     _kind(
         "时长",
@@ -46,13 +47,18 @@ KINDS = (
         "重量", r"多重|有多沉|多少斤|几斤|多少公斤|多少千克|多少克|多少吨|重量", r"斤|两|钧|公斤|千克|克|吨|磅|kg|g\b"
     ),
     _kind(
-        "长度", r"多长|多高|多宽|多远|多深|多厚|身高|长度|高度", r"尺|丈|寸|里|步|米|公里|千米|厘米|毫米|km|cm|mm|m\b"
+        "长度",
+        r"多长|多高|多宽|多远|多深|多厚|身高|长度|高度|(?:多少|几)(?:公里|千米|里|米|尺|丈|寸|步)",
+        r"尺|丈|寸|里|步|米|公里|千米|厘米|毫米|km|cm|mm|m\b",
     ),
     _kind(
         "年龄", r"几岁|多少岁|多大年纪|多大岁数|年纪多大|享年|终年|年龄", r"岁", rf"(?:年|寿|年方|时年){NUMBER}"
     ),  # 年二十四: the classical age
+    _kind("温度", r"多少度|几度|气温|温度|体温", r"度|℃"),
     _kind("金额", r"多少钱|价格|价钱|售价|费用|多少元", r"元|块|钱|两|金|贯|文|美元"),
     _kind("年份或日期", r"哪一年|哪年|何年|几月|几号|几日", r"年|月|日|号", "元年"),
+    # A count of things the question names by their measure word (几间房, 多少艘船): that measure word.
+    *(_kind(f"以「{word[0]}」计的数目", rf"(?:多少|几)(?:{word})", word) for word in _MEASURES),
     _kind("数目", r"^(?!.*(?:谁|什么|哪)).*(?:多少|几[个位名人匹头座间条次万千百员艘支把张本篇首部层路种样句回])", r""),
 )
 
