@@ -63,7 +63,9 @@ class Extract(BaseModel):
 
     text: str
     source_id: str
-    order: tuple[int, int, int, int]  # book order: (web?, chapter, chunk, sentence); web after local
+    # book order: (web?, chapter, chunk, retrieval rank, offset); web after local, and documents
+    # without chapters in the order the search ranked them
+    order: tuple[int, int, int, int, int]
     similarity: float
     coverage: float
     score: float
@@ -112,6 +114,7 @@ class Thresholds:
     candidates: int  # windows embedded per part at most, the best by keyword coverage first
     coverage_weight: float
     passage_weight: float  # a window's bonus for lying in a passage the search matched
+    max_gap: float  # how far below the best a further quote may score
     max_unknown_terms: int  # a part naming more terms that the base never mentions is not answered
 
     @classmethod
@@ -124,6 +127,7 @@ class Thresholds:
             candidates=settings.extractive_candidates,
             coverage_weight=settings.extractive_coverage_weight,
             passage_weight=settings.extractive_passage_weight,
+            max_gap=settings.extractive_max_gap,
             max_unknown_terms=settings.extractive_max_unknown_terms,
         )
 
@@ -156,7 +160,7 @@ def score_passages(retriever: Retriever, scope: Scope, part: str, sources: list[
 def link_answer(part: str, links: Sequence[tuple[str, str]]) -> PartAnswer:
     """A request for links is answered by the web results' (title, URL) pairs, and by nothing local."""
     extracts = [
-        Extract(text=title, source_id=url, order=(1, 0, i, 0), similarity=1.0, coverage=1.0, score=1.0)
+        Extract(text=title, source_id=url, order=(1, 0, i, 0, 0), similarity=1.0, coverage=1.0, score=1.0)
         for i, (title, url) in enumerate(links)
     ]
     answered = bool(links)
@@ -319,7 +323,7 @@ def _merge(chosen: list[tuple[Window, Extract]]) -> list[Extract]:
         else:
             merged.append((window, extract))
     return [
-        extract.model_copy(update={"text": window.text, "order": (*extract.order[:3], window.start)})
+        extract.model_copy(update={"text": window.text, "order": (*extract.order[:4], window.start)})
         for window, extract in merged
     ]
 
@@ -346,10 +350,14 @@ def _scored(
     embedded = [i for i in range(len(candidates)) if candidates[i].similarity is None]
     shortlist = given + sorted(embedded, key=lambda i: -(covered[i] + prior[i]))[: limits.candidates]
     similarities = _similarities(part, [candidates[i] for i in shortlist], embedder)
+    ranks: dict[str, int] = {}
+    for window in candidates:  # the sources' order: the search's ranking
+        ranks.setdefault(window.source.id, len(ranks))
     scored = []
     for i, similarity in zip(shortlist, similarities, strict=True):
         window = candidates[i]
-        order = (int(window.source.web), window.source.chapter, window.source.chunk, window.start)
+        source = window.source
+        order = (int(source.web), source.chapter, source.chunk, ranks[source.id], window.start)
         score = similarity + limits.coverage_weight * covered[i] + prior[i]
         extract = Extract(
             text=window.text,
@@ -381,7 +389,12 @@ def select(
     if not candidates:
         return PartAnswer(part=part, extracts=[], answered=False, best_similarity=0.0, coverage=0.0)
     scored = _scored(part, terms, candidates, embedder, limits)
-    best = [pair for rank, pair in enumerate(scored[: limits.sentences]) if rank == 0 or pair[1].coverage > 0]
+    floor = scored[0][1].score - limits.max_gap
+    best = [
+        pair
+        for rank, pair in enumerate(scored[: limits.sentences])
+        if rank == 0 or (pair[1].coverage > 0 and pair[1].score >= floor)
+    ]
     if any(source.given for source in sources):
         # The client's text competes with the base on relevance: quotes best first, and no quote that
         # could not answer on its own (an unrelated passage of the base) pads the best one.

@@ -102,6 +102,17 @@ def test_a_sentence_the_search_matched_is_preferred(embedder: Embedder) -> None:
     assert select(limits(passage_weight=0.0, sentences=1, context=0)).extracts[0].text != preferred.extracts[0].text
 
 
+def test_a_quote_far_below_the_best_does_not_pad_the_answer(embedder: Embedder) -> None:
+    """Only the tea house's sentence answers; the bridge shares 青岚镇 with the part and scores far below
+    it, so it is quoted only when the gap allowed is wide."""
+    tea = extractive.Source("tea", "青岚镇的云雾茶社由林晚舟于二〇一五年创办。")
+    bridge = extractive.Source("bridge", "白鹭山在青岚镇北面，山上有一座石拱桥，名叫望归桥。")
+    select = partial(extractive.select, "青岚镇云雾茶社是谁创办的", [bridge, tea], embedder, get_tokenizer())
+    assert [e.source_id for e in select(limits(max_gap=0.2)).extracts] == ["tea"]
+    wide = select(limits(max_gap=99.0)).extracts
+    assert [e.source_id for e in wide] == ["bridge", "tea"]  # no chapters: the order the search ranked them
+
+
 @pytest.mark.parametrize(
     ("part", "kind", "answer", "not_answer"),
     [
