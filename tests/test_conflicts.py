@@ -166,7 +166,10 @@ def test_without_a_model_figures_and_dates_that_disagree_are_quoted_side_by_side
     assert_every_side_cited(pump)
 
     founded = ask(deps, FOUNDED, web=False)
-    assert [s.says for c in founded.conflicts for s in c.sources] == ["星河公司成立于2008年", "星河公司成立于2010年"]
+    assert sorted(s.says for c in founded.conflicts for s in c.sources) == [
+        "星河公司成立于2008年",
+        "星河公司成立于2010年",
+    ]
     assert DISAGREE in founded.answer
 
     fan = ask(deps, FAN, web=False)
@@ -368,9 +371,15 @@ def test_the_page_shows_each_side_linked_to_its_citation(browser: Browser, page_
         expect(box).to_contain_text(PUMP.rstrip("？"))
         sides = box.locator("#conflicts > li > ul > li")
         expect(sides).to_have_count(2)
-        expect(sides.nth(0)).to_contain_text("《X200 手册（2019 版）》")
-        expect(sides.nth(1)).to_contain_text("X200型水泵额定功率7.5千瓦")
-        expect(sides.nth(1).locator("a.cite")).to_have_attribute("href", "#cite-2")
+        # Each side names its source and links its own citation (the sides in the search's order).
+        texts = sides.all_inner_texts()
+        assert sorted("2019" in text for text in texts) == [False, True], texts
+        newer = sides.filter(has_text="X200型水泵额定功率7.5千瓦")
+        older = sides.filter(has_text="《X200 手册（2019 版）》")
+        links = [side.locator("a.cite").get_attribute("href") for side in (older, newer)]
+        assert sorted(links) == ["#cite-1", "#cite-2"], links
+        for side, link in zip((older, newer), links, strict=True):  # the link is the side's own number
+            assert side.inner_text().startswith(f"[{(link or '').removeprefix('#cite-')}]")
         screenshot(tab, "answer-conflicts.png")
     with asked(browser, page_url, FAN) as tab:
         expect(tab.locator("#timeline li.total")).to_be_visible(timeout=60_000)
