@@ -376,10 +376,10 @@ def test_the_page_shows_each_side_linked_to_its_citation(browser: Browser, page_
         assert sorted("2019" in text for text in texts) == [False, True], texts
         newer = sides.filter(has_text="X200型水泵额定功率7.5千瓦")
         older = sides.filter(has_text="《X200 手册（2019 版）》")
-        links = [side.locator("a.cite").get_attribute("href") for side in (older, newer)]
+        links = [side.locator("a.cite").get_attribute("href") or "" for side in (older, newer)]
         assert sorted(links) == ["#cite-1", "#cite-2"], links
         for side, link in zip((older, newer), links, strict=True):  # the link is the side's own number
-            assert side.inner_text().startswith(f"[{(link or '').removeprefix('#cite-')}]")
+            assert side.inner_text().startswith(f"[{link.removeprefix('#cite-')}]")
         screenshot(tab, "answer-conflicts.png")
     with asked(browser, page_url, FAN) as tab:
         expect(tab.locator("#timeline li.total")).to_be_visible(timeout=60_000)
