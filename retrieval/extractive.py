@@ -330,12 +330,10 @@ def _merge(chosen: list[tuple[Window, Extract]]) -> list[Extract]:
 
 def _similarities(part: str, windows: list[Window], embedder: Embedder) -> list[float]:
     """Each window's cosine to `part`: as Elasticsearch gave it, the others embedded (one call)."""
-    todo = [i for i, window in enumerate(windows) if window.similarity is None]
-    found = {i: window.similarity for i, window in enumerate(windows) if window.similarity is not None}
-    if todo:
-        vectors = embedder.embed_documents([windows[i].text for i in todo])
-        found |= dict(zip(todo, map(float, cosine_similarities(vectors, embedder.embed_query(part))), strict=True))
-    return [float(found[i]) for i in range(len(windows))]
+    todo = [window.text for window in windows if window.similarity is None]
+    vectors = embedder.embed_documents(todo) if todo else None
+    computed = iter(cosine_similarities(vectors, embedder.embed_query(part)) if vectors is not None else [])
+    return [window.similarity if window.similarity is not None else float(next(computed)) for window in windows]
 
 
 def _scored(
@@ -346,9 +344,9 @@ def _scored(
     most terms with the part (or lying in a matched passage) are embedded (ties: retrieval order)."""
     covered = [coverage(terms, window.text) for window in candidates]
     prior = [limits.passage_weight * window.matched for window in candidates]
-    given = [i for i, window in enumerate(candidates) if window.similarity is not None]
-    embedded = [i for i in range(len(candidates)) if candidates[i].similarity is None]
-    shortlist = given + sorted(embedded, key=lambda i: -(covered[i] + prior[i]))[: limits.candidates]
+    preset = [i for i, window in enumerate(candidates) if window.similarity is not None]
+    to_embed = [i for i, window in enumerate(candidates) if window.similarity is None]
+    shortlist = preset + sorted(to_embed, key=lambda i: -(covered[i] + prior[i]))[: limits.candidates]
     similarities = _similarities(part, [candidates[i] for i in shortlist], embedder)
     ranks: dict[str, int] = {}
     for window in candidates:  # the sources' order: the search's ranking
@@ -468,8 +466,8 @@ def compose(
             quoted = sources[extract.source_id]
             link = f"（{quoted.url}）" if quoted.url else ""
             # A passage may run over a paragraph break: one quote line per paragraph, each cited.
-            paragraphs = [line.strip(_BLANK) for line in extract.text.split("\n") if line.strip(_BLANK)]
-            lines += [f"「{paragraph}」[{quoted.number}]{link}" for paragraph in paragraphs]
+            paragraphs = (line.strip(_BLANK) for line in extract.text.split("\n"))
+            lines += [f"「{paragraph}」[{quoted.number}]{link}" for paragraph in paragraphs if paragraph]
     if disagreements:
         lines.append(describe(disagreements))
     missing = [part.part for part in parts if not part.answered]
