@@ -7,7 +7,8 @@ an age, a length) from a quote that answers, so the extractive verdict admits it
 (`retrieval.extractive.select`; measured on dev in docs/workflow.md).
 
 Only kinds whose answer has a visible form are checked: a figure with its unit (weight, length,
-age, duration, money), a year or a day, a count (some number). Who, where, why and what was said
+age, duration, money), a year or a day, a weapon or a mount (named by its class: …剑, …马), a
+count (some number). Who, where, why and what was said
 are not: almost any sentence holds a name or a place, so a check would prove nothing. The kinds
 are tried in order, the most specific first (多长时间 is a duration, not a length).
 """
@@ -57,6 +58,9 @@ KINDS = (
     _kind("温度", r"多少度|几度|气温|温度|体温", r"度|℃"),
     _kind("金额", r"多少钱|价格|价钱|售价|费用|多少元", r"元|块|钱|两|金|贯|文|美元"),
     _kind("年份或日期", r"哪一年|哪年|何年|几月|几号|几日", r"年|月|日|号", "元年"),
+    # A weapon or a mount is named by its class: 双股剑, 青龙偃月刀, 丈八点钢矛; 赤兔马, 的卢.
+    AnswerKind("兵器", re.compile(r"兵器|武器"), re.compile(r"[剑刀枪矛戟槊斧钺锤鞭锏弓弩箭叉棍]")),
+    AnswerKind("坐骑", re.compile(r"坐骑|骑(?:的是)?(?:什么|哪匹|哪一匹)马?"), re.compile(r"马|驹|骑")),
     # A count of things the question names by their measure word (几间房, 多少艘船): that measure word.
     *(_kind(f"以「{word[0]}」计的数目", rf"(?:多少|几)(?:{word})", word) for word in _MEASURES),
     _kind("数目", r"^(?!.*(?:谁|什么|哪)).*(?:多少|几[个位名人匹头座间条次万千百员艘支把张本篇首部层路种样句回])", r""),

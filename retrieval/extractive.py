@@ -33,7 +33,7 @@ from core.config import Settings
 from core.embeddings import Embedder, cosine_similarities
 from core.schema import Mode
 from core.text import ChineseTokenizer
-from retrieval.answer_kinds import asked_kind, holds
+from retrieval.answer_kinds import AnswerKind, asked_kind, holds
 from retrieval.conflicts import Conflict, describe
 from retrieval.results import Hit
 from retrieval.retriever import Retriever
@@ -51,6 +51,9 @@ _QUESTION_MARK = re.compile(
 )
 _ELLIPTICAL = re.compile(r"(?:有|是|又|还|在|会|能|用)")  # no subject of its own: 有多重…
 _PRONOUN = re.compile(r"(?:他|她|它|其|该|此|这|那)")  # a subject named in the part before: 他的…
+# 「刘备、关羽、张飞各自用什么兵器？」: two or more short subjects, then 各自/分别/各 and what each is asked.
+_DISTRIBUTIVE = re.compile(r"^(?P<subjects>[^，,。？?；;]{2,40}?)(?:各自|分别|各)(?P<asked>[^，,。？?；;]+)$")
+_SUBJECT_SEPARATORS = re.compile(r"、|和|与|及|跟|同")
 _LINK_REQUEST = re.compile(r"链接|网址|网页|url|link", re.IGNORECASE)
 _TRIM = " \t\u3000，,、：:"
 MIN_SENTENCE_CHARS = 4
@@ -114,6 +117,7 @@ class Thresholds:
     candidates: int  # windows embedded per part at most, the best by keyword coverage first
     coverage_weight: float
     passage_weight: float  # a window's bonus for lying in a passage the search matched
+    kind_weight: float  # a window's bonus for holding the kind of answer asked (a weight, a year…)
     max_gap: float  # how far below the best a further quote may score
     max_unknown_terms: int  # a part naming more terms that the base never mentions is not answered
 
@@ -127,6 +131,7 @@ class Thresholds:
             candidates=settings.extractive_candidates,
             coverage_weight=settings.extractive_coverage_weight,
             passage_weight=settings.extractive_passage_weight,
+            kind_weight=settings.extractive_kind_weight,
             max_gap=settings.extractive_max_gap,
             max_unknown_terms=settings.extractive_max_unknown_terms,
         )
@@ -201,9 +206,23 @@ def split_question(question: str, max_parts: int = 8) -> list[str]:
             parts[-1] += before + tail
         else:
             parts.append(tail)
+    parts = [each for part in parts for each in distribute(part)]
     if len(parts) > max_parts:
         parts = [*parts[: max_parts - 1], "；".join(parts[max_parts - 1 :])]
     return parts or [question.strip()]
+
+
+def distribute(part: str) -> list[str]:
+    """A part asking the same of several subjects, one part per subject: 「刘备、关羽、张飞各自用什么
+    兵器」 asks 刘备用什么兵器, 关羽用什么兵器 and 张飞用什么兵器, and each is answered by its own quote
+    (the one sentence naming all three weapons is found for each). Anything else stays whole."""
+    found = _DISTRIBUTIVE.match(part)
+    if found is None:
+        return [part]
+    subjects = [s.strip(_TRIM) for s in _SUBJECT_SEPARATORS.split(found["subjects"])]
+    if len(subjects) < 2 or not all(1 < len(s) <= 8 for s in subjects):
+        return [part]
+    return [f"{subject}{found['asked']}" for subject in subjects]
 
 
 def search_texts(parts: list[str]) -> list[str]:
@@ -337,13 +356,22 @@ def _similarities(part: str, windows: list[Window], embedder: Embedder) -> list[
 
 
 def _scored(
-    part: str, terms: list[str], candidates: list[Window], embedder: Embedder, limits: Thresholds
+    part: str,
+    terms: list[str],
+    kind: AnswerKind | None,
+    candidates: list[Window],
+    embedder: Embedder,
+    limits: Thresholds,
 ) -> list[tuple[Window, Extract]]:
     """The shortlisted windows, best first: similarity to the part + weighted keyword coverage (+ the
-    matched-passage prior). Scored passages are all kept; of the other windows only those sharing the
-    most terms with the part (or lying in a matched passage) are embedded (ties: retrieval order)."""
+    matched-passage prior, + a bonus for holding the `kind` of answer asked). Scored passages are all
+    kept; of the other windows only those sharing the most terms with the part (or lying in a matched
+    passage, or holding the kind) are embedded (ties: retrieval order)."""
     covered = [coverage(terms, window.text) for window in candidates]
-    prior = [limits.passage_weight * window.matched for window in candidates]
+    prior = [
+        limits.passage_weight * window.matched + limits.kind_weight * (kind is not None and holds(kind, [window.text]))
+        for window in candidates
+    ]
     preset = [i for i, window in enumerate(candidates) if window.similarity is not None]
     to_embed = [i for i, window in enumerate(candidates) if window.similarity is None]
     shortlist = preset + sorted(to_embed, key=lambda i: -(covered[i] + prior[i]))[: limits.candidates]
@@ -386,7 +414,8 @@ def select(
     candidates = windows_of(sources, limits.context)
     if not candidates:
         return PartAnswer(part=part, extracts=[], answered=False, best_similarity=0.0, coverage=0.0)
-    scored = _scored(part, terms, candidates, embedder, limits)
+    kind = asked_kind(part)
+    scored = _scored(part, terms, kind, candidates, embedder, limits)
     floor = scored[0][1].score - limits.max_gap
     best = [
         pair
@@ -406,7 +435,6 @@ def select(
     if held is not None and unknown:
         in_base = held(unknown)
         unknown = [term for term in unknown if term not in in_base]
-    kind = asked_kind(part)
     found = holds(kind, [extract.text for extract in kept])
     answered = (
         union >= limits.min_coverage

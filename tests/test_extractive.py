@@ -42,6 +42,10 @@ EXTRACTIVE_PATH = ["split_question", "retrieve", "select_evidence", "quote_answe
         ("关羽用什么兵器，并且有多重？", ["关羽用什么兵器并且有多重"]),  # no subject of its own: kept together
         ("桃园结义的是哪三个人？请给出来源链接。", ["桃园结义的是哪三个人", "请给出来源链接"]),
         ("我在读三国。刘备在哪里结义？", ["我在读三国。刘备在哪里结义"]),
+        # The same asked of several subjects: one part each (each part is quoted on its own).
+        ("刘备、关羽、张飞各自用什么兵器？", ["刘备用什么兵器", "关羽用什么兵器", "张飞用什么兵器"]),
+        ("高血糖和低血糖分别有什么症状？", ["高血糖有什么症状", "低血糖有什么症状"]),
+        ("十八路诸侯各带了多少兵马？", ["十八路诸侯各带了多少兵马"]),  # one subject: nothing to distribute
     ],
 )
 def test_split_question_on_conjunctions_and_punctuation(question: str, parts: list[str]) -> None:
@@ -128,6 +132,8 @@ def test_a_quote_far_below_the_best_does_not_pad_the_answer(embedder: Embedder) 
         ("诸葛亮的草庐有几间房", "以「间」计的数目", "草庐三间", "造弩十万"),
         ("周瑜要诸葛亮监造多少支箭", "以「支」计的数目", "监造十万枝箭", "限三日造完"),
         ("司马懿每天跑多少公里", "长度", "日行三十里", "每日早起"),
+        ("关羽用什么兵器", "兵器", "云长造青龙偃月刀", "云长引兵出城"),
+        ("许田打围时曹操骑的是什么马", "坐骑", "操骑爪黄飞电马", "操引众出城打围"),
     ],
 )
 def test_a_part_asking_for_a_figure_wants_one(part: str, kind: str, answer: str, not_answer: str) -> None:
@@ -152,6 +158,17 @@ def test_a_part_asking_for_a_weight_no_quote_gives_is_not_answered(embedder: Emb
     assert extractive.CLOSEST in answer and "所引原文没有给出所问的重量" in answer
     height = extractive.select("刘备有多高", [LIU_BEI], embedder, get_tokenizer(), limits())
     assert height.answered and height.wanted == "长度" and height.wanted_found
+
+
+def test_a_window_holding_the_kind_of_answer_asked_is_preferred(embedder: Embedder) -> None:
+    """Both sentences name the sword; only the second gives a weight, and with the kind's bonus it
+    is the quote for 「有多重」 (without the bonus, the sentence sharing more of the part's words wins)."""
+    blade = extractive.Source("blade", "关羽的青龙偃月刀，名闻天下，关羽常提此刀。\n此刀又名冷艳锯，重八十二斤。")
+    select = partial(extractive.select, "关羽的青龙偃月刀有多重", [blade], embedder, get_tokenizer())
+    weighed = select(limits(kind_weight=0.5, coverage_weight=0.5, sentences=1, context=0))
+    assert weighed.extracts[0].text == "此刀又名冷艳锯，重八十二斤。" and weighed.wanted_found
+    named = select(limits(kind_weight=0.0, coverage_weight=0.5, sentences=1, context=0))
+    assert named.extracts[0].text != weighed.extracts[0].text and not named.wanted_found
 
 
 # --- the workflow ---------------------------------------------------------------------------
