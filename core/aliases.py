@@ -29,6 +29,8 @@ _ALSO = re.compile(
     rf"(?P<name>[{_CJK}A-Za-z0-9]{{2,12}})[，,]?(?:也|亦|又|通|一般)?(?:又名|又称|亦称|别称|俗称|简称|全称|又叫|俗名)"
     + rf"(?:为|作)?[“\"「『《]?(?P<alias>[{_CJK}A-Za-z0-9]{{2,12}})"
 )
+# 字长生，后改云长: a courtesy name changed later is a name too.
+_RENAMED = re.compile(rf"^[，,]?(?:后改|后更|改字|更字)字?([{_CJK}]{{2}})")
 # 世界卫生组织（WHO） / 糖化血红蛋白(HbA1c): a term and its equivalent in brackets.
 _BRACKETS = re.compile(rf"(?P<name>[{_CJK}]{{2,12}})[（(](?P<alias>[A-Za-z][A-Za-z0-9\-]{{1,15}}|[{_CJK}]{{2,8}})[)）]")
 _SENTENCE = re.compile(r"[^。！？；!?\n]*[。！？；!?\n]?")
@@ -129,6 +131,8 @@ def _candidates(sentence: str, corpus: _Counts) -> Iterable[tuple[str, str]]:
     """(alias, name) pairs one sentence states."""
     for match in _FAMILY.finditer(sentence):
         yield match.group(3), match.group(1) + match.group(2)
+        if renamed := _RENAMED.match(sentence[match.end() :]):
+            yield renamed.group(1), match.group(1) + match.group(2)
     for match in _COURTESY.finditer(sentence):
         if match.group(2) == "号" and match.group(3)[0] in _NOT_A_SOBRIQUET:
             continue

@@ -20,7 +20,7 @@ alone, for bench/extractive_eval.py.
 """
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from itertools import accumulate
@@ -28,6 +28,7 @@ from itertools import accumulate
 from pydantic import BaseModel
 
 from core.access import Scope
+from core.aliases import Expansion
 from core.chunking import split_sentences
 from core.config import Settings
 from core.embeddings import Embedder, cosine_similarities
@@ -262,10 +263,26 @@ def _covers(term: str, text: str) -> bool:
     return sum(b in text for b in bigrams) * 2 > len(bigrams)
 
 
-def coverage(terms: Sequence[str], text: str) -> float:
+Names = Mapping[str, Sequence[str]]  # a query term → the other names the base gives it (关羽 → 云长)
+
+
+def other_names(expansions: Sequence[Expansion]) -> dict[str, list[str]]:
+    """The query's alias expansions (`Retriever.expansions`: those the caller may see) by query term."""
+    names: dict[str, list[str]] = {}
+    for expansion in expansions:
+        names.setdefault(expansion.term, []).append(expansion.expansion)
+    return names
+
+
+def _named(term: str, text: str, names: Names) -> bool:
+    """The term, or another name of what it names, is in the text (关羽 asked, 云长 written)."""
+    return any(_covers(form, text) for form in (term, *names.get(term, ())))
+
+
+def coverage(terms: Sequence[str], text: str, names: Names | None = None) -> float:
     if not terms:
         return 1.0
-    return sum(_covers(term, text) for term in terms) / len(terms)
+    return sum(_named(term, text, names or {}) for term in terms) / len(terms)
 
 
 def _span(pieces: list[str], position: int, context: int) -> tuple[int, int]:
@@ -358,6 +375,7 @@ def _similarities(part: str, windows: list[Window], embedder: Embedder) -> list[
 def _scored(
     part: str,
     terms: list[str],
+    names: Names,
     kind: AnswerKind | None,
     candidates: list[Window],
     embedder: Embedder,
@@ -367,7 +385,7 @@ def _scored(
     matched-passage prior, + a bonus for holding the `kind` of answer asked). Scored passages are all
     kept; of the other windows only those sharing the most terms with the part (or lying in a matched
     passage, or holding the kind) are embedded (ties: retrieval order)."""
-    covered = [coverage(terms, window.text) for window in candidates]
+    covered = [coverage(terms, window.text, names) for window in candidates]
     prior = [
         limits.passage_weight * window.matched + limits.kind_weight * (kind is not None and holds(kind, [window.text]))
         for window in candidates
@@ -404,6 +422,7 @@ def select(
     tokenizer: ChineseTokenizer,
     limits: Thresholds,
     held: Callable[[Sequence[str]], set[str]] | None = None,
+    names: Names | None = None,
 ) -> PartAnswer:
     """The best sentence windows for `part`, in book order, and whether they answer it. `held`
     tells which terms the whole base holds: a term of the part that neither the sources nor the
@@ -415,7 +434,8 @@ def select(
     if not candidates:
         return PartAnswer(part=part, extracts=[], answered=False, best_similarity=0.0, coverage=0.0)
     kind = asked_kind(part)
-    scored = _scored(part, terms, kind, candidates, embedder, limits)
+    names = names or {}
+    scored = _scored(part, terms, names, kind, candidates, embedder, limits)
     floor = scored[0][1].score - limits.max_gap
     best = [
         pair
@@ -429,9 +449,9 @@ def select(
         kept = sorted(_merge(best), key=lambda e: -e.score)
     else:
         kept = sorted(_merge(best), key=lambda e: e.order)
-    union = coverage(terms, "".join(e.text for e in kept))
+    union = coverage(terms, "".join(e.text for e in kept), names)
     top_similarity = max(extract.similarity for _, extract in scored)
-    unknown = [term for term in terms if len(term) > 1 and not any(_covers(term, s.text) for s in sources)]
+    unknown = [term for term in terms if len(term) > 1 and not any(_named(term, s.text, names) for s in sources)]
     if held is not None and unknown:
         in_base = held(unknown)
         unknown = [term for term in unknown if term not in in_base]
@@ -540,6 +560,7 @@ def answer_locally(
         hits = retriever.search(scope, text, mode, k).hits[:passages]
         held = partial(retriever.terms_held, scope)
         sources = score_passages(retriever, scope, part, local_sources(hits))
-        answers.append(select(part, sources, retriever.embedder, tokenizer, limits, held))
+        names = other_names(retriever.expansions(scope, part))
+        answers.append(select(part, sources, retriever.embedder, tokenizer, limits, held, names))
     numbers = {source_id: Quoted(number) for number, source_id in enumerate(quoted_ids(answers), start=1)}
     return LocalAnswer(compose(answers, numbers, []), answers)

@@ -24,6 +24,7 @@ CORPUS = [
     MinedFrom("c1", "那人姓刘，名备，字玄德。刘备拜谢。玄德曰：“好。”刘备去了。", "第1回"),
     MinedFrom("c2", "却说董卓字仲颖，为人粗猛。董卓大怒，仲颖不听。", "第3回"),
     MinedFrom("c3", "诸葛亮，号卧龙，隐居隆中。卧龙先生也。诸葛亮出山。", "第37回"),
+    MinedFrom("c4", "吾姓关名羽，字长生，后改云长。关羽提刀，云长上马，关羽去了，长生者，旧字也。", "第1回"),
     MinedFrom("m1", "世界卫生组织，简称世卫组织。世卫组织发布指南，世界卫生组织建议。", "指南"),
     MinedFrom("m2", "糖化血红蛋白（HbA1c）反映血糖。HbA1c 高于 7%，糖化血红蛋白需复查。", "检验"),
     MinedFrom("m3", "番茄又名西红柿。西红柿炒蛋，番茄汤。", "菜谱"),
@@ -39,6 +40,8 @@ def test_each_naming_pattern_is_mined_with_its_sentence() -> None:
         ("玄德", "刘备"): "c1",  # 姓 … 名 … 字
         ("仲颖", "董卓"): "c2",  # X字Y, the name cut where the corpus says (董卓, not 却说董卓)
         ("卧龙", "诸葛亮"): "c3",  # 号
+        ("长生", "关羽"): "c4",
+        ("云长", "关羽"): "c4",  # 字 …，后改 …: the courtesy name taken later
         ("世卫组织", "世界卫生组织"): "m1",  # 简称
         ("HbA1c", "糖化血红蛋白"): "m2",  # a term and its equivalent in brackets
         ("西红柿", "番茄"): "m3",  # 又名

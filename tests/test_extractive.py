@@ -171,6 +171,19 @@ def test_a_window_holding_the_kind_of_answer_asked_is_preferred(embedder: Embedd
     assert named.extracts[0].text != weighed.extracts[0].text and not named.wanted_found
 
 
+def test_a_window_naming_the_subject_by_another_name_covers_it(embedder: Embedder) -> None:
+    """The part asks about 关羽; the passage that answers calls him 云长. With the base's alias the
+    passage covers the part's subject and, holding a weapon too, is quoted first; without it, the
+    sentence that repeats 关羽 wins."""
+    text = "关羽与众人饮酒，关羽大笑，关羽起身出帐。\n云长造青龙偃月刀，又名冷艳锯。"
+    source = extractive.Source("blade", text)
+    select = partial(extractive.select, "关羽用什么兵器", [source], embedder, get_tokenizer())
+    settings = limits(kind_weight=0.3, coverage_weight=1.0, sentences=1, context=0)
+    named = select(settings, None, {"关羽": ["云长"]})
+    assert named.extracts[0].text == "云长造青龙偃月刀，又名冷艳锯。"
+    assert select(settings).extracts[0].text != named.extracts[0].text
+
+
 # --- the workflow ---------------------------------------------------------------------------
 
 

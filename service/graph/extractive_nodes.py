@@ -84,7 +84,8 @@ async def select_evidence(state: WorkflowState, runtime: Runtime[RunContext]) ->
             known = _sources(state, part, settings.extractive_passages)
             sources = await asyncio.to_thread(extractive.score_passages, retriever, ctx.deps.scope, judged, known)
             held = partial(retriever.terms_held, ctx.deps.scope)
-            select = partial(extractive.select, judged, sources, retriever.embedder, tokenizer, limits, held)
+            names = extractive.other_names(retriever.expansions(ctx.deps.scope, judged))  # the caller's aliases
+            select = partial(extractive.select, judged, sources, retriever.embedder, tokenizer, limits, held, names)
             found = await asyncio.to_thread(select)
             answers.append(found.model_copy(update={"part": part}))
     step = _verdict(answers, with_web=bool(web))
