@@ -103,6 +103,7 @@ def run_all(retriever: Retriever, settings: Settings, questions: list[dict[str, 
                             "unknown",
                             "wanted",
                             "wanted_found",
+                            "premise_denied",
                         }
                     )
                     for p in result.parts
@@ -122,6 +123,8 @@ def answered(part: dict[str, Any], similarity: float, coverage: float, unknown: 
     """`retrieval.extractive.select`'s verdict at these thresholds."""
     if part["wants_links"]:
         return True
+    if part.get("premise_denied"):  # a source contradicts what the part takes for granted (retrieval/premises.py)
+        return False
     known = len(part.get("unknown", [])) <= unknown
     found = part.get("wanted_found", True)  # a quote holds the kind of answer asked for (retrieval/answer_kinds.py)
     return part["best_similarity"] >= similarity and part["coverage"] >= coverage and known and found

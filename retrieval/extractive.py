@@ -36,6 +36,7 @@ from core.schema import Mode
 from core.text import ChineseTokenizer
 from retrieval.answer_kinds import AnswerKind, asked_kind, holds
 from retrieval.conflicts import Conflict, describe
+from retrieval.premises import PREMISE_DENIED, contradiction, premise_of
 from retrieval.results import Hit
 from retrieval.retriever import Retriever
 
@@ -87,6 +88,7 @@ class PartAnswer(BaseModel):
     unknown: list[str] = []  # the part's terms that neither its sources nor the base mention (血型, 手机)
     wanted: str | None = None  # the kind of answer the part asks for, when it has a visible form (重量)
     wanted_found: bool = True  # whether a quote holds one (`retrieval.answer_kinds`)
+    premise_denied: str | None = None  # the premise a source contradicts (`retrieval.premises`): the quote says so
 
 
 @dataclass(frozen=True)
@@ -474,6 +476,19 @@ def select(
     )
 
 
+def deny_premise(answer: PartAnswer, sources: Sequence[Source], names: Names) -> PartAnswer:
+    """`answer`, unless its part takes for granted a success that a sentence of `sources` (the part's
+    every hit, best first) contradicts (`retrieval.premises`): then that sentence is the part's only
+    quote, and the part is not answered."""
+    premise = premise_of(answer.part)
+    found = contradiction(premise, [(s.id, s.text) for s in sources], names) if premise else None
+    if premise is None or found is None:
+        return answer
+    source_id, sentence = found
+    quote = Extract(text=sentence, source_id=source_id, order=(0, 0, 0, 0, 0), similarity=0.0, coverage=0.0, score=0.0)
+    return answer.model_copy(update={"extracts": [quote], "answered": False, "premise_denied": premise.clause})
+
+
 def lacks(part: PartAnswer) -> str:
     """Why a part whose quotes hold no answer of the kind it asks for is not answered."""
     return f"所引原文没有给出所问的{part.wanted}"
@@ -508,7 +523,9 @@ def compose(
         if part.wants_links:
             lines += [f"「{quoted.title}」{quoted.url}[{quoted.number}]" for quoted in web]
             continue
-        if part.extracts and not part.answered:
+        if part.premise_denied:
+            lines.append(f"{PREMISE_DENIED}（问题假定「{part.premise_denied}」），资料原文：")
+        elif part.extracts and not part.answered:
             lines.append(CLOSEST)
         for extract in part.extracts:
             quoted = sources[extract.source_id]
@@ -521,7 +538,8 @@ def compose(
     missing = [part.part for part in parts if not part.answered]
     if missing:
         lacking = [lacks(part) for part in parts if not part.answered and not part.wanted_found]
-        reasons = "；".join([NO_EVIDENCE, *dict.fromkeys(lacking), *why_not])
+        denied = [PREMISE_DENIED] if any(part.premise_denied for part in parts) else []
+        reasons = "；".join([NO_EVIDENCE, *denied, *dict.fromkeys(lacking), *why_not])
         lines.append(f"{UNCONFIRMED}：{'；'.join(missing)}（{reasons}）。")
     return "\n".join(lines)
 
@@ -557,10 +575,11 @@ def answer_locally(
         if wants_links(part):
             answers.append(link_answer(part, []))
             continue
-        hits = retriever.search(scope, text, mode, k).hits[:passages]
+        hits = retriever.search(scope, text, mode, k).hits
         held = partial(retriever.terms_held, scope)
-        sources = score_passages(retriever, scope, part, local_sources(hits))
+        sources = score_passages(retriever, scope, part, local_sources(hits[:passages]))
         names = other_names(retriever.expansions(scope, part))
-        answers.append(select(part, sources, retriever.embedder, tokenizer, limits, held, names))
+        selected = select(part, sources, retriever.embedder, tokenizer, limits, held, names)
+        answers.append(deny_premise(selected, local_sources(hits), names))
     numbers = {source_id: Quoted(number) for number, source_id in enumerate(quoted_ids(answers), start=1)}
     return LocalAnswer(compose(answers, numbers, []), answers)

@@ -19,6 +19,7 @@ from core.config import Settings
 from core.embeddings import Embedder
 from core.text import get_tokenizer
 from retrieval import answer_kinds, extractive
+from retrieval.premises import PREMISE_DENIED
 from retrieval.retriever import build_retriever
 from service.graph import QueryResult, WorkflowDeps, build_deps
 from tests.conftest import ask, sanguo_slices
@@ -219,6 +220,9 @@ def assert_only_quotes(result: QueryResult, local: dict[int, str]) -> None:
     assert lines[0] == extractive.HEADER
     for line in lines[1:]:
         if line == extractive.CLOSEST:
+            continue
+        if denied := re.fullmatch(rf"{PREMISE_DENIED}（问题假定「(.+)」），资料原文：", line):
+            assert denied.group(1) in result.question, line
             continue
         if numbered := re.fullmatch(r"(\d+)\. (.+)", line):
             assert numbered.group(2) in result.sub_questions, line

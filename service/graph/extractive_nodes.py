@@ -86,8 +86,9 @@ async def select_evidence(state: WorkflowState, runtime: Runtime[RunContext]) ->
             held = partial(retriever.terms_held, ctx.deps.scope)
             names = extractive.other_names(retriever.expansions(ctx.deps.scope, judged))  # the caller's aliases
             select = partial(extractive.select, judged, sources, retriever.embedder, tokenizer, limits, held, names)
-            found = await asyncio.to_thread(select)
-            answers.append(found.model_copy(update={"part": part}))
+            found = (await asyncio.to_thread(select)).model_copy(update={"part": part})
+            every = _sources(state, part, len(state.get("found", {}).get(part, [])))  # a premise is checked on all hits
+            answers.append(extractive.deny_premise(found, every, names))
     step = _verdict(answers, with_web=bool(web))
     disagreements = _disagreements(state, answers, tokenizer)
     contexts, _ = state_contexts(state, ctx)

@@ -1,0 +1,77 @@
+"""A question that takes for granted what the documents say did not happen, and the sentence that says so.
+
+「关羽在麦城打败吕蒙之后去了哪里？」 presupposes a victory; the book has 关公…被潘璋部将马忠所获. Every
+word of the premise is in that passage, so similarity and keyword coverage call it an answer. Without
+a model this module reads the one form such a question takes: a premise clause ending in 之后/以后/后
+that claims a success for its subject (打败, 大胜, 守住, 治好, 赦免, 脱险 …), then what is asked. The
+premise is contradicted when a sentence of the part's sources names that subject (or another name
+the caller's aliases give it) and, within the same clause run, a setback (被擒, 所获, 兵败, 死于, 首级,
+放去 …). The part is then not answered: the answer quotes that sentence and says that the documents
+say otherwise (`retrieval.extractive.compose`). A premise of any other form is left to the verdict.
+"""
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from core.chunking import split_sentences
+
+PREMISE_DENIED = "资料所述与问题的前提不符"  # said in the answer, with or without a model
+
+# The premise: a clause of 4 to 30 characters, then 之后/以后/后 and the question.
+_PREMISE = re.compile(r"^(?P<premise>[^，,。？?]{4,30}?)(?:之后|以后|后)[，,]?(?P<asked>.+)$")
+# Success claimed for the subject (the premise's first name: 关羽 in 关羽在麦城打败吕蒙).
+_SUCCESS = re.compile(
+    r"打败|击败|击退|战胜|打赢|大胜|获胜|取胜|得胜|大破|攻进|攻入|攻下|攻破|攻占|夺回|夺取|守住|保住|"
+    r"治好|医好|治愈|赦免|饶了|饶恕|脱险|逃脱|逃出|活了|生还|斩了|斩杀|杀了|杀死|擒住|擒获|活捉|收服|降服"
+)
+# The subject ends where the clause before the claim turns to a place or a helper (关羽|在麦城).
+_SUBJECT_END = re.compile(r"在|于|让|被|把|将|从|到|率|带|用|与|和|同|跟")
+# With 被 the subject undergoes the claim: only these are a success for it (被曹操赦免, not 被张飞擒住).
+_SPARED = re.compile(r"赦免|饶了|饶恕|放了")
+# A setback for whom the sentence names just before it (the same clause run: no 。！？ between).
+_SETBACK = (
+    r"被擒|被获|所获|被执|被捉|所擒|被杀|所杀|被斩|所斩|被害|遇害|身死|而死|死于|身亡|自刎|自杀|缢死|"
+    r"首级|下狱|狱中|兵败|败走|败退|败回|大败而|退兵|不信|放去|放了|放过|不食"
+)
+_GAP = 12  # characters at most between the subject's name and the setback
+
+
+@dataclass(frozen=True)
+class Premise:
+    """What a part takes for granted: the clause, its subject and the success it claims."""
+
+    clause: str
+    subject: str
+    claim: str
+
+
+def premise_of(part: str) -> Premise | None:
+    """The premise a part takes for granted, when it claims a success for a named subject."""
+    found = _PREMISE.match(part)
+    if found is None:
+        return None
+    clause = found["premise"]
+    claim = _SUCCESS.search(clause)
+    if claim is None:
+        return None
+    before = clause[: claim.start()]
+    end = _SUBJECT_END.search(before)
+    subject = before[: end.start()] if end else before
+    if not 2 <= len(subject) <= 4 or ("被" in before and not _SPARED.fullmatch(claim.group())):
+        return None
+    return Premise(clause, subject, claim.group())
+
+
+def contradiction(
+    premise: Premise, texts: Sequence[tuple[str, str]], names: Mapping[str, Sequence[str]]
+) -> tuple[str, str] | None:
+    """The first (source id, sentence) among `texts` ((id, text) pairs, best first) that names the
+    premise's subject, by its name or another one the caller may see, with a setback right after it."""
+    forms = "|".join(re.escape(form) for form in (premise.subject, *names.get(premise.subject, ())))
+    setback = re.compile(rf"(?:{forms})[^。！？!?]{{0,{_GAP}}}?(?:{_SETBACK})")
+    for source_id, text in texts:
+        for sentence in split_sentences(text):
+            if setback.search(sentence):
+                return source_id, sentence.strip()
+    return None

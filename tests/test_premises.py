@@ -1,0 +1,83 @@
+"""False premises (retrieval/premises.py): a question that takes for granted a success the documents
+deny is not answered; the sentence that denies it is quoted, without a model and in the workflow."""
+
+import asyncio
+
+import pytest
+from elasticsearch import Elasticsearch
+
+from core.access import Scope
+from core.config import Settings
+from core.documents import Document
+from core.embeddings import Embedder
+from retrieval import extractive, premises
+from retrieval.retriever import build_retriever
+from service.graph import QueryOptions, build_deps, run_query
+from tests.conftest import knowledge_base
+
+REPORT = "赵阳率军在青石岭与孙越交战，两军相持三日。\n赵阳兵败被擒，押送孙越营中。孙越收兵回城。"
+
+
+@pytest.mark.parametrize(
+    ("part", "subject", "claim"),
+    [
+        ("关羽在麦城打败吕蒙之后去了哪里", "关羽", "打败"),
+        ("马谡守住街亭以后得到了什么封赏", "马谡", "守住"),
+        ("吕布在白门楼被曹操赦免后投奔了谁", "吕布", "赦免"),  # 被 … 赦免: still a success for 吕布
+    ],
+)
+def test_a_premise_claiming_a_success_is_read(part: str, subject: str, claim: str) -> None:
+    premise = premises.premise_of(part)
+    assert premise is not None and (premise.subject, premise.claim) == (subject, claim)
+
+
+@pytest.mark.parametrize(
+    "part",
+    [
+        "严颜被张飞擒住后说了一句什么硬气的话",  # captured: no success claimed for 严颜
+        "诸葛亮为什么说魏延日后一定会造反",  # 日后 is no premise
+        "刘备去世后谁继位",  # no success claimed
+        "关羽在哪里结义",
+    ],
+)
+def test_other_parts_take_nothing_for_granted(part: str) -> None:
+    assert premises.premise_of(part) is None
+
+
+def test_a_setback_of_the_subject_contradicts_the_premise_by_any_of_its_names() -> None:
+    premise = premises.premise_of("赵阳在青石岭打败孙越之后去了哪里")
+    assert premise is not None
+    texts = [("other", "孙越大胜，班师回城。"), ("report", REPORT)]
+    assert premises.contradiction(premise, texts, {}) == ("report", "赵阳兵败被擒，押送孙越营中。")
+    by_name = [("report", REPORT.replace("赵阳兵败", "子昂兵败"))]
+    assert premises.contradiction(premise, by_name, {}) is None
+    assert premises.contradiction(premise, by_name, {"赵阳": ["子昂"]}) is not None
+    winner = premises.premise_of("孙越在青石岭打败赵阳之后去了哪里")
+    assert winner is not None and premises.contradiction(winner, texts, {}) is None  # 孙越 had no setback
+
+
+def test_a_denied_premise_is_quoted_and_not_answered() -> None:
+    part = "赵阳在青石岭打败孙越之后去了哪里"
+    answered = extractive.PartAnswer(part=part, extracts=[], answered=True, best_similarity=0.95, coverage=1.0)
+    denied = extractive.deny_premise(answered, [extractive.Source("report", REPORT)], {})
+    assert not denied.answered and denied.premise_denied == "赵阳在青石岭打败孙越"
+    assert [e.text for e in denied.extracts] == ["赵阳兵败被擒，押送孙越营中。"]
+    answer = extractive.compose([denied], {"report": extractive.Quoted(1)}, [])
+    assert f"{premises.PREMISE_DENIED}（问题假定「赵阳在青石岭打败孙越」），资料原文：" in answer
+    assert "「赵阳兵败被擒，押送孙越营中。」[1]" in answer
+    assert f"{extractive.UNCONFIRMED}：{part}" in answer
+
+
+def test_the_workflow_says_the_documents_deny_the_premise(es: Elasticsearch, embedder: Embedder) -> None:
+    """Without a model, over a real base: the false premise is denied with its quote; the same question
+    with the premise the documents state is answered as usual."""
+    documents = [Document("report", REPORT, "战报.txt"), Document("weather", "青石岭多雾，秋季尤甚。", "地志.txt")]
+    with knowledge_base(es, embedder, documents, "test-premises") as alias:
+        settings = Settings(_env_file=None, es_index=alias)
+        deps = build_deps(settings, es, build_retriever(settings, es, embedder)).for_scope(Scope.whole(alias))
+        false = asyncio.run(run_query(deps, "赵阳在青石岭打败孙越之后去了哪里？", QueryOptions()))
+        true = asyncio.run(run_query(deps, "孙越在青石岭打败赵阳之后去了哪里？", QueryOptions()))
+    assert false.answer_mode == "extractive"
+    assert premises.PREMISE_DENIED in false.answer and "「赵阳兵败被擒，押送孙越营中。」[1]" in false.answer
+    assert false.evaluations[0].missing == ["赵阳在青石岭打败孙越之后去了哪里"]
+    assert premises.PREMISE_DENIED not in true.answer
