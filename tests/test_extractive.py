@@ -172,14 +172,24 @@ def test_a_window_holding_the_kind_of_answer_asked_is_preferred(embedder: Embedd
     assert named.extracts[0].text != weighed.extracts[0].text and not named.wanted_found
 
 
+def test_a_term_every_window_holds_counts_less_than_one_few_hold() -> None:
+    """Coverage in the selection weighs a term by its rarity among the candidates: 曹操 is in all
+    three, 青梅 in one, so the window with 青梅 and without 曹操 outscores the one with 曹操 alone."""
+    texts = ["曹操引兵出城。", "曹操大笑。", "盘置青梅，一樽煮酒。"]
+    rare = extractive.rarity_coverage(["曹操", "青梅"], texts, {})
+    plain = [extractive.coverage(["曹操", "青梅"], text) for text in texts]
+    assert rare[2] > rare[0] == rare[1] > 0 and plain[0] == plain[2] == 0.5
+    assert extractive.rarity_coverage([], texts, {}) == [1.0, 1.0, 1.0]
+
+
 def test_a_window_naming_the_subject_by_another_name_covers_it(embedder: Embedder) -> None:
     """The part asks about 关羽; the passage that answers calls him 云长. With the base's alias the
     passage covers the part's subject and, holding a weapon too, is quoted first; without it, the
     sentence that repeats 关羽 wins."""
-    text = "关羽与众人饮酒，关羽大笑，关羽起身出帐。\n云长造青龙偃月刀，又名冷艳锯。"
+    text = "关羽与众人饮酒，关羽大笑，关羽起身出帐。\n云长造青龙偃月刀，又名冷艳锯。\n张辽引兵出城，曹军大乱。"
     source = extractive.Source("blade", text)
     select = partial(extractive.select, "关羽用什么兵器", [source], embedder, get_tokenizer())
-    settings = limits(kind_weight=0.3, coverage_weight=1.0, sentences=1, context=0)
+    settings = limits(kind_weight=0.2, coverage_weight=2.0, sentences=1, context=0)
     named = select(settings, None, {"关羽": ["云长"]})
     assert named.extracts[0].text == "云长造青龙偃月刀，又名冷艳锯。"
     assert select(settings).extracts[0].text != named.extracts[0].text
