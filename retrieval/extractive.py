@@ -55,7 +55,10 @@ _QUESTION_MARK = re.compile(
 _ELLIPTICAL = re.compile(r"(?:有|是|又|还|在|会|能|用)")  # no subject of its own: 有多重…
 _PRONOUN = re.compile(r"(?:他|她|它|其|该|此|这|那)")  # a subject named in the part before: 他的…
 # 「刘备、关羽、张飞各自用什么兵器？」: two or more short subjects, then 各自/分别/各 and what each is asked.
-_DISTRIBUTIVE = re.compile(r"^(?P<subjects>[^，,。？?；;]{2,40}?)(?:各自|分别|各)(?P<asked>[^，,。？?；;]+)$")
+# Not 「刘备与孙夫人分别后…」: 分别 the verb (to part), followed by 后/时/之际/以来/多年/的.
+_DISTRIBUTIVE = re.compile(
+    r"^(?P<subjects>[^，,。？?；;]{2,40}?)(?:各自|分别|各)(?!后|时|之|以|多年|的)(?P<asked>[^，,。？?；;]+)$"
+)
 _SUBJECT_SEPARATORS = re.compile(r"、|和|与|及|跟|同")
 _LINK_REQUEST = re.compile(r"链接|网址|网页|url|link", re.IGNORECASE)
 _TRIM = " \t\u3000，,、：:"

@@ -47,6 +47,7 @@ EXTRACTIVE_PATH = ["split_question", "retrieve", "select_evidence", "quote_answe
         ("刘备、关羽、张飞各自用什么兵器？", ["刘备用什么兵器", "关羽用什么兵器", "张飞用什么兵器"]),
         ("高血糖和低血糖分别有什么症状？", ["高血糖有什么症状", "低血糖有什么症状"]),
         ("十八路诸侯各带了多少兵马？", ["十八路诸侯各带了多少兵马"]),  # one subject: nothing to distribute
+        ("刘备与孙夫人分别后去了哪里？", ["刘备与孙夫人分别后去了哪里"]),  # 分别, the verb: to part
     ],
 )
 def test_split_question_on_conjunctions_and_punctuation(question: str, parts: list[str]) -> None:
