@@ -18,8 +18,11 @@ from core.chunking import split_sentences
 
 PREMISE_DENIED = "资料所述与问题的前提不符"  # said in the answer, with or without a model
 
-# The premise: a clause of 4 to 30 characters, then 之后/以后/后 and the question.
-_PREMISE = re.compile(r"^(?P<premise>[^，,。？?]{4,30}?)(?:之后|以后|后)[，,]?(?P<asked>.+)$")
+# The premise: a clause of 4 to 30 characters, then 之后/以后/后 and the question (not the 后 of
+# 最后, 日后, 背后, 后来, 后主 …).
+_PREMISE = re.compile(
+    r"^(?P<premise>[^，,。？?]{4,30}?)(?:之后|以后|(?<![最日背然前午随此今其])后(?![来主面人代世宫妃患]))[，,]?(?P<asked>.+)$"
+)
 # Success claimed for the subject (the premise's first name: 关羽 in 关羽在麦城打败吕蒙).
 _SUCCESS = re.compile(
     r"打败|击败|击退|战胜|打赢|大胜|获胜|取胜|得胜|大破|攻进|攻入|攻下|攻破|攻占|夺回|夺取|守住|保住|"

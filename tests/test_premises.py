@@ -38,6 +38,7 @@ def test_a_premise_claiming_a_success_is_read(part: str, subject: str, claim: st
         "诸葛亮为什么说魏延日后一定会造反",  # 日后 is no premise
         "刘备去世后谁继位",  # no success claimed
         "关羽在哪里结义",
+        "刘备打败曹操的最后一战在哪里",  # 最后 is no premise
     ],
 )
 def test_other_parts_take_nothing_for_granted(part: str) -> None:
