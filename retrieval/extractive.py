@@ -591,11 +591,11 @@ def answer_locally(
         if wants_links(part):
             answers.append(link_answer(part, []))
             continue
-        hits = retriever.search(scope, text, mode, k).hits
+        every = local_sources(retriever.search(scope, text, mode, k).hits)
         held = partial(retriever.terms_held, scope)
-        sources = score_passages(retriever, scope, part, local_sources(hits[:passages]))
+        sources = score_passages(retriever, scope, part, every[:passages])
         names = other_names(retriever.expansions(scope, part))
         selected = select(part, sources, retriever.embedder, tokenizer, limits, held, names)
-        answers.append(deny_premise(selected, local_sources(hits), names))
+        answers.append(deny_premise(selected, every, names))
     numbers = {source_id: Quoted(number) for number, source_id in enumerate(quoted_ids(answers), start=1)}
     return LocalAnswer(compose(answers, numbers, []), answers)
