@@ -73,14 +73,19 @@ PASSAGE_FIELDS = ["passages.start", "passages.end"]
 MAX_PASSAGES_PER_CHUNK = 100
 
 
-def passage_knn(vector: list[float], size: int, num_candidates: int, clauses: Clauses, hits: int) -> dict[str, Any]:
+def passage_knn(
+    vector: list[float], size: int, num_candidates: int, clauses: Clauses, hits: int, *, exact: bool = False
+) -> dict[str, Any]:
     """`vector` on a base with passages: nested kNN over the passage vectors, a chunk scored by its
     best passage, its `hits` best passages as inner hits. The filters (the request's, and the
     reader's access groups) are on the chunk, inside the search: a passage of a chunk the caller
-    may not read is never a candidate."""
+    may not read is never a candidate. `exact`: scores from the stored float vectors, not their
+    int8 quantisation (which moves a cosine by up to .004 and changes when segments merge)."""
     body = knn(vector, size, num_candidates, clauses)
     body["knn"]["field"] = "passages.vector"
     body["knn"]["inner_hits"] = {"size": hits, "_source": False, "docvalue_fields": PASSAGE_FIELDS}
+    if exact:
+        body["knn"]["rescore_vector"] = {"oversample": 1.0}
     return body
 
 

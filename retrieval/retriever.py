@@ -356,9 +356,10 @@ class Retriever:
 
     def scored_passages(self, scope: Scope, chunk_ids: Sequence[str], query: str) -> dict[str, list[PassageMatch]]:
         """Every passage of the chunks `chunk_ids` that `scope` reads, with its score for `query`, best
-        first (by chunk id): a nested kNN restricted to those chunks, exact since they hold fewer
-        passages than its candidates, so the stored passage vectors are scored without embedding
-        anything but the query. Empty on a base built without passages."""
+        first (by chunk id): a nested kNN restricted to those chunks, exhaustive since they hold fewer
+        passages than its candidates and scored on the stored float vectors, so the stored passage
+        vectors are scored exactly without embedding anything but the query (the quotes' figures do
+        not move when segments merge). Empty on a base built without passages."""
         meta = self._index(scope.kb)[0]
         if meta.passages is None or not chunk_ids:
             return {}
@@ -366,7 +367,7 @@ class Retriever:
         vector = _QueryVector(self.embedder, query).get()
         ids = [{"ids": {"values": list(chunk_ids)}}]
         candidates = max(self.params.num_candidates, lists.MAX_PASSAGES_PER_CHUNK * len(chunk_ids))
-        body = lists.passage_knn(vector, len(chunk_ids), candidates, ids, lists.MAX_PASSAGES_PER_CHUNK)
+        body = lists.passage_knn(vector, len(chunk_ids), candidates, ids, lists.MAX_PASSAGES_PER_CHUNK, exact=True)
         raws = Reader(self.es, scope).search(lists.envelope(len(chunk_ids), source=False) | body)["hits"]["hits"]
         return {chunk_id_from_fields(raw["fields"]): passage_matches(raw) for raw in raws}
 
