@@ -77,6 +77,9 @@ class Settings(BaseSettings):
     # sentence windows of at most this many characters, each with its own vector; 0: one vector per chunk.
     passage_size: int = Field(DEFAULT_PASSAGE_SIZE, ge=0, description="characters per passage vector (0: none)")
     passage_overlap: int = Field(DEFAULT_PASSAGE_OVERLAP, ge=0, description="characters neighbouring passages share")
+    # After the indexing job fills an empty passage base: seconds to wait for Elasticsearch's retention
+    # leases (renewed every 30 s) before merging away its recovery copies (indexing/compact.py); 0: never.
+    index_compact_wait_s: float = Field(45.0, ge=0, description="wait before compacting a new passage base")
     embed_concurrency: int = Field(1, ge=1, description="embedding batches in flight (remote embedders)")
     # Query embeddings batched across concurrent requests (core.embeddings.BatchingEmbedder):
     # a query waits at most the window for others, and at most this many share one call.

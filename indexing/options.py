@@ -59,6 +59,9 @@ class IndexOptions:
     layout: Layout
     # The passage vectors of an index the run creates (an existing index keeps its own, or none).
     passages: PassageWindows | None = None
+    # After a load into an empty passage base, how long to wait for Elasticsearch to let go of the
+    # documents' recovery copies before merging them away (indexing/compact.py); 0: not compacted.
+    compact_wait_s: float = 0.0
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "IndexOptions":
@@ -67,6 +70,7 @@ class IndexOptions:
             Throughput(settings.embed_batch_size, settings.embed_concurrency),
             Layout(settings.es_shards, settings.es_replicas),
             settings.passage_windows,
+            settings.index_compact_wait_s,
         )
 
 

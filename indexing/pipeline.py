@@ -30,7 +30,7 @@ from tqdm import tqdm
 
 from core.access import DocumentAccess, Scope
 from core.aliases import Alias, MinedFrom, merged, mine
-from core.documents import Document, source_label
+from core.documents import Chunk, Document, source_label
 from core.embeddings import Embedder
 from core.reader import Reader
 from core.store import (
@@ -44,6 +44,7 @@ from core.store import (
     write_aliases,
 )
 from core.text import ChineseTokenizer
+from indexing.compact import compact
 from indexing.dictionary import corpus_tokenizer
 from indexing.embed import Embedding, embed_and_write
 from indexing.options import Chunking, IndexOptions, RunScope
@@ -103,6 +104,7 @@ class IndexSummary(BaseModel):
     embed_seconds: float
     write_seconds: float
     swapped: bool = False
+    compacted: bool = False  # the recovery source left behind (indexing/compact.py)
     load_errors: int = 0
     error_file: str | None = None
     partition: str | None = None
@@ -117,6 +119,7 @@ class _Written:
     plan: Plan
     indexed: int
     deleted: int
+    compactable: bool  # a load into an empty passage base, its first batch a segment of its own
     embed_seconds: float
     write_seconds: float
 
@@ -198,12 +201,26 @@ def _write(run: _Run, documents: list[Document], tokenizer: ChineseTokenizer) ->
         else:
             embedding = Embedding(run.embedder, windows, run.errors, progress)
         writer = Writer(es, index, tokenizer, run.errors, progress)
-        embed_and_write(plan.new, run.options.throughput, embedding, writer)
+        compactable = empty and windows is not None and run.options.compact_wait_s > 0
+        _load(run, plan.new, embedding, writer, own_first_segment=compactable)
     deleted = clean_up(es, index, plan, orphans(reader, documents, run.scope), run.errors)
     if run.scope.recreate:
         es.indices.put_settings(index=index, settings={"index": {"refresh_interval": None}})
     es.indices.refresh(index=index)
-    return _Written(plan, writer.indexed, deleted, embedding.seconds, writer.seconds)
+    return _Written(
+        plan, writer.indexed, deleted, compactable and writer.indexed > 0, embedding.seconds, writer.seconds
+    )
+
+
+def _load(run: _Run, chunks: list[Chunk], embedding: Embedding, writer: Writer, *, own_first_segment: bool) -> None:
+    """Embed and write `chunks`; with `own_first_segment` the first batch is refreshed into a segment
+    of its own, since Lucene never merges a lone segment (indexing/compact.py)."""
+    throughput = run.options.throughput
+    first = throughput.batch_size if own_first_segment and len(chunks) > throughput.batch_size else 0
+    if first:
+        embed_and_write(chunks[:first], throughput, embedding, writer)
+        run.es.indices.refresh(index=run.index)
+    embed_and_write(chunks[first:], throughput, embedding, writer)
 
 
 def admins_aliases(es: Elasticsearch, alias: str) -> tuple[Alias, ...]:
@@ -272,6 +289,8 @@ def index_documents(
             es.options(ignore_status=404).indices.delete(index=index)
         raise
     swapped = _finish_recreate(es, alias, index, run.errors.count) if scope.recreate else False
+    kept = swapped or not scope.recreate  # a failed rebuild's index is deleted
+    compacted = kept and written.compactable and compact(es, index, options.compact_wait_s)
     seconds = time.perf_counter() - started
     failed = run.errors.count
     return IndexSummary(
@@ -288,6 +307,7 @@ def index_documents(
         embed_seconds=round(written.embed_seconds, 3),
         write_seconds=round(written.write_seconds, 3),
         swapped=swapped,
+        compacted=compacted,
         error_file=str(error_file) if error_file is not None and failed else None,
         partition=str(scope.partition) if scope.partition else None,
     )

@@ -68,7 +68,8 @@ TEST_JOBS_INDEX = TEST_INDICES["JOBS_INDEX"]
 os.environ.update(TEST_INDICES)
 LOAD_LIMITS = LoadLimits.from_settings(Settings(_env_file=None))  # the default limits, for tests that load files
 PARAMS = RetrievalParams.from_settings(Settings(_env_file=None))  # the service's retrieval parameters
-INDEX_OPTIONS = IndexOptions.from_settings(Settings(_env_file=None))  # the indexing job's
+# The indexing job's, without the compaction's wait for Elasticsearch's leases (tests/test_compact.py has it)
+INDEX_OPTIONS = replace(IndexOptions.from_settings(Settings(_env_file=None)), compact_wait_s=0)
 
 
 def sanguo_slices() -> list[Document]:
@@ -90,8 +91,15 @@ def isolated_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 def subprocess_env(**variables: str) -> dict[str, str]:
     """An explicit environment for a child process: PATH, a UTF-8 locale, the session's own service
     indices (`TEST_INDICES`: a child service never creates or reads a real `rag-*`) and `variables`,
-    which may name other indices."""
-    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", **TEST_INDICES, **variables}
+    which may name other indices. An indexing job does not wait to compact a new base (INDEX_COMPACT_WAIT_S=0)
+    unless `variables` say so."""
+    return {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "LANG": "C.UTF-8",
+        "INDEX_COMPACT_WAIT_S": "0",
+        **TEST_INDICES,
+        **variables,
+    }
 
 
 def start_indexing(workdir: Path, *args: str | Path, **variables: str) -> subprocess.Popen[str]:
