@@ -101,6 +101,7 @@ def run_all(retriever: Retriever, settings: Settings, questions: list[dict[str, 
                             "coverage",
                             "wants_links",
                             "unknown",
+                            "strangers",
                             "wanted",
                             "wanted_found",
                             "premise_denied",
@@ -124,6 +125,8 @@ def answered(part: dict[str, Any], similarity: float, coverage: float, unknown: 
     if part["wants_links"]:
         return True
     if part.get("premise_denied"):  # a source contradicts what the part takes for granted (retrieval/premises.py)
+        return False
+    if part.get("strangers"):  # it names someone the base never mentions (李白)
         return False
     known = len(part.get("unknown", [])) <= unknown
     found = part.get("wanted_found", True)  # a quote holds the kind of answer asked for (retrieval/answer_kinds.py)

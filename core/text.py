@@ -34,6 +34,15 @@ CJK_CHARS = r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"  # a regex character rang
 _CJK_RUN_OR_WORD = re.compile(rf"[{CJK_CHARS}]+|[^\W_{CJK_CHARS}]+", re.UNICODE)
 _IS_CJK = re.compile(rf"[{CJK_CHARS}]")
 _NAME_TAGS = ("nr", "ns", "nt", "nz")  # jieba's parts of speech of proper nouns
+# A dictionary word jieba tags as a person is taken for one only when it starts with a common
+# surname and is not rare: jieba also tags 克扣, 和尚, 延寿 and glued words like 袁尚兵 as people.
+_SURNAMES = frozenset(
+    "王李张刘陈杨黄赵吴周徐孙马朱胡郭何高林罗郑梁谢宋唐许韩冯邓曹彭曾萧肖田董袁潘于蒋蔡余杜叶程苏魏吕丁"
+    "任沈姚卢姜崔钟谭陆汪范金石廖贾夏韦方白邹孟熊秦邱江尹薛段雷侯龙史陶黎贺顾毛郝龚邵万钱严武戴莫孔向汤"
+    "岳包成花项屈商"
+)
+_COMPOUND_SURNAMES = ("诸葛", "司马", "欧阳", "上官", "夏侯", "皇甫", "公孙", "长孙", "慕容", "令狐", "宇文", "东方")
+_MIN_PERSON_FREQ = 50
 
 
 @lru_cache(maxsize=1)
@@ -154,6 +163,14 @@ class ChineseTokenizer:
             if len(pair.word) > 1 and (pair.word in corpus or pair.flag.startswith(_NAME_TAGS))
         ]
         return list(dict.fromkeys(found))
+
+    def is_person(self, word: str) -> bool:
+        """Whether the dictionary knows `word` as a person's name (李白, 武则天, 孙悟空): tagged `nr`, not
+        rare, and starting with a common surname."""
+        self._ensure_ready()
+        if self._tagger().word_tag_tab.get(word) != "nr" or self._jieba.FREQ.get(word, 0) < _MIN_PERSON_FREQ:
+            return False
+        return word[:2] in _COMPOUND_SURNAMES or (len(word) > 1 and word[0] in _SURNAMES)
 
     def _tagger(self) -> "jieba.posseg.POSTokenizer":
         """jieba's part-of-speech tagger over this tokenizer's dictionaries (built on first use)."""

@@ -90,6 +90,7 @@ class PartAnswer(BaseModel):
     coverage: float
     wants_links: bool = False
     unknown: list[str] = []  # the part's terms that neither its sources nor the base mention (血型, 手机)
+    strangers: list[str] = []  # people of `unknown` (李白, 孙悟空): a part naming one is not answered
     wanted: str | None = None  # the kind of answer the part asks for, when it has a visible form (重量)
     wanted_found: bool = True  # whether a quote holds one (`retrieval.answer_kinds`)
     premise_denied: str | None = None  # the premise a source contradicts (`retrieval.premises`): the quote says so
@@ -473,12 +474,14 @@ def select(
     if held is not None and unknown:
         in_base = held(unknown)
         unknown = [term for term in unknown if term not in in_base]
+    strangers = [term for term in unknown if tokenizer.is_person(term)] if held is not None else []
     found = holds(kind, [extract.text for extract in kept])
     answered = (
         union >= limits.min_coverage
         and top_similarity >= limits.min_similarity
         and len(unknown) <= limits.max_unknown_terms
         and found
+        and not strangers
     )
     return PartAnswer(
         part=part,
@@ -487,6 +490,7 @@ def select(
         best_similarity=top_similarity,
         coverage=union,
         unknown=unknown,
+        strangers=strangers,
         wanted=kind.name if kind else None,
         wanted_found=found,
     )
@@ -505,9 +509,12 @@ def deny_premise(answer: PartAnswer, sources: Sequence[Source], names: Names) ->
     return answer.model_copy(update={"extracts": [quote], "answered": False, "premise_denied": premise.clause})
 
 
-def lacks(part: PartAnswer) -> str:
-    """Why a part whose quotes hold no answer of the kind it asks for is not answered."""
-    return f"所引原文没有给出所问的{part.wanted}"
+def lacks(part: PartAnswer) -> str | None:
+    """Why a part is not answered, beyond its figures: it names someone the base never mentions, or
+    its quotes hold no answer of the kind it asks for."""
+    if part.strangers:
+        return f"资料中没有提到{'、'.join(part.strangers)}"
+    return None if part.wanted_found else f"所引原文没有给出所问的{part.wanted}"
 
 
 @dataclass(frozen=True)
@@ -553,7 +560,7 @@ def compose(
         lines.append(describe(disagreements))
     missing = [part.part for part in parts if not part.answered]
     if missing:
-        lacking = [lacks(part) for part in parts if not part.answered and not part.wanted_found]
+        lacking = [reason for part in parts if not part.answered and (reason := lacks(part))]
         denied = [PREMISE_DENIED] if any(part.premise_denied for part in parts) else []
         reasons = "；".join([NO_EVIDENCE, *denied, *dict.fromkeys(lacking), *why_not])
         lines.append(f"{UNCONFIRMED}：{'；'.join(missing)}（{reasons}）。")

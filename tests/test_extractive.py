@@ -97,6 +97,35 @@ def test_a_part_naming_what_no_source_mentions_is_not_answered(embedder: Embedde
     assert select(limits(max_unknown_terms=0)).extracts  # the closest quote is still shown, as such
 
 
+def test_a_part_naming_someone_the_base_never_mentions_is_not_answered(embedder: Embedder) -> None:
+    """李白 on 刘备: every other figure open, the part still is not answered, and the answer says whom
+    the documents never mention; a base that names him (held) answers it."""
+    select = partial(extractive.select, "李白为刘备写过哪首诗", [LIU_BEI], embedder, get_tokenizer(), limits())
+    stranger = select(held=lambda terms: set())
+    assert stranger.strangers == ["李白"] and not stranger.answered and stranger.extracts
+    answer = extractive.compose([stranger], {LIU_BEI.id: extractive.Quoted(1)}, [])
+    assert extractive.CLOSEST in answer and "资料中没有提到李白" in answer
+    assert select(held=lambda terms: set(terms)).answered
+
+
+@pytest.mark.parametrize(
+    ("word", "person"),
+    [
+        ("李白", True),
+        ("武则天", True),
+        ("诸葛亮", True),
+        ("克扣", False),
+        ("和尚", False),
+        ("延寿", False),
+        ("袁尚兵", False),
+        ("血型", False),
+    ],
+)
+def test_a_person_is_a_common_name_the_dictionary_tags_as_one(word: str, person: bool) -> None:
+    """jieba tags 克扣, 和尚, 延寿 and the glued 袁尚兵 as people too: a surname and some frequency are asked."""
+    assert get_tokenizer().is_person(word) is person
+
+
 def test_a_sentence_the_search_matched_is_preferred(embedder: Embedder) -> None:
     """Two sentences answer alike; the one inside the passage the search matched is quoted first."""
     text = LIU_BEI.text

@@ -114,7 +114,7 @@ def _verdict(answers: list[PartAnswer], with_web: bool) -> EvaluationStep:
     missing = [a.part for a in answers if not a.answered]
     figures = "；".join(
         f"「{a.part}」相似度 {a.best_similarity:.3f}，关键词覆盖 {a.coverage:.0%}"
-        + ("" if a.wanted_found else f"，{extractive.lacks(a)}")
+        + (f"，{reason}" if (reason := extractive.lacks(a)) else "")
         for a in answers
         if not a.wants_links
     )
