@@ -59,7 +59,7 @@ def premise_of(part: str) -> Premise | None:
     if claim is None:
         return None
     before = clause[: claim.start()]
-    end = _SUBJECT_END.search(before)
+    end = _SUBJECT_END.search(before, 2)  # a name may start with one of them (于禁, 和洽)
     subject = before[: end.start()] if end else before
     if not 2 <= len(subject) <= 4 or ("被" in before and not _SPARED.fullmatch(claim.group())):
         return None

@@ -24,6 +24,7 @@ REPORT = "赵阳率军在青石岭与孙越交战，两军相持三日。\n赵�
         ("关羽在麦城打败吕蒙之后去了哪里", "关羽", "打败"),
         ("马谡守住街亭以后得到了什么封赏", "马谡", "守住"),
         ("吕布在白门楼被曹操赦免后投奔了谁", "吕布", "赦免"),  # 被 … 赦免: still a success for 吕布
+        ("于禁在樊城打败关羽后升了什么官", "于禁", "打败"),  # a name may start with 于, 和, 将 …
     ],
 )
 def test_a_premise_claiming_a_success_is_read(part: str, subject: str, claim: str) -> None:
