@@ -233,13 +233,45 @@ def distribute(part: str) -> list[str]:
     return [f"{subject}{found['asked']}" for subject in subjects]
 
 
-def search_texts(parts: list[str]) -> list[str]:
-    """What to search for each part: a part opening with a pronoun carries the part before it,
-    so 他的口号是什么 is searched with 张角是谁 (without a model the pronoun is not resolved)."""
-    return [
+def search_texts(parts: list[str], question: str) -> list[str]:
+    """What to search for each part of `question`: a part opening with a pronoun carries the part
+    before it, so 他的口号是什么 is searched with 张角是谁 (without a model the pronoun is not
+    resolved); the parts `distribute` made of one clause are searched together (刘备、关羽、张飞用什么
+    兵器: the sentence naming the three weapons is found for each, where 刘备用什么兵器 alone finds
+    the weapons in 孙夫人's room), and each quotes its own."""
+    texts = [
         f"{parts[i - 1]} {part}" if i and _PRONOUN.match(part) and not wants_links(parts[i - 1]) else part
         for i, part in enumerate(parts)
     ]
+    start = 0
+    while start < len(parts):  # the longest run from each part that one clause was cut into
+        end, clause = next(
+            (
+                (end, found)
+                for end in range(len(parts), start + 1, -1)
+                if (found := _distributed_from(parts[start:end], question))
+            ),
+            (start + 1, None),
+        )
+        if clause:
+            texts[start:end] = [clause] * (end - start)
+        start = end
+    return texts
+
+
+def _distributed_from(run: list[str], question: str) -> str | None:
+    """The clause of `question` that `distribute` cut into `run`, without 各自/分别 (刘备用什么兵器,
+    关羽用什么兵器 from 「刘备和关羽各自用什么兵器」 → 刘备、关羽用什么兵器); None when `run` is not one."""
+    for cut in range(2, len(run[0])):  # the longest shared ending first
+        asked = run[0][cut:]
+        if not all(part.endswith(asked) for part in run):
+            continue
+        subjects = [part[: len(part) - len(asked)] for part in run]
+        joined = f"(?:{_SUBJECT_SEPARATORS.pattern})".join(map(re.escape, subjects))
+        said = rf"{joined}\s*(?:各自|分别|各){re.escape(asked)}"
+        if re.search(said, question) and distribute("、".join(subjects) + "各" + asked) == run:
+            return "、".join(subjects) + asked
+    return None
 
 
 def follow_up_terms(earlier: str, question: str, tokenizer: ChineseTokenizer, limit: int = 4) -> list[str]:
@@ -594,7 +626,7 @@ def answer_locally(
     parts = split_question(question, max_parts)
     tokenizer = retriever.index_tokenizer(scope)
     answers = []
-    for part, text in zip(parts, search_texts(parts), strict=True):
+    for part, text in zip(parts, search_texts(parts, question), strict=True):
         if wants_links(part):
             answers.append(link_answer(part, []))
             continue

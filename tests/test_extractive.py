@@ -56,12 +56,27 @@ def test_split_question_on_conjunctions_and_punctuation(question: str, parts: li
 
 def test_a_part_opening_with_a_pronoun_is_searched_with_the_part_before() -> None:
     parts = ["张角是谁", "他的口号是什么", "请给出来源链接", "这把刀有多重"]
-    assert extractive.search_texts(parts) == [
+    assert extractive.search_texts(parts, "张角是谁？他的口号是什么？请给出来源链接。这把刀有多重？") == [
         "张角是谁",
         "张角是谁 他的口号是什么",
         "请给出来源链接",
         "这把刀有多重",  # the part before is a link request: nothing to carry
     ]
+
+
+@pytest.mark.parametrize(
+    ("question", "texts"),
+    [
+        ("刘备、关羽、张飞各自用什么兵器？", ["刘备、关羽、张飞用什么兵器"] * 3),
+        ("高血糖和低血糖分别有什么症状？", ["高血糖、低血糖有什么症状"] * 2),
+        ("张角是谁？刘备和关羽各用什么兵器？", ["张角是谁", "刘备、关羽用什么兵器", "刘备、关羽用什么兵器"]),
+        ("曹操是谁？刘备是谁？", ["曹操是谁", "刘备是谁"]),  # two questions alike, not one distributed
+    ],
+)
+def test_the_parts_of_a_distributive_clause_are_searched_together(question: str, texts: list[str]) -> None:
+    """Searched alone, 刘备用什么兵器 finds the weapons in 孙夫人's room; with its siblings, the one
+    sentence naming the three weapons, which each part then quotes for itself."""
+    assert extractive.search_texts(extractive.split_question(question), question) == texts
 
 
 def test_split_question_keeps_every_part_within_the_limit() -> None:

@@ -34,7 +34,7 @@ async def split_question(state: WorkflowState, runtime: Runtime[RunContext]) -> 
     ctx = runtime.context
     question = state["question"]
     parts = extractive.split_question(question, ctx.max_retrievals)
-    texts = extractive.search_texts(parts)
+    texts = extractive.search_texts(parts, question)
     earlier = [turn.content for turn in state.get("history", []) if turn.role == "user"]
     terms: list[str] = []
     if earlier:
