@@ -132,6 +132,7 @@ def _parse(
             Throughput(args.batch_size, args.concurrency),
             Layout(args.shards, args.replicas),
             settings.passage_windows,
+            settings.index_compact_wait_s,
         )
         scope = RunScope(recreate=args.recreate, prune=args.prune, partition=args.partition)
     except ValueError as err:

@@ -201,8 +201,8 @@ def _write(run: _Run, documents: list[Document], tokenizer: ChineseTokenizer) ->
         else:
             embedding = Embedding(run.embedder, windows, run.errors, progress)
         writer = Writer(es, index, tokenizer, run.errors, progress)
-        compactable = empty and windows is not None and run.options.compact_wait_s > 0
-        _load(run, plan.new, embedding, writer, own_first_segment=compactable)
+        wanted = empty and windows is not None and run.options.compact_wait_s > 0
+        compactable = _load(run, plan.new, embedding, writer, own_first_segment=wanted)
     deleted = clean_up(es, index, plan, orphans(reader, documents, run.scope), run.errors)
     if run.scope.recreate:
         es.indices.put_settings(index=index, settings={"index": {"refresh_interval": None}})
@@ -212,15 +212,17 @@ def _write(run: _Run, documents: list[Document], tokenizer: ChineseTokenizer) ->
     )
 
 
-def _load(run: _Run, chunks: list[Chunk], embedding: Embedding, writer: Writer, *, own_first_segment: bool) -> None:
+def _load(run: _Run, chunks: list[Chunk], embedding: Embedding, writer: Writer, *, own_first_segment: bool) -> bool:
     """Embed and write `chunks`; with `own_first_segment` the first batch is refreshed into a segment
-    of its own, since Lucene never merges a lone segment (indexing/compact.py)."""
+    of its own, since Lucene never merges a lone segment (indexing/compact.py). True when it was (a
+    load of one batch is not worth compacting)."""
     throughput = run.options.throughput
     first = throughput.batch_size if own_first_segment and len(chunks) > throughput.batch_size else 0
     if first:
         embed_and_write(chunks[:first], throughput, embedding, writer)
         run.es.indices.refresh(index=run.index)
     embed_and_write(chunks[first:], throughput, embedding, writer)
+    return first > 0
 
 
 def admins_aliases(es: Elasticsearch, alias: str) -> tuple[Alias, ...]:

@@ -4,9 +4,10 @@ survive the merge."""
 
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 
-import pytest
 from elasticsearch import Elasticsearch
 
 from core.access import DocumentAccess, Scope
@@ -15,28 +16,11 @@ from core.documents import Document
 from core.embeddings import Embedder
 from core.schema import Mode
 from core.text import ChineseTokenizer
-from indexing.options import Throughput
-from indexing.pipeline import IndexSummary, index_documents
+from indexing.pipeline import index_documents
 from retrieval.retriever import Retriever
-from tests.conftest import INDEX_OPTIONS, PARAMS, delete_indices
+from tests.conftest import INDEX_OPTIONS, PARAMS, delete_indices, indexing_result, start_indexing
 
-FILLER = "城外炊烟袅袅，百姓各安其业。" * 6
-DOCUMENTS = [Document(f"d{n}", FILLER + f"第{n}封书信送到了荆州。" + FILLER, "a.txt", chapter=n) for n in range(1, 6)]
-
-
-def _build(es: Elasticsearch, embedder: Embedder, wait_s: float) -> IndexSummary:
-    options = replace(
-        INDEX_OPTIONS, passages=PassageWindows(40, 10), throughput=Throughput(2, 1), compact_wait_s=wait_s
-    )
-    return index_documents(
-        es,
-        DOCUMENTS,
-        alias=f"test-compact-{uuid.uuid4().hex[:10]}",
-        visible=DocumentAccess(everything=True),
-        embedder=embedder,
-        tokenizer=ChineseTokenizer(),
-        options=options,
-    )
+SENTENCES = "".join(f"第{n}封书信送到了荆州，城外炊烟袅袅，百姓各安其业。" for n in range(40))
 
 
 def _recovery_source_bytes(es: Elasticsearch, index: str) -> int:
@@ -48,26 +32,57 @@ def _segments(es: Elasticsearch, index: str) -> int:
     return len(es.cat.segments(index=index, format="json"))
 
 
-@pytest.mark.parametrize("wait_s", [0, 60])
-def test_a_new_passage_base_sheds_the_recovery_copies_and_keeps_its_vectors(
-    es: Elasticsearch, embedder: Embedder, wait_s: float
-) -> None:
-    summary = _build(es, embedder, wait_s)
+def test_without_compaction_a_load_leaves_the_recovery_copies(es: Elasticsearch, embedder: Embedder) -> None:
+    """What the compaction is for (the pipeline with `compact_wait_s=0`, as uploads and tests run it)."""
+    alias = f"test-compact-{uuid.uuid4().hex[:10]}"
+    documents = [Document(f"d{n}", SENTENCES, "a.txt", chapter=n) for n in range(1, 4)]
+    options = replace(INDEX_OPTIONS, passages=PassageWindows(40, 10))
     try:
-        assert summary.failed == 0 and summary.indexed == len(DOCUMENTS)
-        assert summary.compacted is (wait_s > 0)
-        if wait_s:
-            deadline = time.monotonic() + 30
-            while _segments(es, summary.index) > 1 and time.monotonic() < deadline:  # the merge runs in the background
-                time.sleep(0.5)
-            es.indices.refresh(index=summary.index)
-            assert _segments(es, summary.index) == 1
-            assert _recovery_source_bytes(es, summary.index) == 0
-        else:  # what the compaction is for: the copies stay
-            assert _recovery_source_bytes(es, summary.index) > 0
-        hits = Retriever(es, embedder, ChineseTokenizer(), PARAMS).search(
-            Scope.whole(summary.alias), "第3封书信送到了哪里", Mode.VECTOR, 5
+        summary = index_documents(
+            es,
+            documents,
+            alias=alias,
+            visible=DocumentAccess(everything=True),
+            embedder=embedder,
+            tokenizer=ChineseTokenizer(),
+            options=options,
         )
-        assert len(hits.hits) == len(DOCUMENTS) and all(hit.passages for hit in hits.hits)
+        assert summary.failed == 0 and not summary.compacted
+        assert _recovery_source_bytes(es, summary.index) > 0
     finally:
-        delete_indices(es, summary.alias)
+        delete_indices(es, alias)
+
+
+def test_the_indexing_job_compacts_a_new_passage_base_and_keeps_its_vectors(
+    es: Elasticsearch, embedder: Embedder, es_url: str, index_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    """`python -m indexing --recreate` (no refresh while it loads), two chunks per batch: the first batch is a
+    segment of its own, the job waits for the retention leases, the merge leaves no recovery copy, and
+    every chunk keeps its passages."""
+    (tmp_path / "book.txt").write_text("".join(f"第{c}章 书信\n{SENTENCES}\n" for c in range(1, 4)), encoding="utf-8")
+    alias = index_name("compact")
+    job = start_indexing(
+        tmp_path / "cwd",
+        tmp_path / "book.txt",
+        "--index",
+        alias,
+        "--batch-size",
+        "2",
+        "--recreate",  # no refresh while loading: one segment, but for the first batch's own
+        "--no-progress",
+        ES_URL=es_url,
+        INDEX_COMPACT_WAIT_S="60",
+        PASSAGE_SIZE="40",
+        PASSAGE_OVERLAP="10",
+    )
+    code, summary, stderr = indexing_result(job)
+    assert code == 0 and summary["compacted"] is True, stderr
+    deadline = time.monotonic() + 30
+    while _segments(es, summary["index"]) > 1 and time.monotonic() < deadline:  # the merge runs in the background
+        time.sleep(0.5)
+    es.indices.refresh(index=alias)
+    assert _segments(es, summary["index"]) == 1 and _recovery_source_bytes(es, summary["index"]) == 0
+    found = Retriever(es, embedder, ChineseTokenizer(), PARAMS).search(
+        Scope.whole(alias), "第3封书信送到了哪里", Mode.VECTOR, 50
+    )
+    assert len(found.hits) == summary["chunks"] > 2 and all(hit.passages for hit in found.hits)
