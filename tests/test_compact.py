@@ -3,22 +3,20 @@ every document behind (most of the index, read with every hit fetched), and the 
 survive the merge."""
 
 import time
-import uuid
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 
 from elasticsearch import Elasticsearch
 
-from core.access import DocumentAccess, Scope
+from core.access import Scope
 from core.chunking import PassageWindows
 from core.documents import Document
 from core.embeddings import Embedder
 from core.schema import Mode
 from core.text import ChineseTokenizer
-from indexing.pipeline import index_documents
 from retrieval.retriever import Retriever
-from tests.conftest import INDEX_OPTIONS, PARAMS, delete_indices, indexing_result, start_indexing
+from tests.conftest import PARAMS, delete_indices, indexing_result, start_indexing
+from tests.test_passages import passage_base
 
 SENTENCES = "".join(f"第{n}封书信送到了荆州，城外炊烟袅袅，百姓各安其业。" for n in range(40))
 
@@ -34,21 +32,10 @@ def _segments(es: Elasticsearch, index: str) -> int:
 
 def test_without_compaction_a_load_leaves_the_recovery_copies(es: Elasticsearch, embedder: Embedder) -> None:
     """What the compaction is for (the pipeline with `compact_wait_s=0`, as uploads and tests run it)."""
-    alias = f"test-compact-{uuid.uuid4().hex[:10]}"
     documents = [Document(f"d{n}", SENTENCES, "a.txt", chapter=n) for n in range(1, 4)]
-    options = replace(INDEX_OPTIONS, passages=PassageWindows(40, 10))
+    alias = passage_base(es, embedder, PassageWindows(40, 10), documents)
     try:
-        summary = index_documents(
-            es,
-            documents,
-            alias=alias,
-            visible=DocumentAccess(everything=True),
-            embedder=embedder,
-            tokenizer=ChineseTokenizer(),
-            options=options,
-        )
-        assert summary.failed == 0 and not summary.compacted
-        assert _recovery_source_bytes(es, summary.index) > 0
+        assert _recovery_source_bytes(es, next(iter(es.indices.get_alias(name=alias)))) > 0
     finally:
         delete_indices(es, alias)
 

@@ -50,7 +50,10 @@ def test_passage_windows_cut_whole_sentences_with_offsets() -> None:
         PassageWindows(40, 40)
 
 
-def _index(es: Elasticsearch, embedder: Embedder, passages: PassageWindows | None, documents: list[Document]) -> str:
+def passage_base(
+    es: Elasticsearch, embedder: Embedder, passages: PassageWindows | None, documents: list[Document]
+) -> str:
+    """`documents` indexed by the pipeline into a new base with `passages` (None: one vector per chunk); its alias."""
     alias = f"test-passages-{uuid.uuid4().hex[:10]}"
     summary = index_documents(
         es,
@@ -67,7 +70,7 @@ def _index(es: Elasticsearch, embedder: Embedder, passages: PassageWindows | Non
 
 @pytest.fixture(scope="module")
 def base(es: Elasticsearch, embedder: Embedder) -> Iterator[str]:
-    alias = _index(es, embedder, WINDOWS, DOCUMENTS)
+    alias = passage_base(es, embedder, WINDOWS, DOCUMENTS)
     yield alias
     delete_indices(es, alias)
 
@@ -91,7 +94,7 @@ def test_a_chunk_given_new_groups_is_rewritten_whole_and_keeps_its_passage_vecto
 ) -> None:
     """An update in place would rebuild the chunk from its `_source`, which lacks the passage vectors:
     the nested kNN would no longer find it."""
-    alias = _index(es, embedder, WINDOWS, DOCUMENTS[:1])
+    alias = passage_base(es, embedder, WINDOWS, DOCUMENTS[:1])
     try:
         regranted = [replace(DOCUMENTS[0], access=["navy"])]
         summary = index_documents(
@@ -155,7 +158,7 @@ def test_no_passage_of_a_hidden_document_reaches_a_reader_without_its_group(
 def test_a_base_built_before_passage_vectors_keeps_serving(
     es: Elasticsearch, retriever: Retriever, embedder: Embedder
 ) -> None:
-    alias = _index(es, embedder, None, DOCUMENTS[:1])
+    alias = passage_base(es, embedder, None, DOCUMENTS[:1])
     try:
         assert read_index_meta(es, alias).passages is None
         assert (
@@ -238,7 +241,7 @@ def test_the_extractive_answer_quotes_the_passage_that_answers(
 ) -> None:
     """On a passage base the quote is the passage Elasticsearch scored best, and nothing is embedded at
     answer time; a base built before embeds its sentence windows as it always did."""
-    alias = base if passages else _index(es, embedder, None, DOCUMENTS)
+    alias = base if passages else passage_base(es, embedder, None, DOCUMENTS)
     counting = CountingEmbedder(embedder)
     reader = Retriever(es, counting, ChineseTokenizer(), PARAMS)
     limits = replace(Thresholds.from_settings(Settings(_env_file=None)), min_similarity=0.0, sentences=1)
