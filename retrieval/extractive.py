@@ -192,6 +192,15 @@ def split_question(question: str, max_parts: int = 8) -> list[str]:
     (`search_texts`). A request for links is a part of its own. Past `max_parts`, the rest
     joins the last part (nothing is dropped).
     """
+    parts = [each for clause in _clauses(question) for each in distribute(clause)]
+    if len(parts) > max_parts:
+        parts = [*parts[: max_parts - 1], "；".join(parts[max_parts - 1 :])]
+    return parts or [question.strip()]
+
+
+def _clauses(question: str) -> list[str]:
+    """The question cut at sentence ends and conjunctions, what cannot stand alone glued back
+    (`split_question`), before a distributive clause becomes one part per subject."""
     pieces = _SPLIT.split(question)
     parts: list[str] = []
     pending, before = "", ""
@@ -214,64 +223,45 @@ def split_question(question: str, max_parts: int = 8) -> list[str]:
             parts[-1] += before + tail
         else:
             parts.append(tail)
-    parts = [each for part in parts for each in distribute(part)]
-    if len(parts) > max_parts:
-        parts = [*parts[: max_parts - 1], "；".join(parts[max_parts - 1 :])]
-    return parts or [question.strip()]
+    return parts
+
+
+def _subjects(clause: str) -> tuple[list[str], str] | None:
+    """The subjects a distributive clause asks the same of, and what it asks (「刘备、关羽、张飞各自用什么
+    兵器」 → [刘备, 关羽, 张飞], 用什么兵器); None for any other clause."""
+    found = _DISTRIBUTIVE.match(clause)
+    if found is None:
+        return None
+    subjects = [s.strip(_TRIM) for s in _SUBJECT_SEPARATORS.split(found["subjects"])]
+    if len(subjects) < 2 or not all(1 < len(s) <= 8 for s in subjects):
+        return None
+    return subjects, found["asked"]
 
 
 def distribute(part: str) -> list[str]:
     """A part asking the same of several subjects, one part per subject: 「刘备、关羽、张飞各自用什么
     兵器」 asks 刘备用什么兵器, 关羽用什么兵器 and 张飞用什么兵器, and each is answered by its own quote
     (the one sentence naming all three weapons is found for each). Anything else stays whole."""
-    found = _DISTRIBUTIVE.match(part)
-    if found is None:
-        return [part]
-    subjects = [s.strip(_TRIM) for s in _SUBJECT_SEPARATORS.split(found["subjects"])]
-    if len(subjects) < 2 or not all(1 < len(s) <= 8 for s in subjects):
-        return [part]
-    return [f"{subject}{found['asked']}" for subject in subjects]
+    found = _subjects(part)
+    return [f"{subject}{found[1]}" for subject in found[0]] if found else [part]
 
 
 def search_texts(parts: list[str], question: str) -> list[str]:
-    """What to search for each part of `question`: a part opening with a pronoun carries the part
-    before it, so 他的口号是什么 is searched with 张角是谁 (without a model the pronoun is not
-    resolved); the parts `distribute` made of one clause are searched together (刘备、关羽、张飞用什么
-    兵器: the sentence naming the three weapons is found for each, where 刘备用什么兵器 alone finds
-    the weapons in 孙夫人's room), and each quotes its own."""
-    texts = [
-        f"{parts[i - 1]} {part}" if i and _PRONOUN.match(part) and not wants_links(parts[i - 1]) else part
+    """What to search for each part of `question`: the parts `distribute` made of one clause are
+    searched together (刘备、关羽、张飞用什么兵器: the sentence naming the three weapons is found for
+    each, where 刘备用什么兵器 alone finds the weapons in 孙夫人's room), and each quotes its own; a
+    part opening with a pronoun carries the part before it, so 他的口号是什么 is searched with
+    张角是谁 (without a model the pronoun is not resolved)."""
+    together: dict[str, str] = {}
+    for clause in _clauses(question):
+        if found := _subjects(clause):
+            subjects, asked = found
+            together.update(dict.fromkeys((subject + asked for subject in subjects), "、".join(subjects) + asked))
+    return [
+        together.get(part)
+        or (f"{parts[i - 1]} {part}" if i and _PRONOUN.match(part) and not wants_links(parts[i - 1]) else part)
         for i, part in enumerate(parts)
     ]
-    start = 0
-    while start < len(parts):  # the longest run from each part that one clause was cut into
-        end, clause = next(
-            (
-                (end, found)
-                for end in range(len(parts), start + 1, -1)
-                if (found := _distributed_from(parts[start:end], question))
-            ),
-            (start + 1, None),
-        )
-        if clause:
-            texts[start:end] = [clause] * (end - start)
-        start = end
-    return texts
-
-
-def _distributed_from(run: list[str], question: str) -> str | None:
-    """The clause of `question` that `distribute` cut into `run`, without 各自/分别 (刘备用什么兵器,
-    关羽用什么兵器 from 「刘备和关羽各自用什么兵器」 → 刘备、关羽用什么兵器); None when `run` is not one."""
-    for cut in range(2, len(run[0])):  # the longest shared ending first
-        asked = run[0][cut:]
-        if not all(part.endswith(asked) for part in run):
-            continue
-        subjects = [part[: len(part) - len(asked)] for part in run]
-        joined = f"(?:{_SUBJECT_SEPARATORS.pattern})".join(map(re.escape, subjects))
-        said = rf"{joined}\s*(?:各自|分别|各){re.escape(asked)}"
-        if re.search(said, question) and distribute("、".join(subjects) + "各" + asked) == run:
-            return "、".join(subjects) + asked
-    return None
 
 
 def follow_up_terms(earlier: str, question: str, tokenizer: ChineseTokenizer, limit: int = 4) -> list[str]:
