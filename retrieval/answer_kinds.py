@@ -6,8 +6,8 @@ the answer. Without a model this tells a plausible detail the documents never st
 an age, a length) from a quote that answers, so the extractive verdict admits it
 (`retrieval.extractive.select`; measured on dev in docs/workflow.md).
 
-Only kinds whose answer has a visible form are checked: a figure with its unit (weight, length,
-age, duration, money), a year or a day, a weapon or a mount (named by its class: …剑, …马), a
+Only kinds whose answer has a visible form are checked: a figure with its unit (weight, height,
+length, age, duration, money), a year or a day, a weapon or a mount (named by its class: …剑, …马), a
 count (some number). Who, where, why and what was said
 are not: almost any sentence holds a name or a place, so a check would prove nothing. The kinds
 are tried in order, the most specific first (多长时间 is a duration, not a length).
@@ -29,12 +29,13 @@ class AnswerKind:
     name: str
     asks: re.Pattern[str]
     holds: re.Pattern[str]
+    specific: bool = True  # False for a bare count: any number holds one, so a quote holding it proves little
 
 
-def _kind(name: str, asks: str, units: str, other: str = "") -> AnswerKind:
+def _kind(name: str, asks: str, units: str, other: str = "", specific: bool = True) -> AnswerKind:
     """A kind whose answer is a number followed by one of `units` (三个月, 八十二斤), or `other`."""
     form = rf"{NUMBER}\s?个?(?:{units})" + (f"|{other}" if other else "")
-    return AnswerKind(name, re.compile(asks), re.compile(form, re.IGNORECASE))
+    return AnswerKind(name, re.compile(asks), re.compile(form, re.IGNORECASE), specific)
 
 
 _MEASURES = ("间", "匹", "艘", "座", "层", "条", "支|枝", "张", "本", "篇", "首", "部", "头")
@@ -43,10 +44,12 @@ KINDS = (
         "时长",
         r"多久|多长时间|多少年|多少天|多少个?月|多少个?小时|几年|几天|几个月|几个?小时",
         r"年|载|月|日|天|旬|时|分钟|秒|周",
+        specific=False,  # 二十四年 may be a year of a reign (建安二十四年), not a span
     ),
     _kind(
         "重量", r"多重|有多沉|多少斤|几斤|多少公斤|多少千克|多少克|多少吨|重量", r"斤|两|钧|公斤|千克|克|吨|磅|kg|g\b"
     ),
+    _kind("身高", r"身高|多高|个子|个头", r"尺|寸|米|厘米|cm|m\b"),  # not 里 or 步: a height, not a distance
     _kind(
         "长度",
         r"多长|多高|多宽|多远|多深|多厚|身高|长度|高度|(?:多少|几)(?:公里|千米|里|米|尺|丈|寸|步)",
@@ -63,7 +66,12 @@ KINDS = (
     AnswerKind("坐骑", re.compile(r"坐骑|骑(?:的是)?(?:什么|哪匹|哪一匹)马?"), re.compile(r"马|驹|骑")),
     # A count of things the question names by their measure word (几间房, 多少艘船): that measure word.
     *(_kind(f"以「{word[0]}」计的数目", rf"(?:多少|几)(?:{word})", word) for word in _MEASURES),
-    _kind("数目", r"^(?!.*(?:谁|什么|哪)).*(?:多少|几[个位名人匹头座间条次万千百员艘支把张本篇首部层路种样句回])", r""),
+    _kind(
+        "数目",
+        r"^(?!.*(?:谁|什么|哪)).*(?:多少|几[个位名人匹头座间条次万千百员艘支把张本篇首部层路种样句回])",
+        r"",
+        specific=False,
+    ),
 )
 
 

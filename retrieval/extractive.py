@@ -54,12 +54,14 @@ _QUESTION_MARK = re.compile(
 )
 _ELLIPTICAL = re.compile(r"(?:有|是|又|还|在|会|能|用)")  # no subject of its own: 有多重…
 _PRONOUN = re.compile(r"(?:他|她|它|其|该|此|这|那)")  # a subject named in the part before: 他的…
-# 「刘备、关羽、张飞各自用什么兵器？」: two or more short subjects, then 各自/分别/各 and what each is asked.
-# Not 「刘备与孙夫人分别后…」: 分别 the verb (to part), followed by 后/时/之际/以来/多年/的.
+# 「刘备、关羽、张飞各自用什么兵器？」: two or more short subjects, then 各自/分别/各 and what each is asked
+# (各自的兵器 → 刘备的兵器). Not 「刘备与孙夫人分别后…」: 分别 the verb (to part), followed by
+# 后/时/之际/以来/多年/的.
 _DISTRIBUTIVE = re.compile(
-    r"^(?P<subjects>[^，,。？?；;]{2,40}?)(?:各自|分别|各)(?!后|时|之|以|多年|的)(?P<asked>[^，,。？?；;]+)$"
+    r"^(?P<subjects>[^，,。？?；;]{2,40}?)(?:各自|分别(?!后|时|之|以|多年|的)|各(?!自))(?P<asked>[^，,。？?；;]+)$"
 )
 _SUBJECT_SEPARATORS = re.compile(r"、|和|与|及|跟|同")
+_OTHER_PERSON = re.compile(r"其人|此人|那人|这人|彼|他|她")  # someone other than the subject named before
 _LINK_REQUEST = re.compile(r"链接|网址|网页|url|link", re.IGNORECASE)
 _TRIM = " \t\u3000，,、：:"
 MIN_SENTENCE_CHARS = 4
@@ -94,6 +96,7 @@ class PartAnswer(BaseModel):
     wanted: str | None = None  # the kind of answer the part asks for, when it has a visible form (重量)
     wanted_found: bool = True  # whether a quote holds one (`retrieval.answer_kinds`)
     premise_denied: str | None = None  # the premise a source contradicts (`retrieval.premises`): the quote says so
+    vouched: bool = False  # a distributed part's own sentence holds the specific kind asked (`select`)
 
 
 @dataclass(frozen=True)
@@ -246,20 +249,37 @@ def distribute(part: str) -> list[str]:
     return [f"{subject}{found[1]}" for subject in found[0]] if found else [part]
 
 
+@dataclass(frozen=True)
+class Distributed:
+    """A part `distribute` made: the subject it asks about (its quotes are what is said of it, `select`)
+    and the clause as the user asked it (what it is searched with, `search_texts`)."""
+
+    subject: str
+    clause: str
+
+
+def distributed(question: str) -> dict[str, Distributed]:
+    """The parts of `question` that `distribute` made, each with its subject and clause."""
+    found: dict[str, Distributed] = {}
+    for clause in _clauses(question):
+        if subjects := _subjects(clause):
+            names, asked = subjects
+            joint = "、".join(names) + asked
+            found |= {name + asked: Distributed(name, joint) for name in names}
+    return found
+
+
 def search_texts(parts: list[str], question: str) -> list[str]:
     """What to search for each part of `question`: the parts `distribute` made of one clause are
     searched together (刘备、关羽、张飞用什么兵器: the sentence naming the three weapons is found for
     each, where 刘备用什么兵器 alone finds the weapons in 孙夫人's room), and each quotes its own; a
     part opening with a pronoun carries the part before it, so 他的口号是什么 is searched with
     张角是谁 (without a model the pronoun is not resolved)."""
-    together: dict[str, str] = {}
-    for clause in _clauses(question):
-        if found := _subjects(clause):
-            subjects, asked = found
-            together.update(dict.fromkeys((subject + asked for subject in subjects), "、".join(subjects) + asked))
+    together = distributed(question)
     return [
-        together.get(part)
-        or (f"{parts[i - 1]} {part}" if i and _PRONOUN.match(part) and not wants_links(parts[i - 1]) else part)
+        together[part].clause
+        if part in together
+        else (f"{parts[i - 1]} {part}" if i and _PRONOUN.match(part) and not wants_links(parts[i - 1]) else part)
         for i, part in enumerate(parts)
     ]
 
@@ -414,7 +434,7 @@ def _similarities(part: str, windows: list[Window], embedder: Embedder) -> list[
 
 
 def _scored(
-    part: str,
+    asked: str,
     terms: list[str],
     names: Names,
     kind: AnswerKind | None,
@@ -422,7 +442,7 @@ def _scored(
     embedder: Embedder,
     limits: Thresholds,
 ) -> list[tuple[Window, Extract]]:
-    """The shortlisted windows, best first: similarity to the part + weighted keyword coverage (+ the
+    """The shortlisted windows, best first: similarity to `asked` + weighted keyword coverage (+ the
     matched-passage prior, + a bonus for holding the `kind` of answer asked). Scored passages are all
     kept; of the other windows only those sharing the most terms with the part (or lying in a matched
     passage, or holding the kind) are embedded (ties: retrieval order)."""
@@ -434,7 +454,7 @@ def _scored(
     preset = [i for i, window in enumerate(candidates) if window.similarity is not None]
     to_embed = [i for i, window in enumerate(candidates) if window.similarity is None]
     shortlist = preset + sorted(to_embed, key=lambda i: -(covered[i] + prior[i]))[: limits.candidates]
-    similarities = _similarities(part, [candidates[i] for i in shortlist], embedder)
+    similarities = _similarities(asked, [candidates[i] for i in shortlist], embedder)
     ranks: dict[str, int] = {}
     for window in candidates:  # the sources' order: the search's ranking
         ranks.setdefault(window.source.id, len(ranks))
@@ -464,12 +484,14 @@ def select(
     limits: Thresholds,
     held: Callable[[Sequence[str]], set[str]] | None = None,
     names: Names | None = None,
+    origin: Distributed | None = None,
 ) -> PartAnswer:
     """The best sentence windows for `part`, in book order, and whether they answer it. `held`
     tells which terms the whole base holds: a term of the part that neither the sources nor the
     base mention (血型, 高铁) is `unknown`, and too many unknown terms mean no answer. A part that
     asks for a kind of answer with a visible form (a weight, an age: `retrieval.answer_kinds`) is
-    answered only when a quote holds one."""
+    answered only when a quote holds one; a part `distribute` made (`origin`), by its subject's own
+    sentence holding one (`_about`)."""
     terms = content_terms(part, tokenizer)
     candidates = windows_of(sources, limits.context)
     if not candidates:
@@ -490,6 +512,9 @@ def select(
         kept = sorted(_merge(best), key=lambda e: -e.score)
     else:
         kept = sorted(_merge(best), key=lambda e: e.order)
+    vouched = False  # a distributed part's own sentence holds the specific kind asked (「张飞造丈八点钢矛。」)
+    if origin is not None:
+        kept, vouched = _about(kept, origin.subject, names, kind, limits.sentences)
     union = coverage(terms, "".join(e.text for e in kept), names)
     top_similarity = max(extract.similarity for _, extract in scored)
     unknown = [term for term in terms if len(term) > 1 and not any(_named(term, s.text, names) for s in sources)]
@@ -498,9 +523,11 @@ def select(
         unknown = [term for term in unknown if term not in in_base]
     strangers = [term for term in unknown if tokenizer.is_person(term)] if held is not None else []
     found = holds(kind, [extract.text for extract in kept])
+    # A vouched part is answered however far the shared clause's cosine falls: one sentence about three
+    # subjects is far from each.
     answered = (
         union >= limits.min_coverage
-        and top_similarity >= limits.min_similarity
+        and (top_similarity >= limits.min_similarity or vouched)
         and len(unknown) <= limits.max_unknown_terms
         and found
         and not strangers
@@ -515,7 +542,43 @@ def select(
         strangers=strangers,
         wanted=kind.name if kind else None,
         wanted_found=found,
+        vouched=vouched,
     )
+
+
+def _about(
+    extracts: list[Extract], subject: str, names: Names, kind: AnswerKind | None, limit: int
+) -> tuple[list[Extract], bool]:
+    """A distributed part's quotes cut to their sentences that name its subject and hold the specific
+    kind asked, each quoted on its own (刘备用什么兵器: 「玄德谢别二客，便命良匠打造双股剑。」, not the
+    sentence of all three weapons three times), the `limit` best: such a sentence answers the part
+    (True). The quotes as they were when none does: a sentence naming someone proves less (in 「玄德看
+    其人：身长九尺」 the height is the other man's)."""
+    if kind is None or not kind.specific:
+        return extracts, False
+    sentences = {
+        text: extract
+        for extract in extracts
+        for sentence in split_sentences(extract.text)
+        if len(text := sentence.strip(_BLANK)) >= MIN_SENTENCE_CHARS and _said_of(subject, text, names, kind)
+    }
+    best = sorted(sentences.items(), key=lambda pair: -pair[1].score)[:limit]
+    about = sorted((extract.model_copy(update={"text": text}) for text, extract in best), key=lambda e: e.order)
+    return (about, True) if about else (extracts, False)
+
+
+def _said_of(subject: str, text: str, names: Names, kind: AnswerKind) -> bool:
+    """`text` names `subject` (or another name of it) and holds an answer of `kind`, with no other
+    person referred to between the two (「玄德回视其人，身长八尺」 is 其人's height, not 玄德's)."""
+    found = kind.holds.search(text)
+    if found is None:
+        return False
+    for form in (subject, *names.get(subject, ())):
+        at = text.find(form)
+        first, last = sorted((at, found.start()))
+        if at >= 0 and not _OTHER_PERSON.search(text[first:last]):
+            return True
+    return False
 
 
 def deny_premise(answer: PartAnswer, sources: Sequence[Source], names: Names) -> PartAnswer:
@@ -615,6 +678,7 @@ def answer_locally(
     graph with web search off, in one call (each part searched `k` deep, its top `passages` quoted)."""
     parts = split_question(question, max_parts)
     tokenizer = retriever.index_tokenizer(scope)
+    origins = distributed(question)
     answers = []
     for part, text in zip(parts, search_texts(parts, question), strict=True):
         if wants_links(part):
@@ -622,9 +686,10 @@ def answer_locally(
             continue
         every = local_sources(retriever.search(scope, text, mode, k).hits)
         held = partial(retriever.terms_held, scope)
+        origin = origins.get(part)
         sources = score_passages(retriever, scope, part, every[:passages])
         names = other_names(retriever.expansions(scope, part))
-        selected = select(part, sources, retriever.embedder, tokenizer, limits, held, names)
+        selected = select(part, sources, retriever.embedder, tokenizer, limits, held, names, origin)
         answers.append(deny_premise(selected, every, names))
     numbers = {source_id: Quoted(number) for number, source_id in enumerate(quoted_ids(answers), start=1)}
     return LocalAnswer(compose(answers, numbers, []), answers)

@@ -47,6 +47,7 @@ EXTRACTIVE_PATH = ["split_question", "retrieve", "select_evidence", "quote_answe
         ("刘备、关羽、张飞各自用什么兵器？", ["刘备用什么兵器", "关羽用什么兵器", "张飞用什么兵器"]),
         ("高血糖和低血糖分别有什么症状？", ["高血糖有什么症状", "低血糖有什么症状"]),
         ("十八路诸侯各带了多少兵马？", ["十八路诸侯各带了多少兵马"]),  # one subject: nothing to distribute
+        ("刘备、关羽、张飞各自的兵器有多重？", ["刘备的兵器有多重", "关羽的兵器有多重", "张飞的兵器有多重"]),
         ("刘备与孙夫人分别后去了哪里？", ["刘备与孙夫人分别后去了哪里"]),  # 分别, the verb: to part
     ],
 )
@@ -203,7 +204,7 @@ def test_a_part_asking_for_a_weight_no_quote_gives_is_not_answered(embedder: Emb
     answer = extractive.compose([weight], {"swords": extractive.Quoted(1)}, [])
     assert extractive.CLOSEST in answer and "所引原文没有给出所问的重量" in answer
     height = extractive.select("刘备有多高", [LIU_BEI], embedder, get_tokenizer(), limits())
-    assert height.answered and height.wanted == "长度" and height.wanted_found
+    assert height.answered and height.wanted == "身高" and height.wanted_found
 
 
 def test_a_window_holding_the_kind_of_answer_asked_is_preferred(embedder: Embedder) -> None:
@@ -215,6 +216,54 @@ def test_a_window_holding_the_kind_of_answer_asked_is_preferred(embedder: Embedd
     assert weighed.extracts[0].text == "此刀又名冷艳锯，重八十二斤。" and weighed.wanted_found
     named = select(limits(kind_weight=0.0, coverage_weight=0.5, sentences=1, context=0))
     assert named.extracts[0].text != weighed.extracts[0].text and not named.wanted_found
+
+
+WEAPONS = extractive.Source(
+    "weapons", "玄德谢别二客，便命良匠打造双股剑。云长造青龙偃月刀，又名冷艳锯。张飞造丈八点钢矛。"
+)
+NAMES = {"刘备": ["玄德"], "关羽": ["云长"]}
+
+
+@pytest.mark.parametrize(
+    ("part", "sentence"),
+    [
+        ("刘备用什么兵器", "玄德谢别二客，便命良匠打造双股剑。"),
+        ("关羽用什么兵器", "云长造青龙偃月刀，又名冷艳锯。"),
+        ("张飞用什么兵器", "张飞造丈八点钢矛。"),
+    ],
+)
+def test_a_distributed_part_quotes_its_own_sentence_and_it_answers(
+    embedder: Embedder, part: str, sentence: str
+) -> None:
+    """「刘备、关羽、张飞各自用什么兵器？」: one sentence names the three weapons. Each part quotes the
+    sentence that names its subject (by any of its names) with a weapon, and that answers it even
+    where the similarity gate is shut; the same part asked on its own gets the whole passage and the gate."""
+    origin = extractive.distributed("刘备、关羽、张飞各自用什么兵器？")[part]
+    select = partial(extractive.select, part, [WEAPONS], embedder, get_tokenizer(), limits(min_similarity=0.99))
+    distributed = select(names=NAMES, origin=origin)
+    assert [e.text for e in distributed.extracts] == [sentence]
+    assert distributed.answered and distributed.vouched
+    alone = select(names=NAMES)
+    assert not alone.answered and not alone.vouched and alone.extracts[0].text == WEAPONS.text
+
+
+@pytest.mark.parametrize(
+    ("part", "text"),
+    [
+        ("刘备身高多少", "玄德看其人：身长九尺，髯长二尺。"),  # the height is 其人's, not 玄德's
+        ("刘备的手机号是多少", "玄德引兵五千，投青州来。"),  # a bare count: any number holds one
+        ("刘备身高多少", "玄德兵寡不胜，退三十里下寨。"),  # a distance, not a height
+    ],
+)
+def test_a_distributed_part_is_not_vouched_for_by_a_weak_sentence(embedder: Embedder, part: str, text: str) -> None:
+    """A sentence naming the subject vouches for a part only with the specific kind asked, said of the
+    subject itself: otherwise the quotes stay whole and the similarity gate decides."""
+    origin = extractive.Distributed(subject="刘备", clause="刘备、关羽" + part.removeprefix("刘备"))
+    source = extractive.Source("other", text)
+    found = extractive.select(
+        part, [source], embedder, get_tokenizer(), limits(min_similarity=0.99), None, NAMES, origin
+    )
+    assert not found.vouched and not found.answered and found.extracts[0].text == text
 
 
 def test_a_term_every_window_holds_counts_less_than_one_few_hold() -> None:
@@ -308,6 +357,21 @@ def test_without_a_model_the_answer_quotes_cited_sentences(make_deps) -> None:
     assert (verdict.enough, verdict.source, verdict.missing) == (True, "extractive", [])
     assert "桃园" in result.answer and extractive.UNCONFIRMED not in result.answer
     assert result.citations and all(c.kind == "local" and c.chapter == 1 for c in result.citations)
+    assert_only_quotes(result, slices())
+
+
+def test_each_subject_of_a_distributive_question_gets_its_own_sentence(make_deps) -> None:
+    """The question of the issue: the sentence naming the three weapons answers each of the three
+    parts, each quoting what it says of its own subject (玄德, 云长: names mined from chapter 1)."""
+    result = ask(make_deps(), "刘备、关羽、张飞各自用什么兵器？")
+    assert result.sub_questions == ["刘备用什么兵器", "关羽用什么兵器", "张飞用什么兵器"]
+    assert extractive.UNCONFIRMED not in result.answer and extractive.CLOSEST not in result.answer
+    for sentence in (
+        "玄德谢别二客，便命良匠打造双股剑。",
+        "云长造青龙偃月刀，又名“冷艳锯”，重八十二斤。",
+        "张飞造丈八点钢矛。",
+    ):
+        assert f"「{sentence}」[" in result.answer
     assert_only_quotes(result, slices())
 
 

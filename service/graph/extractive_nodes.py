@@ -73,6 +73,7 @@ async def select_evidence(state: WorkflowState, runtime: Runtime[RunContext]) ->
     web = state.get("web_results", [])
     tokenizer = await asyncio.to_thread(retriever.index_tokenizer, ctx.deps.scope)
     before = {answer.part: answer for answer in state.get("part_answers", [])}
+    origins = extractive.distributed(state["question"])
     answers = []
     for part in state["sub_questions"]:
         if part in before and before[part].answered:  # after the web, only what was missing is judged again
@@ -85,7 +86,17 @@ async def select_evidence(state: WorkflowState, runtime: Runtime[RunContext]) ->
             sources = await asyncio.to_thread(extractive.score_passages, retriever, ctx.deps.scope, judged, known)
             held = partial(retriever.terms_held, ctx.deps.scope)
             names = extractive.other_names(retriever.expansions(ctx.deps.scope, judged))  # the caller's aliases
-            select = partial(extractive.select, judged, sources, retriever.embedder, tokenizer, limits, held, names)
+            select = partial(
+                extractive.select,
+                judged,
+                sources,
+                retriever.embedder,
+                tokenizer,
+                limits,
+                held,
+                names,
+                origins.get(part),
+            )
             found = (await asyncio.to_thread(select)).model_copy(update={"part": part})
             every = _sources(state, part, len(state.get("found", {}).get(part, [])))  # a premise is checked on all hits
             answers.append(extractive.deny_premise(found, every, names))
