@@ -203,6 +203,14 @@ class ChineseTokenizer:
         return "".join(ch for ch in self.keyword_text(text) if ch not in self._stopwords)
 
 
+def given_name(name: str) -> str | None:
+    """The one-character given name a narrative calls a person by after naming him in full (曹操 → 操,
+    诸葛瞻 → 瞻: 「操自赤壁败后」), or None when `name` is not a surname and one character."""
+    surname = name[:2] if name[:2] in _COMPOUND_SURNAMES else name[:1]
+    rest = name[len(surname) :]
+    return rest if len(rest) == 1 and (surname in _COMPOUND_SURNAMES or surname in _SURNAMES) else None
+
+
 def bigram_terms(text: str) -> list[str]:
     """CJK character bigrams (a lone CJK character stays a unigram); other words whole."""
     terms: list[str] = []

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from core.chunking import split_sentences
+from core.text import given_name
 
 PREMISE_DENIED = "资料所述与问题的前提不符"  # said in the answer, with or without a model
 
@@ -35,7 +36,7 @@ _SPARED = re.compile(r"赦免|饶了|饶恕|放了")
 # A setback for whom the sentence names just before it (the same clause run: no 。！？ between).
 _SETBACK = (
     r"被擒|被获|所获|被执|被捉|所擒|被杀|所杀|被斩|所斩|被害|遇害|身死|而死|死于|身亡|自刎|自杀|缢死|"
-    r"首级|下狱|狱中|兵败|败走|败退|败回|大败而|退兵|不信|放去|放了|放过|不食"
+    r"首级|下狱|狱中|兵败|败走|败退|败回|大败而|败后|之败|退兵|不信|放去|放了|放过|不食"
 )
 _GAP = 12  # characters at most between the subject's name and the setback
 
@@ -47,6 +48,7 @@ class Premise:
     clause: str
     subject: str
     claim: str
+    target: str = ""  # what follows the claim (丁原 in 吕布杀了丁原): a setback said of it is not the subject's
 
 
 def premise_of(part: str) -> Premise | None:
@@ -63,18 +65,30 @@ def premise_of(part: str) -> Premise | None:
     subject = before[: end.start()] if end else before
     if not 2 <= len(subject) <= 4 or ("被" in before and not _SPARED.fullmatch(claim.group())):
         return None
-    return Premise(clause, subject, claim.group())
+    return Premise(clause, subject, claim.group(), clause[claim.end() :])
 
 
 def contradiction(
     premise: Premise, texts: Sequence[tuple[str, str]], names: Mapping[str, Sequence[str]]
 ) -> tuple[str, str] | None:
     """The first (source id, sentence) among `texts` ((id, text) pairs, best first) that names the
-    premise's subject, by its name or another one the caller may see, with a setback right after it."""
-    forms = "|".join(re.escape(form) for form in (premise.subject, *names.get(premise.subject, ())))
-    setback = re.compile(rf"(?:{forms})[^。！？!?]{{0,{_GAP}}}?(?:{_SETBACK})")
+    premise's subject, by its name or another one the caller may see, with a setback right after it;
+    failing that, by its one-character given name (曹操: 「操自赤壁败后」)."""
+    given = given_name(premise.subject)
+    for forms in ((premise.subject, *names.get(premise.subject, ())), (given,) if given else ()):
+        if forms and (found := _first_setback(forms, premise.target, texts)):
+            return found
+    return None
+
+
+def _first_setback(forms: Sequence[str], target: str, texts: Sequence[tuple[str, str]]) -> tuple[str, str] | None:
+    """The first sentence where one of `forms` is followed, within the clause run, by a setback that is
+    not the target's (「布向前，一刀砍下丁原首级」: the head is 丁原's)."""
+    names = "|".join(re.escape(form) for form in forms)
+    setback = re.compile(rf"(?:{names})(?P<between>[^。！？!?]{{0,{_GAP}}}?)(?:{_SETBACK})")
+    targets = [target[i : i + 2] for i in range(len(target) - 1)]
     for source_id, text in texts:
         for sentence in split_sentences(text):
-            if setback.search(sentence):
+            if any(not any(t in found["between"] for t in targets) for found in setback.finditer(sentence)):
                 return source_id, sentence.strip()
     return None

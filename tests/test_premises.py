@@ -10,6 +10,7 @@ from core.access import Scope
 from core.config import Settings
 from core.documents import Document
 from core.embeddings import Embedder
+from core.text import given_name
 from retrieval import extractive, premises
 from retrieval.retriever import build_retriever
 from service.graph import QueryOptions, build_deps, run_query
@@ -56,6 +57,26 @@ def test_a_setback_of_the_subject_contradicts_the_premise_by_any_of_its_names() 
     assert premises.contradiction(premise, by_name, {"赵阳": ["子昂"]}) is not None
     winner = premises.premise_of("孙越在青石岭打败赵阳之后去了哪里")
     assert winner is not None and premises.contradiction(winner, texts, {}) is None  # 孙越 had no setback
+
+
+def test_a_setback_under_the_one_character_given_name_contradicts_after_the_full_name() -> None:
+    """A narrative names 曹操 in full once and 操 after: 「操自赤壁败后」 denies a victory at 赤壁 (the
+    sentence naming him in full comes first when both say it); a setback of the premise's target
+    is not the subject's (「布向前，一刀砍下丁原首级」: 丁原's head, and 吕布 did kill him)."""
+    premise = premises.premise_of("曹操在赤壁之战大胜之后封了谁为大将军")
+    assert premise is not None
+    texts = [("a", "众将皆来贺喜。操自赤壁败后，常思报仇。"), ("b", "曹操兵败，走华容道。")]
+    assert premises.contradiction(premise, texts[:1], {}) == ("a", "操自赤壁败后，常思报仇。")
+    assert premises.contradiction(premise, texts, {}) == ("b", "曹操兵败，走华容道。")
+    killer = premises.premise_of("吕布杀了丁原投靠董卓后，愿意认董卓做什么")
+    assert killer is not None and killer.target == "丁原投靠董卓"
+    assert premises.contradiction(killer, [("c", "布向前，一刀砍下丁原首级。")], {}) is None
+    assert premises.contradiction(killer, [("d", "布向前，一刀砍下首级。")], {}) is not None
+
+
+@pytest.mark.parametrize(("name", "given"), [("曹操", "操"), ("诸葛瞻", "瞻"), ("司马懿", "懿"), ("玄德", None)])
+def test_the_given_name_is_one_character_after_a_surname(name: str, given: str | None) -> None:
+    assert given_name(name) == given
 
 
 def test_a_denied_premise_is_quoted_and_not_answered() -> None:
