@@ -499,19 +499,7 @@ def select(
     kind = asked_kind(part)
     names = names or {}
     scored = _scored(part, terms, names, kind, candidates, embedder, limits)
-    floor = scored[0][1].score - limits.max_gap
-    best = [
-        pair
-        for rank, pair in enumerate(scored[: limits.sentences])
-        if rank == 0 or (pair[1].coverage > 0 and pair[1].score >= floor)
-    ]
-    if any(source.given for source in sources):
-        # The client's text competes with the base on relevance: quotes best first, and no quote that
-        # could not answer on its own (an unrelated passage of the base) pads the best one.
-        best = [pair for rank, pair in enumerate(best) if rank == 0 or pair[1].similarity >= limits.min_similarity]
-        kept = sorted(_merge(best), key=lambda e: -e.score)
-    else:
-        kept = sorted(_merge(best), key=lambda e: e.order)
+    kept = _quoted(scored, any(source.given for source in sources), limits)
     vouched = False  # a distributed part's own sentence holds the specific kind asked (「张飞造丈八点钢矛。」)
     if origin is not None:
         kept, vouched = _about(kept, origin.subject, names, kind, limits.sentences)
@@ -544,6 +532,23 @@ def select(
         wanted_found=found,
         vouched=vouched,
     )
+
+
+def _quoted(scored: list[tuple[Window, Extract]], given: bool, limits: Thresholds) -> list[Extract]:
+    """The quotes of the scored windows: the best, and the next ones sharing a term with the part and
+    scoring within `max_gap` of it, overlapping windows merged, in book order."""
+    floor = scored[0][1].score - limits.max_gap
+    best = [
+        pair
+        for rank, pair in enumerate(scored[: limits.sentences])
+        if rank == 0 or (pair[1].coverage > 0 and pair[1].score >= floor)
+    ]
+    if not given:
+        return sorted(_merge(best), key=lambda e: e.order)
+    # The client's text (`given`) competes with the base on relevance: quotes best first, and no quote
+    # that could not answer on its own (an unrelated passage of the base) pads the best one.
+    best = [pair for rank, pair in enumerate(best) if rank == 0 or pair[1].similarity >= limits.min_similarity]
+    return sorted(_merge(best), key=lambda e: -e.score)
 
 
 def _about(
