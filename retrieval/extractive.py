@@ -251,11 +251,13 @@ def distribute(part: str) -> list[str]:
 
 @dataclass(frozen=True)
 class Distributed:
-    """A part `distribute` made: the subject it asks about (its quotes are what is said of it, `select`)
-    and the clause as the user asked it (what it is searched with, `search_texts`)."""
+    """A part `distribute` made: the subject it asks about and the clause's other subjects (its quotes
+    are what is said of it, not of them: `select`), and the clause as the user asked it (what it is
+    searched with, `search_texts`)."""
 
     subject: str
     clause: str
+    others: tuple[str, ...] = ()
 
 
 def distributed(question: str) -> dict[str, Distributed]:
@@ -265,7 +267,10 @@ def distributed(question: str) -> dict[str, Distributed]:
         if subjects := _subjects(clause):
             names, asked = subjects
             joint = "、".join(names) + asked
-            found |= {name + asked: Distributed(name, joint) for name in names}
+            found |= {
+                name + asked: Distributed(name, joint, tuple(other for other in names if other != name))
+                for name in names
+            }
     return found
 
 
@@ -502,7 +507,7 @@ def select(
     kept = _quoted(scored, any(source.given for source in sources), limits)
     vouched = False  # a distributed part's own sentence holds the specific kind asked (「张飞造丈八点钢矛。」)
     if origin is not None:
-        kept, vouched = _about(kept, origin.subject, names, kind, limits.sentences)
+        kept, vouched = _about(kept, origin, names, kind, limits.sentences)
     union = coverage(terms, "".join(e.text for e in kept), names)
     top_similarity = max(extract.similarity for _, extract in scored)
     unknown = [term for term in terms if len(term) > 1 and not any(_named(term, s.text, names) for s in sources)]
@@ -552,24 +557,32 @@ def _quoted(scored: list[tuple[Window, Extract]], given: bool, limits: Threshold
 
 
 def _about(
-    extracts: list[Extract], subject: str, names: Names, kind: AnswerKind | None, limit: int
+    extracts: list[Extract], origin: Distributed, names: Names, kind: AnswerKind | None, limit: int
 ) -> tuple[list[Extract], bool]:
     """A distributed part's quotes cut to their sentences that name its subject and hold the specific
     kind asked, each quoted on its own (刘备用什么兵器: 「玄德谢别二客，便命良匠打造双股剑。」, not the
     sentence of all three weapons three times), the `limit` best: such a sentence answers the part
-    (True). The quotes as they were when none does: a sentence naming someone proves less (in 「玄德看
-    其人：身长九尺」 the height is the other man's)."""
-    if kind is None or not kind.specific:
-        return extracts, False
-    sentences = {
-        text: extract
+    (True). Otherwise its quotes less those about another subject of the clause and not its own
+    (高血糖有什么症状: not 「低血糖是指…」), all of them when that leaves none: a sentence naming
+    someone proves less (in 「玄德看其人：身长九尺」 the height is the other man's)."""
+    subject = origin.subject
+    if kind is not None and kind.specific:
+        sentences = {
+            text: extract
+            for extract in extracts
+            for sentence in split_sentences(extract.text)
+            if len(text := sentence.strip(_BLANK)) >= MIN_SENTENCE_CHARS and _said_of(subject, text, names, kind)
+        }
+        best = sorted(sentences.items(), key=lambda pair: -pair[1].score)[:limit]
+        if best:
+            return sorted((e.model_copy(update={"text": text}) for text, e in best), key=lambda e: e.order), True
+    own = [
+        extract
         for extract in extracts
-        for sentence in split_sentences(extract.text)
-        if len(text := sentence.strip(_BLANK)) >= MIN_SENTENCE_CHARS and _said_of(subject, text, names, kind)
-    }
-    best = sorted(sentences.items(), key=lambda pair: -pair[1].score)[:limit]
-    about = sorted((extract.model_copy(update={"text": text}) for text, extract in best), key=lambda e: e.order)
-    return (about, True) if about else (extracts, False)
+        if _named(subject, extract.text, names)
+        or not any(_named(other, extract.text, names) for other in origin.others)
+    ]
+    return own or extracts, False
 
 
 def _said_of(subject: str, text: str, names: Names, kind: AnswerKind) -> bool:

@@ -268,6 +268,18 @@ def test_a_distributed_part_is_not_vouched_for_by_a_weak_sentence(embedder: Embe
     assert not found.vouched and not found.answered and found.extracts[0].text == text
 
 
+def test_a_distributed_part_leaves_out_what_is_said_of_another_subject(embedder: Embedder) -> None:
+    """「高血糖和低血糖分别有什么症状？」: the 高血糖 part quotes the 高血糖 passage, not the 低血糖 one
+    that the search found for both; asked on its own it quotes both."""
+    high = extractive.Source("high", "高血糖是指血液中的葡萄糖浓度过高。常见表现有口渴、喝水多、小便多。")
+    low = extractive.Source("low", "低血糖是指血液中的葡萄糖浓度过低。常见表现有心慌、出冷汗、手抖。")
+    origin = extractive.distributed("高血糖和低血糖分别有什么症状？")["高血糖有什么症状"]
+    assert origin.others == ("低血糖",)
+    select = partial(extractive.select, "高血糖有什么症状", [low, high], embedder, get_tokenizer(), limits())
+    assert [e.source_id for e in select(origin=origin).extracts] == ["high"]
+    assert {e.source_id for e in select().extracts} == {"high", "low"}
+
+
 def test_a_term_every_window_holds_counts_less_than_one_few_hold() -> None:
     """Coverage in the selection weighs a term by its rarity among the candidates: 曹操 is in all
     three, 青梅 in one, so the window with 青梅 and without 曹操 outscores the one with 曹操 alone."""
