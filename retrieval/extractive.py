@@ -439,7 +439,7 @@ def _similarities(part: str, windows: list[Window], embedder: Embedder) -> list[
 
 
 def _scored(
-    asked: str,
+    part: str,
     terms: list[str],
     names: Names,
     kind: AnswerKind | None,
@@ -447,7 +447,7 @@ def _scored(
     embedder: Embedder,
     limits: Thresholds,
 ) -> list[tuple[Window, Extract]]:
-    """The shortlisted windows, best first: similarity to `asked` + weighted keyword coverage (+ the
+    """The shortlisted windows, best first: similarity to the part + weighted keyword coverage (+ the
     matched-passage prior, + a bonus for holding the `kind` of answer asked). Scored passages are all
     kept; of the other windows only those sharing the most terms with the part (or lying in a matched
     passage, or holding the kind) are embedded (ties: retrieval order)."""
@@ -459,7 +459,7 @@ def _scored(
     preset = [i for i, window in enumerate(candidates) if window.similarity is not None]
     to_embed = [i for i, window in enumerate(candidates) if window.similarity is None]
     shortlist = preset + sorted(to_embed, key=lambda i: -(covered[i] + prior[i]))[: limits.candidates]
-    similarities = _similarities(asked, [candidates[i] for i in shortlist], embedder)
+    similarities = _similarities(part, [candidates[i] for i in shortlist], embedder)
     ranks: dict[str, int] = {}
     for window in candidates:  # the sources' order: the search's ranking
         ranks.setdefault(window.source.id, len(ranks))
@@ -495,8 +495,8 @@ def select(
     tells which terms the whole base holds: a term of the part that neither the sources nor the
     base mention (血型, 高铁) is `unknown`, and too many unknown terms mean no answer. A part that
     asks for a kind of answer with a visible form (a weight, an age: `retrieval.answer_kinds`) is
-    answered only when a quote holds one; a part `distribute` made (`origin`), by its subject's own
-    sentence holding one (`_about`)."""
+    answered only when a quote holds one. A part `distribute` made (`origin`) quotes what is said of
+    its subject, and its subject's own sentence holding the specific kind asked answers it (`_about`)."""
     terms = content_terms(part, tokenizer)
     candidates = windows_of(sources, limits.context)
     if not candidates:
