@@ -38,7 +38,7 @@ from core.text import ChineseTokenizer
 from retrieval.answer_kinds import AnswerKind, asked_kind, holds
 from retrieval.conflicts import Conflict, describe
 from retrieval.premises import PREMISE_DENIED, contradiction, premise_of
-from retrieval.results import Hit
+from retrieval.results import Hit, interleave
 from retrieval.retriever import Retriever
 
 HEADER = "（抽取式回答：未使用大模型，以下句子均为资料原文摘录）"
@@ -274,17 +274,18 @@ def distributed(question: str) -> dict[str, Distributed]:
     return found
 
 
-def search_texts(parts: list[str], question: str) -> list[str]:
-    """What to search for each part of `question`: the parts `distribute` made of one clause are
-    searched together (刘备、关羽、张飞用什么兵器: the sentence naming the three weapons is found for
-    each, where 刘备用什么兵器 alone finds the weapons in 孙夫人's room), and each quotes its own; a
-    part opening with a pronoun carries the part before it, so 他的口号是什么 is searched with
-    张角是谁 (without a model the pronoun is not resolved)."""
+def search_texts(parts: list[str], question: str) -> list[list[str]]:
+    """What to search for each part of `question`, the hits of its texts interleaved (`interleave`).
+    A part `distribute` made is searched alone and with its clause: 「刘备、关羽、张飞用什么兵器」 finds
+    the one sentence naming the three weapons (刘备用什么兵器 alone finds those in 孙夫人's room), and
+    曹操字什么 alone finds 「姓曹名操字孟德」, which the clause misses (dev, docs/workflow.md). A part
+    opening with a pronoun carries the part before it, so 他的口号是什么 is searched with 张角是谁
+    (without a model the pronoun is not resolved)."""
     together = distributed(question)
     return [
-        together[part].clause
+        [part, together[part].clause]
         if part in together
-        else (f"{parts[i - 1]} {part}" if i and _PRONOUN.match(part) and not wants_links(parts[i - 1]) else part)
+        else [f"{parts[i - 1]} {part}" if i and _PRONOUN.match(part) and not wants_links(parts[i - 1]) else part]
         for i, part in enumerate(parts)
     ]
 
@@ -698,11 +699,11 @@ def answer_locally(
     tokenizer = retriever.index_tokenizer(scope)
     origins = distributed(question)
     answers = []
-    for part, text in zip(parts, search_texts(parts, question), strict=True):
+    for part, texts in zip(parts, search_texts(parts, question), strict=True):
         if wants_links(part):
             answers.append(link_answer(part, []))
             continue
-        every = local_sources(retriever.search(scope, text, mode, k).hits)
+        every = local_sources(interleave([retriever.search(scope, text, mode, k).hits for text in texts], k))
         held = partial(retriever.terms_held, scope)
         origin = origins.get(part)
         sources = score_passages(retriever, scope, part, every[:passages])

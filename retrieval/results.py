@@ -1,5 +1,6 @@
 """What a search returns: hits (the chunk record's stored fields) with their citation label, and the result of one mode."""
 
+from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import BaseModel, Field, computed_field
@@ -120,3 +121,14 @@ class SearchResult(BaseModel):
 
     # The query's alias expansions (keyword lists and hybrid; only those the caller may see).
     expansions: list[QueryExpansion] = Field(default_factory=list)
+
+
+def interleave(lists: Sequence[Sequence[Hit]], k: int) -> list[Hit]:
+    """The hits of several searches for one question part, first of each, then second of each…, each
+    chunk once, the first `k`: every search's best hits are kept (`retrieval.extractive.search_texts`)."""
+    found: dict[str, Hit] = {}
+    for rank in range(max((len(hits) for hits in lists), default=0)):
+        for hits in lists:
+            if rank < len(hits):
+                found.setdefault(hits[rank].id, hits[rank])
+    return list(found.values())[:k]

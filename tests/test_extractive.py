@@ -20,6 +20,7 @@ from core.embeddings import Embedder
 from core.text import get_tokenizer
 from retrieval import answer_kinds, extractive
 from retrieval.premises import PREMISE_DENIED
+from retrieval.results import Hit, interleave
 from retrieval.retriever import build_retriever
 from service.graph import QueryResult, WorkflowDeps, build_deps
 from tests.conftest import ask, sanguo_slices
@@ -58,25 +59,37 @@ def test_split_question_on_conjunctions_and_punctuation(question: str, parts: li
 def test_a_part_opening_with_a_pronoun_is_searched_with_the_part_before() -> None:
     parts = ["张角是谁", "他的口号是什么", "请给出来源链接", "这把刀有多重"]
     assert extractive.search_texts(parts, "张角是谁？他的口号是什么？请给出来源链接。这把刀有多重？") == [
-        "张角是谁",
-        "张角是谁 他的口号是什么",
-        "请给出来源链接",
-        "这把刀有多重",  # the part before is a link request: nothing to carry
+        ["张角是谁"],
+        ["张角是谁 他的口号是什么"],
+        ["请给出来源链接"],
+        ["这把刀有多重"],  # the part before is a link request: nothing to carry
     ]
 
 
 @pytest.mark.parametrize(
     ("question", "texts"),
     [
-        ("刘备、关羽、张飞各自用什么兵器？", ["刘备、关羽、张飞用什么兵器"] * 3),
-        ("高血糖和低血糖分别有什么症状？", ["高血糖、低血糖有什么症状"] * 2),
-        ("张角是谁？刘备和关羽各用什么兵器？", ["张角是谁", "刘备、关羽用什么兵器", "刘备、关羽用什么兵器"]),
-        ("曹操是谁？刘备是谁？", ["曹操是谁", "刘备是谁"]),  # two questions alike, not one distributed
+        (
+            "刘备、关羽、张飞各自用什么兵器？",
+            [[f"{name}用什么兵器", "刘备、关羽、张飞用什么兵器"] for name in ("刘备", "关羽", "张飞")],
+        ),
+        (
+            "高血糖和低血糖分别有什么症状？",
+            [[f"{n}有什么症状", "高血糖、低血糖有什么症状"] for n in ("高血糖", "低血糖")],
+        ),
+        (
+            "张角是谁？刘备和关羽各用什么兵器？",
+            [["张角是谁"], ["刘备用什么兵器", "刘备、关羽用什么兵器"], ["关羽用什么兵器", "刘备、关羽用什么兵器"]],
+        ),
+        ("曹操是谁？刘备是谁？", [["曹操是谁"], ["刘备是谁"]]),  # two questions alike, not one distributed
     ],
 )
-def test_the_parts_of_a_distributive_clause_are_searched_together(question: str, texts: list[str]) -> None:
+def test_the_parts_of_a_distributive_clause_are_searched_alone_and_together(
+    question: str, texts: list[list[str]]
+) -> None:
     """Searched alone, 刘备用什么兵器 finds the weapons in 孙夫人's room; with its siblings, the one
-    sentence naming the three weapons, which each part then quotes for itself."""
+    sentence naming the three weapons, which each part then quotes for itself. 曹操字什么 alone finds
+    his 字, which the clause misses: both searches, their hits interleaved."""
     assert extractive.search_texts(extractive.split_question(question), question) == texts
 
 
@@ -278,6 +291,14 @@ def test_a_distributed_part_leaves_out_what_is_said_of_another_subject(embedder:
     select = partial(extractive.select, "高血糖有什么症状", [low, high], embedder, get_tokenizer(), limits())
     assert [e.source_id for e in select(origin=origin).extracts] == ["high"]
     assert {e.source_id for e in select().extracts} == {"high", "low"}
+
+
+def test_the_hits_of_several_searches_are_interleaved_each_chunk_once() -> None:
+    def hits(*ids: str) -> list[Hit]:
+        return [Hit(id=i, text=i, source="s", doc_id="d", chunk_index=0, score=1.0) for i in ids]
+
+    assert [h.id for h in interleave([hits("a", "b", "c"), hits("x", "a", "y")], 4)] == ["a", "x", "b", "c"]
+    assert [h.id for h in interleave([hits("a"), []], 3)] == ["a"]
 
 
 def test_a_term_every_window_holds_counts_less_than_one_few_hold() -> None:

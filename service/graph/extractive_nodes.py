@@ -44,7 +44,7 @@ async def split_question(state: WorkflowState, runtime: Runtime[RunContext]) -> 
     warnings += [INSTRUCTIONS_NOT_APPLIED] if state.get("instructions", "").strip() else []
     update: WorkflowState = {
         "sub_questions": parts,
-        "search_texts": [" ".join([*terms, text]) for text in texts],
+        "search_texts": [[" ".join([*terms, text]) for text in each] for each in texts],
         "history_terms": terms,
         "cursor": 0,
         "route": "complex",

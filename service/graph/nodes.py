@@ -13,7 +13,7 @@ import logging
 import re
 import time
 from collections.abc import Awaitable, Callable
-from functools import wraps
+from functools import partial, wraps
 from typing import Protocol
 
 from langchain_core.messages import BaseMessage
@@ -22,6 +22,7 @@ from langgraph.types import StreamWriter
 
 from core.config import Settings
 from retrieval.conflicts import Conflict
+from retrieval.results import interleave
 from service.graph import prompts
 from service.graph.context import NumberedContext, citations, contexts_hash, resolve_conflicts, select_contexts
 from service.graph.schemas import (
@@ -162,13 +163,14 @@ async def retrieve(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeRe
     ctx = runtime.context
     cursor = state.get("cursor", 0)
     sub_question = state["sub_questions"][cursor]
-    query = state.get("search_texts", state["sub_questions"])[cursor]
-    search = ctx.deps.retriever.search
-    result = await asyncio.to_thread(search, ctx.deps.scope, query, ctx.retrieval_mode, ctx.k, rerank=ctx.rerank)
+    texts = state["search_texts"][cursor] if "search_texts" in state else [sub_question]
+    search = partial(ctx.deps.retriever.search, ctx.deps.scope, mode=ctx.retrieval_mode, k=ctx.k, rerank=ctx.rerank)
+    results = [await asyncio.to_thread(search, text) for text in texts]
+    hits = interleave([result.hits for result in results], ctx.k)
     passages = dict(state.get("passages", {}))
-    found = {**state.get("found", {}), sub_question: [hit.id for hit in result.hits]}
+    found = {**state.get("found", {}), sub_question: [hit.id for hit in hits]}
     new = 0
-    for rank, hit in enumerate(result.hits, start=1):
+    for rank, hit in enumerate(hits, start=1):
         known = passages.get(hit.id)
         if known is None:
             new += 1
@@ -177,11 +179,11 @@ async def retrieve(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeRe
             passages[hit.id] = known.model_copy(
                 update={"score": max(known.score, hit.score), "rank": min(known.rank, rank)}
             )
-    top = result.hits[0].label if result.hits else "无"
+    top = hits[0].label if hits else "无"
     update: WorkflowState = {"passages": passages, "found": found, "cursor": cursor + 1, "retrievals": 1}
-    if result.warnings:  # a failed reranker: the fused order was used, and the answer says so
-        update["warnings"] = result.warnings
-    return update, f"子问题 {cursor + 1}「{sub_question}」：{len(result.hits)} 条（新增 {new}），首条：{top}"
+    if warnings := list(dict.fromkeys(w for result in results for w in result.warnings)):
+        update["warnings"] = warnings  # a failed reranker: the fused order was used, and the answer says so
+    return update, f"子问题 {cursor + 1}「{sub_question}」：{len(hits)} 条（新增 {new}），首条：{top}"
 
 
 @traced("plan_next_step")

@@ -41,7 +41,9 @@ class WorkflowState(TypedDict, total=False):
     route: Literal["simple", "complex"]
     route_reason: str
     sub_questions: list[str]
-    search_texts: list[str]  # extractive mode: what to search per sub-question (default: itself)
+    search_texts: list[
+        list[str]
+    ]  # extractive mode: what to search per sub-question, hits interleaved (default: itself)
     cursor: int  # index of the next sub-question to retrieve for
     retrievals: Count
     passages: dict[str, Passage]  # merged by chunk id, best score and rank kept
