@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from bench.datasets import BENCH_DATA, read_jsonl
+from retrieval.extractive import split_question
 from tests.conftest import SANGUO_PATH
 
 SANGUO_FROZEN = 207  # sg01..sg207 were split when the set was written; their split never changes
@@ -165,3 +166,16 @@ def test_compound_questions_have_an_answerable_first_part() -> None:
         assert q["question"].startswith(q["answerable"]) and q["question"].endswith(q["missing"]), q
         assert q["absent"] in q["missing"], q
         assert book.count(q["evidence"]) == 1 and q["evidence"] in by_chapter[q["chapter"]], q
+
+
+def test_distributive_questions_have_one_verbatim_evidence_per_subject() -> None:
+    """Each question splits into as many parts as it names subjects (`retrieval.extractive.distribute`),
+    and each part's evidence is in the book: the set measures distribution, not the splitter."""
+    book = SANGUO_PATH.read_text(encoding="utf-8")
+    rows = read_jsonl(BENCH_DATA / "sanguo_distributive.jsonl")
+    assert len({q["id"] for q in rows}) == len(rows)
+    assert Counter(q["split"] for q in rows) == {"dev": 12, "test": 12}
+    for q in rows:
+        assert q["kind"] == "distributive", q
+        assert len(split_question(q["question"])) == len(q["evidence_per_part"]) >= 2, q
+        assert all(evidence in book for evidence in q["evidence_per_part"]), q
