@@ -170,7 +170,7 @@ class ChineseTokenizer:
         self._ensure_ready()
         if self._tagger().word_tag_tab.get(word) != "nr" or self._jieba.FREQ.get(word, 0) < _MIN_PERSON_FREQ:
             return False
-        return word[:2] in _COMPOUND_SURNAMES or (len(word) > 1 and word[0] in _SURNAMES)
+        return len(word) > 1 and _surname(word) is not None
 
     def _tagger(self) -> "jieba.posseg.POSTokenizer":
         """jieba's part-of-speech tagger over this tokenizer's dictionaries (built on first use)."""
@@ -203,12 +203,18 @@ class ChineseTokenizer:
         return "".join(ch for ch in self.keyword_text(text) if ch not in self._stopwords)
 
 
+def _surname(name: str) -> str | None:
+    """The common surname `name` starts with (诸葛 of 诸葛瞻, 曹 of 曹操), or None."""
+    if name[:2] in _COMPOUND_SURNAMES:
+        return name[:2]
+    return name[:1] if name[:1] in _SURNAMES else None
+
+
 def given_name(name: str) -> str | None:
     """The one-character given name a narrative calls a person by after naming him in full (曹操 → 操,
     诸葛瞻 → 瞻: 「操自赤壁败后」), or None when `name` is not a surname and one character."""
-    surname = name[:2] if name[:2] in _COMPOUND_SURNAMES else name[:1]
-    rest = name[len(surname) :]
-    return rest if len(rest) == 1 and (surname in _COMPOUND_SURNAMES or surname in _SURNAMES) else None
+    surname = _surname(name)
+    return name[len(surname) :] if surname is not None and len(name) == len(surname) + 1 else None
 
 
 def bigram_terms(text: str) -> list[str]:

@@ -268,8 +268,8 @@ def distributed(question: str) -> dict[str, Distributed]:
             names, asked = subjects
             joint = "、".join(names) + asked
             found |= {
-                name + asked: Distributed(name, joint, tuple(other for other in names if other != name))
-                for name in names
+                part: Distributed(name, joint, tuple(other for other in names if other != name))
+                for name, part in zip(names, distribute(clause), strict=True)
             }
     return found
 
