@@ -13,13 +13,15 @@ conflict is never invented where the sources agree or talk about different thing
   each figure (what it measures: 功率, 生于, 卒于, fillers such as 为 skipped) is in the other's
   clause, and both
   sentences name one of the part's terms, and no model number sets them apart (X200, Y100);
+- the clauses do not each name something the other does not (整机 against 电池: two things), and
+  neither holds a figure of its own (工作满十年的员工…15天: another case);
 - they come from different documents (one document's several figures are its own business).
 
 With a model, the judgement finds conflicts of any kind (names, yes/no too): `service/graph`.
 """
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -48,7 +50,7 @@ _CLAUSE_EDGE = re.compile(r"[，,；;。！!？?\n]")
 _ERA_CHARS = 2
 _CODE = re.compile(r"[A-Za-z]+-?\d[A-Za-z0-9-]*")  # model numbers: X200, GB-2760, iPhone15
 
-_FILLERS = "为是约有达共计在于的了仅只近逾超过"  # 功率为5.5千瓦: what is measured is 功率
+_FILLERS = "为是约有达共计在于的了仅只近逾超过不"  # 功率为5.5千瓦: what is measured is 功率
 _WORD_CHAR = re.compile(r"[\w\u4e00-\u9fff]")
 
 
@@ -75,6 +77,8 @@ class Figure:
     clause: str  # the clause holding it, verbatim: what the source says
     anchor: frozenset[str]  # the clause's character bigrams, the figure removed (no tokenizer's whims)
     next_to: str  # the character next to the figure (before it, else after it): what it measures
+    context: str  # the text the anchor is read from: the clause (or, when too short, the sentence) less the figure
+    conditions: tuple[str, ...]  # the clause's other figures (工作满十年的员工…15天: 十年), sorted
 
 
 @dataclass(frozen=True)
@@ -108,11 +112,14 @@ def _figure(
     last = min((e for e in edges if e >= end), default=len(sentence))
     before = "".join(_WORD_CHAR.findall(sentence[first:start]))
     after = "".join(_WORD_CHAR.findall(sentence[end:last]))
-    anchor = _bigrams(before + after)
-    if len(anchor) < 2:
-        anchor = _bigrams(sentence[:start] + sentence[end:])
+    context = f"{before}，{after}"  # apart: the words either side of the figure are not glued into one
+    if len(_bigrams(context)) < 2:
+        context = f"{sentence[:start]}，{sentence[end:]}"
     next_to = before.rstrip(_FILLERS)[-1:] or after[:1]
-    return Figure(quote, sentence, unit, era, value, sentence[first:last].strip(), anchor, next_to)
+    clause = sentence[first:last]
+    others = (m for m in _FIGURE.finditer(clause) if not (first + m.start() < end and start < first + m.end()))
+    conditions = tuple(sorted(m.group() for m in others))
+    return Figure(quote, sentence, unit, era, value, clause.strip(), _bigrams(context), next_to, context, conditions)
 
 
 def figures_of(quote: Quote) -> list[Figure]:
@@ -136,8 +143,10 @@ def figures_of(quote: Quote) -> list[Figure]:
     return found
 
 
-def _same_subject(a: Figure, b: Figure, part_terms: set[str]) -> bool:
-    if a.unit != b.unit or a.era != b.era or not a.anchor or not b.anchor:
+def _same_subject(a: Figure, b: Figure, part_terms: set[str], words: Callable[[Figure], set[str]]) -> bool:
+    if a.unit != b.unit or a.era != b.era or not a.anchor or not b.anchor or a.conditions != b.conditions:
+        return False  # 满十年的员工 has its own 年假
+    if _qualified_apart(a, b, words):  # 整机保修期 is not 电池保修期; 成人剂量 is not 儿童剂量
         return False
     if a.next_to not in b.clause or b.next_to not in a.clause:  # 生于181年 is not 234年去世
         return False
@@ -149,9 +158,25 @@ def _same_subject(a: Figure, b: Figure, part_terms: set[str]) -> bool:
     return any(term in a.sentence and term in b.sentence for term in part_terms)
 
 
+def _qualified_apart(a: Figure, b: Figure, words: Callable[[Figure], set[str]]) -> bool:
+    """Each clause names something the other does not (整机 against 电池, 成人 against 儿童): they are
+    about two things. One clause saying more (本产品保修期 against 保修期) is still about the same. A
+    word shares none of its character bigrams with the other clause to count as its own (jieba cuts
+    张三于 and 张三出 from two sentences about 张三)."""
+
+    def own(figure: Figure, other: Figure) -> bool:
+        return any(not _bigrams(word) & other.anchor for word in words(figure))
+
+    return own(a, b) and own(b, a)
+
+
 def figure_conflicts(quotes: Sequence[Quote], tokenizer: ChineseTokenizer) -> list[FigureConflict]:
     """Per question part, the figures about one subject on which different documents disagree."""
     conflicts: list[FigureConflict] = []
+
+    def words(figure: Figure) -> set[str]:
+        return {word for word in tokenizer.content_words(figure.context) if len(word) > 1}
+
     for part in dict.fromkeys(quote.part for quote in quotes):
         terms = {term for term in tokenizer.query_terms(part) if len(term) > 1}
         figures = [f for quote in quotes if quote.part == part for f in figures_of(quote)]
@@ -162,7 +187,7 @@ def figure_conflicts(quotes: Sequence[Quote], tokenizer: ChineseTokenizer) -> li
             group = [first]
             for j in range(i + 1, len(figures)):
                 other = figures[j]
-                if j not in reported and _same_subject(first, other, terms):
+                if j not in reported and _same_subject(first, other, terms, words):
                     group.append(other)
                     reported.add(j)
             documents = {f.quote.document for f in group}

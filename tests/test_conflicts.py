@@ -88,6 +88,17 @@ def quotes(part: str, *texts: str, same_document: bool = False) -> list[Quote]:
             [(2021.0, 3.0, 5.0), (2021.0, 4.0, 1.0)],
         ),
         ("成人用量是多少？", ["成人一次两片，一日3次。", "成人一次1片，一日3次。"], [(2.0,), (1.0,)]),
+        (
+            "每日最大剂量是多少？",
+            ["成人每日最大剂量为4克。", "成人每日最大剂量不超过3克。"],
+            [(4.0,), (3.0,)],
+        ),  # a bound
+        (
+            "旗舰店哪年开业？",
+            ["旗舰店于2015年开业。", "旗舰店于2016年正式开业。"],
+            [(2015.0,), (2016.0,)],
+        ),  # one says more
+        ("张三哪年出生？", ["张三于1998年出生于苏州。", "张三出生于1997年。"], [(1998.0,), (1997.0,)]),
     ],
 )
 def test_documents_that_state_different_figures_on_one_point_conflict(
@@ -111,6 +122,14 @@ def test_documents_that_state_different_figures_on_one_point_conflict(
         ),  # a list, not a denial
         ("曹操有多少兵马？", ["曹操引兵八十三万。", "刘备只有三千人马。"], False),  # other subjects
         (PUMP, ["X200型水泵的额定功率为5.5千瓦。", "Y100型风机的额定功率为7.5千瓦。"], False),  # not the part's subject
+        # Each names what the other does not: two things, not one
+        ("保修期多长？", ["本产品整机保修期为2年。", "电池保修期为1年。"], False),
+        ("每日最大剂量是多少？", ["成人每日最大剂量为4克。", "儿童每日最大剂量为2克。"], False),
+        ("会员费多少？", ["普通会员费每年200元。", "高级会员费每年500元。"], False),
+        ("工程哪年完工？", ["第一期工程于2018年完工。", "第二期工程于2020年完工。"], False),
+        # A condition with its own figure: another case, not a denial
+        ("员工年假几天？", ["员工每年享有带薪年假10天。", "工作满十年的员工每年享有带薪年假15天。"], False),
+        ("公司营收多少？", ["公司2023年营收12亿元。", "公司2024年营收15亿元。"], False),
     ],
 )
 def test_no_conflict_is_invented(part: str, texts: list[str], same_document: bool) -> None:
