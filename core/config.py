@@ -180,7 +180,7 @@ class Settings(BaseSettings):
     extractive_context: int = 1  # neighbouring sentences quoted on either side of a chosen one
     extractive_candidates: int = 16  # windows embedded per part (the best by keyword coverage): the cost
     extractive_min_similarity: float = 0.89
-    extractive_min_coverage: float = 0.2
+    extractive_min_coverage: float = 0.1
     extractive_coverage_weight: float = 0.25  # a window's score: similarity + this * keyword coverage
     extractive_passage_weight: float = 0.0  # … + this when its sentence lies in a passage the search matched
     extractive_kind_weight: float = 0.2  # … + this when it holds the kind of answer asked (a weight, a year)

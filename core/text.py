@@ -125,7 +125,7 @@ class ChineseTokenizer:
     def _known(self, word: str) -> bool:
         return bool(self._jieba.FREQ.get(word))
 
-    def _expand(self, word: str) -> list[str]:
+    def expand(self, word: str) -> list[str]:
         """`word` and, when it has three or more characters, its dictionary sub-words."""
         if not self.subwords or len(word) < 3:
             return [word]
@@ -142,11 +142,11 @@ class ChineseTokenizer:
 
     def index_terms(self, text: str) -> list[str]:
         """Terms of the indexed `tokens` field: every word and its sub-words, stop words kept."""
-        return [term for word in self.words(text) for term in self._expand(word)]
+        return [term for word in self.words(text) for term in self.expand(word)]
 
     def query_terms(self, text: str) -> list[str]:
         """Terms of a query for the `tokens` field: as `index_terms`, without stop words."""
-        return [term for word in self.content_words(text) for term in self._expand(word)]
+        return [term for word in self.content_words(text) for term in self.expand(word)]
 
     def content_words(self, text: str) -> list[str]:
         """The query's words without stop words (stop words kept when `drop_stopwords` is off)."""

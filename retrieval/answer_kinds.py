@@ -7,7 +7,7 @@ an age, a length) from a quote that answers, so the extractive verdict admits it
 (`retrieval.extractive.select`; measured on dev in docs/workflow.md).
 
 Only kinds whose answer has a visible form are checked: a figure with its unit (weight, height,
-length, age, duration, money), a year or a day, a weapon or a mount (named by its class: …剑, …马), a
+length, age, duration, power, money), a year or a day, a weapon or a mount (named by its class: …剑, …马), a
 count (some number). Who, where, why and what was said
 are not: almost any sentence holds a name or a place, so a check would prove nothing. The kinds
 are tried in order, the most specific first (多长时间 is a duration, not a length).
@@ -39,12 +39,12 @@ def _kind(name: str, asks: str, units: str, other: str = "", specific: bool = Tr
 
 
 _ARMS = "剑刀枪矛戟槊斧钺锤鞭锏弓弩箭叉棍"
-_MEASURES = ("间", "匹", "艘", "座", "层", "条", "支|枝", "张", "本", "篇", "首", "部", "头")
+_MEASURES = ("间", "匹", "艘", "座", "层", "楼", "条", "支|枝", "张", "本", "篇", "首", "部", "头")
 KINDS = (
     _kind(
         "时长",
         r"多久|多长时间|多少年|多少天|多少个?月|多少个?小时|几年|几天|几个月|几个?小时",
-        r"年|载|月|日|天|旬|时|分钟|秒|周",
+        r"年|载|月|工作日|日|天|旬|时|分钟|秒|周",
         specific=False,  # 二十四年 may be a year of a reign (建安二十四年), not a span
     ),
     _kind(
@@ -60,6 +60,7 @@ KINDS = (
         "年龄", r"几岁|多少岁|多大年纪|多大岁数|年纪多大|享年|终年|年龄", r"岁", rf"(?:年|寿|年方|时年){NUMBER}"
     ),  # 年二十四: the classical age
     _kind("温度", r"多少度|几度|气温|温度|体温", r"度|℃"),
+    _kind("功率", r"功率|多少瓦|几瓦|多少千瓦", r"千瓦|瓦|kW|W\b"),
     _kind("金额", r"多少钱|价格|价钱|售价|费用|多少元", r"元|块|钱|两|金|贯|文|美元"),
     _kind("年份或日期", r"哪一年|哪年|何年|几月|几号|几日", r"年|月|日|号", "元年"),
     # A weapon or a mount is named by its class: 双股剑, 青龙偃月刀, 丈八点钢矛; 赤兔马, 的卢.
@@ -75,6 +76,19 @@ KINDS = (
         specific=False,
     ),
 )
+
+
+# The attribute a part names and asks about: 「蓝鲸科技的CEO是谁」, 「A3的保修期是多久」 (not what is
+# asked of a person or thing without naming the attribute: 刘备用什么兵器).
+_ATTRIBUTE = re.compile(
+    r"的(?P<attribute>[\u4e00-\u9fffA-Za-z0-9]{2,6}?)(?:是|叫|有|为)(?:谁|什么|多少|多久|多长|多大|多高|多重|几|哪)"
+)
+
+
+def asked_attribute(part: str) -> str | None:
+    """The attribute `part` names and asks for (CEO, 保修期, 血型), or None."""
+    found = _ATTRIBUTE.search(part)
+    return found["attribute"] if found else None
 
 
 def asked_kind(part: str) -> AnswerKind | None:

@@ -35,9 +35,9 @@ from core.config import Settings
 from core.embeddings import Embedder, cosine_similarities
 from core.schema import Mode
 from core.text import ChineseTokenizer
-from retrieval.answer_kinds import AnswerKind, asked_kind, holds
+from retrieval.answer_kinds import AnswerKind, asked_attribute, asked_kind, holds
 from retrieval.conflicts import Conflict, describe
-from retrieval.premises import PREMISE_DENIED, contradiction, premise_of
+from retrieval.premises import PREMISE_DENIED, contradiction, figure_premise, premise_of
 from retrieval.results import Hit, interleave
 from retrieval.retriever import Retriever
 
@@ -93,6 +93,7 @@ class PartAnswer(BaseModel):
     wants_links: bool = False
     unknown: list[str] = []  # the part's terms that neither its sources nor the base mention (血型, 手机)
     strangers: list[str] = []  # people of `unknown` (李白, 孙悟空): a part naming one is not answered
+    absent_attribute: str | None = None  # the attribute asked (CEO, 保修期) that no document mentions: not answered
     wanted: str | None = None  # the kind of answer the part asks for, when it has a visible form (重量)
     wanted_found: bool = True  # whether a quote holds one (`retrieval.answer_kinds`)
     premise_denied: str | None = None  # the premise a source contradicts (`retrieval.premises`): the quote says so
@@ -303,13 +304,25 @@ def wants_links(part: str) -> bool:
     return bool(_LINK_REQUEST.search(part))
 
 
+# Question words jieba glues to a measure word (几天, 哪一年, 哪家, 多长时间, 打几折): the stop list
+# drops 几, 哪, 多少 alone; glued, they are asked, never answered, so no quote covers them.
+_ASKING = re.compile(
+    r"^[打占有]?(?:(?:几|哪一?|多少)[个位名人匹头座间条次万千百员艘支把张本篇首部层路种样句回天年月日点岁号楼家门国块些折]"
+    r"|多[长大久高重远宽深厚](?:时间)?)$"
+)
+
+
 def content_terms(part: str, tokenizer: ChineseTokenizer) -> list[str]:
-    """The part's query terms, exactly as retrieval analyses it (stop and question words dropped)."""
-    return list(dict.fromkeys(tokenizer.query_terms(part)))
+    """The part's query terms, as retrieval analyses it (stop words dropped, sub-words added), less
+    glued question words and their sub-words (哪一年, so not 一年)."""
+    words = [word for word in tokenizer.content_words(part) if not _ASKING.match(word)]
+    return list(dict.fromkeys(term for word in words for term in tokenizer.expand(word)))
 
 
 def _covers(term: str, text: str) -> bool:
-    """A term is covered when it appears as is, or (3+ characters) when most of its bigrams do."""
+    """A term is covered when it appears as is (letters in any case: FlyBike, flybike), or (3+
+    characters) when most of its bigrams do."""
+    text = text.lower()
     if term in text:
         return True
     if len(term) < 3:
@@ -516,6 +529,7 @@ def select(
         in_base = held(unknown)
         unknown = [term for term in unknown if term not in in_base]
     strangers = [term for term in unknown if tokenizer.is_person(term)] if held is not None else []
+    absent = _absent_attribute(part, sources, tokenizer, held, names)
     found = holds(kind, [extract.text for extract in kept])
     # A vouched part is answered however far the shared clause's cosine falls: one sentence about three
     # subjects is far from each.
@@ -525,6 +539,7 @@ def select(
         and len(unknown) <= limits.max_unknown_terms
         and found
         and not strangers
+        and absent is None
     )
     return PartAnswer(
         part=part,
@@ -534,10 +549,28 @@ def select(
         coverage=union,
         unknown=unknown,
         strangers=strangers,
+        absent_attribute=absent,
         wanted=kind.name if kind else None,
         wanted_found=found,
         vouched=vouched,
     )
+
+
+def _absent_attribute(
+    part: str,
+    sources: Sequence[Source],
+    tokenizer: ChineseTokenizer,
+    held: Callable[[Sequence[str]], set[str]] | None,
+    names: Names,
+) -> str | None:
+    """The attribute `part` names and asks for (蓝鲸科技的CEO是谁: CEO), when neither its sources nor the
+    base mention any of its terms: the documents never speak of it, so no quote can answer (a
+    plausible detail, not a paraphrase: the question names what it wants)."""
+    attribute = asked_attribute(part)
+    terms = [term for term in content_terms(attribute, tokenizer) if len(term) > 1] if attribute else []
+    if not terms or held is None or any(_named(term, s.text, names) for term in terms for s in sources):
+        return None
+    return attribute if not held(terms) else None
 
 
 def _quoted(scored: list[tuple[Window, Extract]], given: bool, limits: Thresholds) -> list[Extract]:
@@ -600,24 +633,28 @@ def _said_of(subject: str, text: str, names: Names, kind: AnswerKind) -> bool:
     return False
 
 
-def deny_premise(answer: PartAnswer, sources: Sequence[Source], names: Names) -> PartAnswer:
-    """`answer`, unless its part takes for granted a success that a sentence of `sources` (the part's
-    every hit, best first) contradicts (`retrieval.premises`): then that sentence is the part's only
-    quote, and the part is not answered."""
+def deny_premise(
+    answer: PartAnswer, sources: Sequence[Source], names: Names, tokenizer: ChineseTokenizer
+) -> PartAnswer:
+    """`answer`, unless its part takes for granted a success, or states a figure, that a sentence of
+    `sources` (the part's every hit, best first) contradicts (`retrieval.premises`): then that
+    sentence is the part's only quote, and the part is not answered."""
+    texts = [(s.id, s.text) for s in sources]
     premise = premise_of(answer.part)
-    found = contradiction(premise, [(s.id, s.text) for s in sources], names) if premise else None
-    if premise is None or found is None:
+    found = contradiction(premise, texts, names) if premise else None
+    denied = (premise.clause, *found) if premise and found else figure_premise(answer.part, texts, tokenizer)
+    if denied is None:
         return answer
-    source_id, sentence = found
+    clause, source_id, sentence = denied
     quote = Extract(text=sentence, source_id=source_id, order=(0, 0, 0, 0, 0), similarity=0.0, coverage=0.0, score=0.0)
-    return answer.model_copy(update={"extracts": [quote], "answered": False, "premise_denied": premise.clause})
+    return answer.model_copy(update={"extracts": [quote], "answered": False, "premise_denied": clause})
 
 
 def lacks(part: PartAnswer) -> str | None:
     """Why a part is not answered, beyond its figures: it names someone the base never mentions, or
     its quotes hold no answer of the kind it asks for."""
-    if part.strangers:
-        return f"资料中没有提到{'、'.join(part.strangers)}"
+    if part.strangers or part.absent_attribute:
+        return f"资料中没有提到{'、'.join(part.strangers or [part.absent_attribute or ''])}"
     return None if part.wanted_found else f"所引原文没有给出所问的{part.wanted}"
 
 
@@ -709,6 +746,6 @@ def answer_locally(
         sources = score_passages(retriever, scope, part, every[:passages])
         names = other_names(retriever.expansions(scope, part))
         selected = select(part, sources, retriever.embedder, tokenizer, limits, held, names, origin)
-        answers.append(deny_premise(selected, every, names))
+        answers.append(deny_premise(selected, every, names, tokenizer))
     numbers = {source_id: Quoted(number) for number, source_id in enumerate(quoted_ids(answers), start=1)}
     return LocalAnswer(compose(answers, numbers, []), answers)

@@ -7,7 +7,11 @@ that claims a success for its subject (打败, 大胜, 守住, 治好, 赦免, �
 premise is contradicted when a sentence of the part's sources names that subject (or another name
 the caller's aliases give it) and, within the same clause run, a setback (被擒, 所获, 兵败, 死于, 首级,
 放去 …). The part is then not answered: the answer quotes that sentence and says that the documents
-say otherwise (`retrieval.extractive.compose`). A premise of any other form is left to the verdict.
+say otherwise (`retrieval.extractive.compose`).
+
+A part may also state a figure the documents give otherwise: 「陪产假延长到30天以后需要提交什么材料？」
+when the handbook says 男员工享有陪产假15天, 「试用期六个月结束后怎么转正？」 when it says 试用期为三个月
+(`figure_premise`). A premise of any other form is left to the verdict.
 """
 
 import re
@@ -15,7 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from core.chunking import split_sentences
-from core.text import given_name
+from core.text import ChineseTokenizer, given_name
+from retrieval.conflicts import Figure, Quote, figures_of
 
 PREMISE_DENIED = "资料所述与问题的前提不符"  # said in the answer, with or without a model
 
@@ -92,3 +97,36 @@ def _first_setback(forms: Sequence[str], target: str, texts: Sequence[tuple[str,
             if any(not any(t in found["between"] for t in targets) for found in setback.finditer(sentence)):
                 return source_id, sentence.strip()
     return None
+
+
+def figure_premise(
+    part: str, texts: Sequence[tuple[str, str]], tokenizer: ChineseTokenizer
+) -> tuple[str, str, str] | None:
+    """(the part's clause stating a figure, source id, sentence) when a sentence of `texts` ((id,
+    text) pairs, best first) names a word the part puts before its figure (陪产假 in 陪产假延长到30天)
+    and states a figure of the same unit, none of them the part's value (15天, not 30天); of several,
+    the one sharing most of the clause's words. An ordinal (第二次) states no amount."""
+    found: list[tuple[int, str, str, str]] = []
+    for asked in figures_of(Quote(part, "", "", part)):
+        before = asked.context.split("，", 1)[0]
+        if before.endswith("第"):
+            continue
+        leading = {word for word in tokenizer.content_words(before) if len(word) > 1}
+        words = leading | {word for word in tokenizer.content_words(asked.context) if len(word) > 1}
+        for source_id, text in texts:
+            for sentence, stated in _figures_by_sentence(source_id, text, asked).items():
+                if any(word in sentence for word in leading) and asked.value not in stated:
+                    found.append((sum(word in sentence for word in words), asked.clause, source_id, sentence.strip()))
+    if not found:
+        return None
+    best = max(found, key=lambda hit: hit[0])  # the first of the best: texts come best first
+    return best[1], best[2], best[3]
+
+
+def _figures_by_sentence(source_id: str, text: str, asked: Figure) -> dict[str, set[tuple[float, ...]]]:
+    """The values each sentence of `text` states in the unit (and era) of `asked`."""
+    stated: dict[str, set[tuple[float, ...]]] = {}
+    for figure in figures_of(Quote(asked.quote.part, source_id, source_id, text)):
+        if figure.unit == asked.unit and figure.era == asked.era:
+            stated.setdefault(figure.sentence, set()).add(figure.value)
+    return stated

@@ -137,6 +137,40 @@ def test_a_part_naming_someone_the_base_never_mentions_is_not_answered(embedder:
     assert select(held=lambda terms: set(terms)).answered
 
 
+COMPANY = extractive.Source("about", "蓝鲸科技成立于2012年，总部位于成都，创始人为陈启明。公司目前有员工约600人。")
+
+
+def test_a_part_asking_for_an_attribute_no_document_mentions_is_not_answered(embedder: Embedder) -> None:
+    """蓝鲸科技的CEO是谁: the profile names its founder, never a CEO. Every other figure open, the part
+    is not answered and the answer says what the documents never mention; a base that mentions a
+    CEO somewhere (held) leaves it to the other figures, as does an attribute the source states."""
+    select = partial(extractive.select, "蓝鲸科技的CEO是谁", [COMPANY], embedder, get_tokenizer(), limits())
+    absent = select(held=lambda terms: set())
+    assert absent.absent_attribute == "CEO" and not absent.answered and absent.extracts
+    answer = extractive.compose([absent], {COMPANY.id: extractive.Quoted(1)}, [])
+    assert extractive.CLOSEST in answer and "资料中没有提到CEO" in answer
+    assert select(held=lambda terms: set(terms)).answered
+    founder = extractive.select("蓝鲸科技的创始人是谁", [COMPANY], embedder, get_tokenizer(), limits(), lambda t: set())
+    assert founder.absent_attribute is None and founder.answered
+
+
+@pytest.mark.parametrize(
+    ("part", "terms"),
+    [
+        ("出差回来多久之内要交报销", ["出差", "回来", "之内", "要交", "报销"]),  # 多久: a stop word
+        ("工作满五年有几天年假", ["工作", "满", "五年", "年", "假"]),  # 几天: asked, never answered
+        ("蓝鲸科技是哪一年成立的", ["蓝鲸", "科技", "成立"]),  # nor its sub-word 一年
+        ("试用期工资打几折", ["试用期", "试用", "工资"]),
+    ],
+)
+def test_question_words_glued_to_a_measure_word_are_no_terms(part: str, terms: list[str]) -> None:
+    assert extractive.content_terms(part, get_tokenizer()) == terms
+
+
+def test_letters_cover_a_term_in_any_case() -> None:
+    assert extractive.coverage(["flybike", "重量"], "FlyBike E2 整车重量为38公斤。") == 1.0
+
+
 @pytest.mark.parametrize(
     ("word", "person"),
     [

@@ -10,7 +10,7 @@ from core.access import Scope
 from core.config import Settings
 from core.documents import Document
 from core.embeddings import Embedder
-from core.text import given_name
+from core.text import get_tokenizer, given_name
 from retrieval import extractive, premises
 from retrieval.retriever import build_retriever
 from service.graph import QueryOptions, build_deps, run_query
@@ -79,10 +79,44 @@ def test_the_given_name_is_one_character_after_a_surname(name: str, given: str |
     assert given_name(name) == given
 
 
+HANDBOOK = [
+    ("leave", "婚假为3天，产假按国家规定执行，男员工享有陪产假15天。丧假为3天，限直系亲属。"),
+    ("probation", "试用期为三个月，试用期工资为转正工资的90%。"),
+    ("drug", "常用的氨氯地平每日服用一次，每次5毫克。"),
+    ("annual", "员工入职满一年后享有带薪年假5天，满五年后增至10天。"),
+]
+
+
+@pytest.mark.parametrize(
+    ("part", "sentence"),
+    [
+        ("陪产假延长到30天以后需要提交什么材料", "婚假为3天，产假按国家规定执行，男员工享有陪产假15天。"),
+        ("试用期六个月结束后怎么转正", "试用期为三个月，试用期工资为转正工资的90%。"),
+        ("氨氯地平一天吃三次的话每次吃多少", "常用的氨氯地平每日服用一次，每次5毫克。"),
+    ],
+)
+def test_a_figure_the_documents_give_otherwise_is_a_denied_premise(part: str, sentence: str) -> None:
+    found = premises.figure_premise(part, HANDBOOK, get_tokenizer())
+    assert found is not None and found[2] == sentence
+
+
+@pytest.mark.parametrize(
+    "part",
+    [
+        "工作满五年有几天年假",  # the documents state 五年 too: no contradiction
+        "陪产假有几天",  # no figure asked
+        "孟获第二次被擒后说了什么",  # an ordinal states no amount
+        "试用期的工资打几折",
+    ],
+)
+def test_a_figure_the_documents_also_give_or_none_is_no_premise(part: str) -> None:
+    assert premises.figure_premise(part, [*HANDBOOK, ("meng", "孟获一次被擒，不服。")], get_tokenizer()) is None
+
+
 def test_a_denied_premise_is_quoted_and_not_answered() -> None:
     part = "赵阳在青石岭打败孙越之后去了哪里"
     answered = extractive.PartAnswer(part=part, extracts=[], answered=True, best_similarity=0.95, coverage=1.0)
-    denied = extractive.deny_premise(answered, [extractive.Source("report", REPORT)], {})
+    denied = extractive.deny_premise(answered, [extractive.Source("report", REPORT)], {}, get_tokenizer())
     assert not denied.answered and denied.premise_denied == "赵阳在青石岭打败孙越"
     assert [e.text for e in denied.extracts] == ["赵阳兵败被擒，押送孙越营中。"]
     answer = extractive.compose([denied], {"report": extractive.Quoted(1)}, [])

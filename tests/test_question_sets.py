@@ -179,3 +179,27 @@ def test_distributive_questions_have_one_verbatim_evidence_per_subject() -> None
         assert q["kind"] == "distributive", q
         assert len(split_question(q["question"])) == len(q["evidence_per_part"]) >= 2, q
         assert all(evidence in book for evidence in q["evidence_per_part"]), q
+
+
+def test_handbook_questions_are_answered_once_or_hinge_on_what_it_lacks() -> None:
+    """The modern made-up corpus (bench/extractive_eval.py --set handbook): each evidence is verbatim
+    once in it, each unanswerable question names what it lacks, each false premise the sentence that
+    contradicts it; 20 + 20 answerable, 20 + 20 unanswerable, dev/test fixed by id."""
+    corpus = "\n".join(doc["text"] for doc in read_jsonl(BENCH_DATA / "handbook_corpus.jsonl"))
+    rows = read_jsonl(BENCH_DATA / "handbook_questions.jsonl")
+    assert len({q["id"] for q in rows}) == len(rows)
+    for q in rows:
+        if q["kind"] == "answerable":
+            assert corpus.count(q["evidence"]) == 1 and q["evidence"] not in q["question"], q
+        else:
+            assert q["trap"] in {"plausible", "false_premise", "out_of_domain"}, q
+            assert q["absent"] in q["question"] and q["absent"] not in corpus, q
+            assert ("contradicted_by" in q) == (q["trap"] == "false_premise"), q
+            assert q.get("contradicted_by", "") in corpus, q
+    counts = Counter((q["kind"], q["split"]) for q in rows)
+    assert counts == {
+        ("answerable", "dev"): 20,
+        ("answerable", "test"): 20,
+        ("unanswerable", "dev"): 20,
+        ("unanswerable", "test"): 20,
+    }

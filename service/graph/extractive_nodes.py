@@ -99,7 +99,7 @@ async def select_evidence(state: WorkflowState, runtime: Runtime[RunContext]) ->
             )
             found = (await asyncio.to_thread(select)).model_copy(update={"part": part})
             every = _sources(state, part, len(state.get("found", {}).get(part, [])))  # a premise is checked on all hits
-            answers.append(extractive.deny_premise(found, every, names))
+            answers.append(extractive.deny_premise(found, every, names, tokenizer))
     step = _verdict(answers, with_web=bool(web))
     disagreements = _disagreements(state, answers, tokenizer)
     contexts, _ = state_contexts(state, ctx)
