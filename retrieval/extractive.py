@@ -37,7 +37,7 @@ from core.schema import Mode
 from core.text import ChineseTokenizer
 from retrieval.answer_kinds import AnswerKind, asked_attribute, asked_kind, holds
 from retrieval.conflicts import Conflict, describe
-from retrieval.premises import PREMISE_DENIED, contradiction, figure_premise, premise_of
+from retrieval.premises import PREMISE_DENIED, contradiction, figure_premise, forbidden_premise, premise_of
 from retrieval.results import Hit, interleave
 from retrieval.retriever import Retriever
 
@@ -636,13 +636,17 @@ def _said_of(subject: str, text: str, names: Names, kind: AnswerKind) -> bool:
 def deny_premise(
     answer: PartAnswer, sources: Sequence[Source], names: Names, tokenizer: ChineseTokenizer
 ) -> PartAnswer:
-    """`answer`, unless its part takes for granted a success, or states a figure, that a sentence of
-    `sources` (the part's every hit, best first) contradicts (`retrieval.premises`): then that
-    sentence is the part's only quote, and the part is not answered."""
+    """`answer`, unless its part takes for granted a success, states a figure, or sets a scene that a
+    sentence of `sources` (the part's every hit, best first) contradicts or forbids
+    (`retrieval.premises`): then that sentence is the part's only quote, and the part is not answered."""
     texts = [(s.id, s.text) for s in sources]
     premise = premise_of(answer.part)
     found = contradiction(premise, texts, names) if premise else None
-    denied = (premise.clause, *found) if premise and found else figure_premise(answer.part, texts, tokenizer)
+    denied = (
+        (premise.clause, *found)
+        if premise and found
+        else figure_premise(answer.part, texts, tokenizer) or forbidden_premise(answer.part, texts, tokenizer)
+    )
     if denied is None:
         return answer
     clause, source_id, sentence = denied

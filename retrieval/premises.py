@@ -11,7 +11,9 @@ say otherwise (`retrieval.extractive.compose`).
 
 A part may also state a figure the documents give otherwise: 「陪产假延长到30天以后需要提交什么材料？」
 when the handbook says 男员工享有陪产假15天, 「试用期六个月结束后怎么转正？」 when it says 试用期为三个月
-(`figure_premise`). A premise of any other form is left to the verdict.
+(`figure_premise`), or take for granted what the documents forbid: 「AirFresh P5 放在浴室里用时应该开
+哪个模式？」 when the manual says 请勿在浴室等潮湿环境中使用本机 (`forbidden_premise`). A premise of any
+other form is left to the verdict.
 """
 
 import re
@@ -130,3 +132,29 @@ def _figures_by_sentence(source_id: str, text: str, asked: Figure) -> dict[str, 
         if figure.unit == asked.unit and figure.era == asked.era:
             stated.setdefault(figure.sentence, set()).add(figure.value)
     return stated
+
+
+# A premise clause that sets a scene (放在浴室里用时, 过滤海水以后), and a prohibition in a document:
+# what follows the marker, up to the clause's end, is forbidden (请勿在浴室等潮湿环境中使用本机).
+_WHEN = re.compile(r"^(?P<premise>[^，,。？?]{2,30}?)(?:的时候|时|之后|以后)")
+_FORBIDDEN = re.compile(r"(?:请勿|切勿|严禁|禁止|不得(?!已)|不适用于|不宜)(?P<forbidden>[^，,。；;！!？?：:“”]+)")
+
+
+def forbidden_premise(
+    part: str, texts: Sequence[tuple[str, str]], tokenizer: ChineseTokenizer
+) -> tuple[str, str, str] | None:
+    """(the part's premise clause, source id, sentence) when the part sets its question in a scene
+    (…时, …以后) one of whose words a sentence of `texts` forbids (浴室 in 放在浴室里用时, against
+    请勿在浴室…使用本机); the first such sentence, `texts` coming best first. Names do not count: a
+    narrative's 「若擒不得赵云」 forbids nothing to 赵云取桂阳时."""
+    scene = _WHEN.match(part)
+    if scene is None:
+        return None
+    names = set(tokenizer.names(scene["premise"]))
+    words = [word for word in tokenizer.content_words(scene["premise"]) if len(word) > 1 and word not in names]
+    for source_id, text in texts:
+        for sentence in split_sentences(text):
+            forbidden = " ".join(found["forbidden"] for found in _FORBIDDEN.finditer(sentence))
+            if any(word in forbidden for word in words):
+                return scene["premise"], source_id, sentence.strip()
+    return None

@@ -113,6 +113,37 @@ def test_a_figure_the_documents_also_give_or_none_is_no_premise(part: str) -> No
     assert premises.figure_premise(part, [*HANDBOOK, ("meng", "孟获一次被擒，不服。")], get_tokenizer()) is None
 
 
+MANUAL = [
+    ("p5", "滤网寿命约为3000小时。请勿在浴室等潮湿环境中使用本机。"),
+    ("a3", "设备工作时请勿断电，否则可能导致管路进气。本机不适用于处理海水或工业废水。"),
+    ("novel", "赵范曰：“若擒不得赵云，那时任太守投降不迟。”"),
+]
+
+
+@pytest.mark.parametrize(
+    ("part", "sentence"),
+    [
+        ("AirFresh P5 放在浴室里用时应该开哪个模式", "请勿在浴室等潮湿环境中使用本机。"),
+        ("用净水器过滤海水以后滤芯多久换一次", "本机不适用于处理海水或工业废水。"),
+    ],
+)
+def test_a_scene_the_documents_forbid_is_a_denied_premise(part: str, sentence: str) -> None:
+    found = premises.forbidden_premise(part, MANUAL, get_tokenizer())
+    assert found is not None and found[2] == sentence
+
+
+@pytest.mark.parametrize(
+    "part",
+    [
+        "净水器工作时突然断电会怎样",  # the forbidden act is asked about, not taken for granted
+        "这台净水器能不能用来过滤海水",  # no scene
+        "赵云取桂阳时，太守赵范想把谁许配给他",  # 擒不得赵云 forbids nothing; a name does not count
+    ],
+)
+def test_a_question_about_what_is_forbidden_is_no_premise(part: str) -> None:
+    assert premises.forbidden_premise(part, MANUAL, get_tokenizer()) is None
+
+
 def test_a_denied_premise_is_quoted_and_not_answered() -> None:
     part = "赵阳在青石岭打败孙越之后去了哪里"
     answered = extractive.PartAnswer(part=part, extracts=[], answered=True, best_similarity=0.95, coverage=1.0)
