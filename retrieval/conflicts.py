@@ -50,7 +50,7 @@ _CLAUSE_EDGE = re.compile(r"[，,；;。！!？?\n]")
 _ERA_CHARS = 2
 _CODE = re.compile(r"[A-Za-z]+-?\d[A-Za-z0-9-]*")  # model numbers: X200, GB-2760, iPhone15
 
-_FILLERS = "为是约有达共计在于的了仅只近逾超过不"  # 功率为5.5千瓦: what is measured is 功率
+_FILLERS = "为是约有达共计在于的了仅只近逾超过不"  # 功率为5.5千瓦, 剂量不超过3克: what is measured is 功率, 剂量
 _WORD_CHAR = re.compile(r"[\w\u4e00-\u9fff]")
 
 

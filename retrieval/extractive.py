@@ -655,10 +655,11 @@ def deny_premise(
 
 
 def lacks(part: PartAnswer) -> str | None:
-    """Why a part is not answered, beyond its figures: it names someone the base never mentions, or
-    its quotes hold no answer of the kind it asks for."""
-    if part.strangers or part.absent_attribute:
-        return f"资料中没有提到{'、'.join(part.strangers or [part.absent_attribute or ''])}"
+    """Why a part is not answered, beyond its figures: it names someone, or asks for an attribute, the
+    base never mentions, or its quotes hold no answer of the kind it asks for."""
+    unmentioned = [*part.strangers, *([part.absent_attribute] if part.absent_attribute else [])]
+    if unmentioned:
+        return f"资料中没有提到{'、'.join(unmentioned)}"
     return None if part.wanted_found else f"所引原文没有给出所问的{part.wanted}"
 
 
