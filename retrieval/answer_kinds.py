@@ -32,10 +32,16 @@ class AnswerKind:
     specific: bool = True  # False for a bare count: any number holds one, so a quote holding it proves little
 
 
+# 几 asks only on its own: 好几天, 十几年, 那几天 are several days, over ten years, those days.
+_NOT_ASKING = "(?<![好十那这头])"
+
+
 def _kind(name: str, asks: str, units: str, other: str = "", specific: bool = True) -> AnswerKind:
     """A kind whose answer is a number followed by one of `units` (三个月, 八十二斤), or `other`."""
     form = rf"{NUMBER}\s?个?(?:{units})" + (f"|{other}" if other else "")
-    return AnswerKind(name, re.compile(asks), re.compile(form, re.IGNORECASE), specific)
+    return AnswerKind(
+        name, re.compile(asks.replace("几", f"{_NOT_ASKING}几")), re.compile(form, re.IGNORECASE), specific
+    )
 
 
 _ARMS = "剑刀枪矛戟槊斧钺锤鞭锏弓弩箭叉棍"
@@ -44,7 +50,7 @@ KINDS = (
     _kind(
         "时长",
         r"多久|多长时间|多少年|多少天|多少个?月|多少个?小时|几年|几天|几个月|几个?小时",
-        r"年|载|月|工作日|日|天|旬|时|分钟|秒|周",
+        r"年|载|月|工作日|日|天|旬|小时|时|分钟|秒|周",
         specific=False,  # 二十四年 may be a year of a reign (建安二十四年), not a span
     ),
     _kind(
