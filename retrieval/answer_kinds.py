@@ -44,7 +44,7 @@ def _kind(name: str, asks: str, units: str, other: str = "", specific: bool = Tr
     )
 
 
-_ARMS = "剑刀枪矛戟槊斧钺锤鞭锏弓弩箭叉棍"
+_ARMS = "剑刀枪矛戟槊斧钺锤锏弓弩箭叉棍"
 _MEASURES = ("间", "匹", "艘", "座", "层", "楼", "条", "支|枝", "张", "本", "篇", "首", "部", "头")
 KINDS = (
     _kind(
@@ -71,7 +71,8 @@ KINDS = (
     _kind("年份或日期", r"哪一年|哪年|何年|几月|几号|几日", r"年|月|日|号", "元年"),
     # A weapon or a mount is named by its class: 双股剑, 青龙偃月刀, 丈八点钢矛; 赤兔马, 的卢.
     # Not a soldier named by his arm (弓手, 弓箭手, 刀斧手).
-    AnswerKind("兵器", re.compile(r"兵器|武器"), re.compile(rf"[{_ARMS}](?![{_ARMS}]*手)")),
+    # A whip is a weapon when named as one (钢鞭, 铁鞭, 双鞭), not the rider's (扬鞭, 加鞭, 以鞭指).
+    AnswerKind("兵器", re.compile(r"兵器|武器"), re.compile(rf"(?:[{_ARMS}]|(?<=[钢铁双节金])鞭)(?![{_ARMS}]*手)")),
     AnswerKind("坐骑", re.compile(r"坐骑|骑(?:的是)?(?:什么|哪匹|哪一匹)马?"), re.compile(r"马|驹|骑")),
     # A count of things the question names by their measure word (几间房, 多少艘船): that measure word.
     *(_kind(f"以「{word[0]}」计的数目", rf"(?:多少|几)(?:{word})", word) for word in _MEASURES),
