@@ -309,7 +309,7 @@ def ensure_index(
 
 
 def publish(report: dict[str, Any], question_set: str) -> None:
-    """bench/results and the docs' table (the handbook's under its own markers)."""
+    """bench/results and the docs' table (another set's under its own file names and markers)."""
     suffix = "" if question_set == "sanguo" else f"_{question_set}"
     marker = "extractive-eval" if question_set == "sanguo" else f"extractive-eval-{question_set}"
     table = markdown(report)
