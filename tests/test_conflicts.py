@@ -141,7 +141,8 @@ def test_the_made_up_pairs_get_no_invented_conflict() -> None:
     """bench/data/conflict_pairs.jsonl (python -m bench.conflict_pairs): of the 17 pairs that do not
     disagree none is reported; of the 15 that do, at most the two known misses (关公 against 关羽, a
     part whose term neither sentence names)."""
-    invented, missed = [], []
+    invented: list[str] = []
+    missed: list[str] = []
     for pair in read_jsonl(BENCH_DATA / "conflict_pairs.jsonl"):
         found = bool(figure_conflicts(quotes(pair["part"], pair["a"], pair["b"]), get_tokenizer()))
         if found != pair["conflict"]:
