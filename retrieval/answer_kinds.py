@@ -45,7 +45,7 @@ def _kind(name: str, asks: str, units: str, other: str = "", specific: bool = Tr
 
 
 _ARMS = "剑刀枪矛戟槊斧钺锤锏弓弩箭叉棍"
-_MEASURES = ("间", "匹", "艘", "座", "层", "楼", "条", "支|枝", "张", "本", "篇", "首", "部", "头")
+_MEASURES = ("间", "匹", "艘", "座", "层", "楼", "条", "支|枝", "张", "本|册", "篇", "首", "部", "头")
 KINDS = (
     _kind(
         "时长",

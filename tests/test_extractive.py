@@ -234,6 +234,7 @@ def test_a_quote_far_below_the_best_does_not_pad_the_answer(embedder: Embedder) 
         ("溶栓要在发病后多久内进行", "时长", "发病4.5小时内", "越早效果越好"),
         ("净水器的额定功率是多少瓦", "功率", "额定功率为60瓦", "额定净水流量为每分钟1.5升"),
         ("出差回来多久之内要交报销", "时长", "出差结束后15个工作日内提交", "报销需附发票原件"),
+        ("一次最多能借几本书", "以「本」计的数目", "每次最多可借图书10册", "借期为30天"),  # books: 本 or 册
     ],
 )
 def test_a_part_asking_for_a_figure_wants_one(part: str, kind: str, answer: str, not_answer: str) -> None:
