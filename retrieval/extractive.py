@@ -524,12 +524,8 @@ def select(
         kept, vouched = _about(kept, origin, names, kind, limits.sentences)
     union = coverage(terms, "".join(e.text for e in kept), names)
     top_similarity = max(extract.similarity for _, extract in scored)
-    unknown = [term for term in terms if len(term) > 1 and not any(_named(term, s.text, names) for s in sources)]
-    if held is not None and unknown:
-        in_base = held(unknown)
-        unknown = [term for term in unknown if term not in in_base]
+    unknown, absent = _unmentioned(part, terms, sources, tokenizer, held, names)
     strangers = [term for term in unknown if tokenizer.is_person(term)] if held is not None else []
-    absent = _absent_attribute(part, sources, tokenizer, held, names)
     found = holds(kind, [extract.text for extract in kept])
     # A vouched part is answered however far the shared clause's cosine falls: one sentence about three
     # subjects is far from each.
@@ -556,21 +552,28 @@ def select(
     )
 
 
-def _absent_attribute(
+def _unmentioned(
     part: str,
+    terms: list[str],
     sources: Sequence[Source],
     tokenizer: ChineseTokenizer,
     held: Callable[[Sequence[str]], set[str]] | None,
     names: Names,
-) -> str | None:
-    """The attribute `part` names and asks for (蓝鲸科技的CEO是谁: CEO), when neither its sources nor the
-    base mention any of its terms: the documents never speak of it, so no quote can answer (a
-    plausible detail, not a paraphrase: the question names what it wants)."""
+) -> tuple[list[str], str | None]:
+    """The part's `terms` that neither its sources nor the base mention (血型, 高铁), and the attribute
+    it names and asks for (蓝鲸科技的CEO是谁: CEO) when none of that attribute's terms is mentioned
+    anywhere: the documents never speak of it, so no quote can answer (a plausible detail, not a
+    paraphrase: the question names what it wants). The base is asked once, for both."""
     attribute = asked_attribute(part)
-    terms = [term for term in content_terms(attribute, tokenizer) if len(term) > 1] if attribute else []
-    if not terms or held is None or any(_named(term, s.text, names) for term in terms for s in sources):
-        return None
-    return attribute if not held(terms) else None
+    wanted = [term for term in content_terms(attribute, tokenizer) if len(term) > 1] if attribute else []
+
+    def unsaid(candidates: list[str]) -> list[str]:
+        return [t for t in candidates if len(t) > 1 and not any(_named(t, source.text, names) for source in sources)]
+
+    unknown, missing = unsaid(terms), unsaid(wanted)
+    in_base = held(list(dict.fromkeys(unknown + missing))) if held is not None and (unknown or missing) else set()
+    said_somewhere = held is None or missing != wanted or bool(in_base & set(wanted))
+    return [term for term in unknown if term not in in_base], None if not wanted or said_somewhere else attribute
 
 
 def _quoted(scored: list[tuple[Window, Extract]], given: bool, limits: Thresholds) -> list[Extract]:

@@ -108,6 +108,7 @@ def figure_premise(
     text) pairs, best first) names a word the part puts before its figure (陪产假 in 陪产假延长到30天)
     and states a figure of the same unit, none of them the part's value (15天, not 30天); of several,
     the one sharing most of the clause's words. An ordinal (第二次) states no amount."""
+    stated = [figure for source_id, text in texts for figure in figures_of(Quote(part, source_id, source_id, text))]
     found: list[tuple[int, str, str, str]] = []
     for asked in figures_of(Quote(part, "", "", part)):
         before = asked.context.split("，", 1)[0]
@@ -115,23 +116,22 @@ def figure_premise(
             continue
         leading = {word for word in tokenizer.content_words(before) if len(word) > 1}
         words = leading | {word for word in tokenizer.content_words(asked.context) if len(word) > 1}
-        for source_id, text in texts:
-            for sentence, stated in _figures_by_sentence(source_id, text, asked).items():
-                if any(word in sentence for word in leading) and asked.value not in stated:
-                    found.append((sum(word in sentence for word in words), asked.clause, source_id, sentence.strip()))
+        for (source_id, sentence), values in _values_by_sentence(stated, asked).items():
+            if any(word in sentence for word in leading) and asked.value not in values:
+                found.append((sum(word in sentence for word in words), asked.clause, source_id, sentence.strip()))
     if not found:
         return None
     best = max(found, key=lambda hit: hit[0])  # the first of the best: texts come best first
     return best[1], best[2], best[3]
 
 
-def _figures_by_sentence(source_id: str, text: str, asked: Figure) -> dict[str, set[tuple[float, ...]]]:
-    """The values each sentence of `text` states in the unit (and era) of `asked`."""
-    stated: dict[str, set[tuple[float, ...]]] = {}
-    for figure in figures_of(Quote(asked.quote.part, source_id, source_id, text)):
+def _values_by_sentence(stated: Sequence[Figure], asked: Figure) -> dict[tuple[str, str], set[tuple[float, ...]]]:
+    """The values each (source id, sentence) of `stated` gives in the unit (and era) of `asked`."""
+    values: dict[tuple[str, str], set[tuple[float, ...]]] = {}
+    for figure in stated:
         if figure.unit == asked.unit and figure.era == asked.era:
-            stated.setdefault(figure.sentence, set()).add(figure.value)
-    return stated
+            values.setdefault((figure.quote.source_id, figure.sentence), set()).add(figure.value)
+    return values
 
 
 # A premise clause that sets a scene (放在浴室里用时, 过滤海水以后), and a prohibition in a document:

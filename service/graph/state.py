@@ -41,9 +41,8 @@ class WorkflowState(TypedDict, total=False):
     route: Literal["simple", "complex"]
     route_reason: str
     sub_questions: list[str]
-    search_texts: list[
-        list[str]
-    ]  # extractive mode: what to search per sub-question, hits interleaved (default: itself)
+    # extractive mode: what to search per sub-question, hits interleaved (default: the sub-question itself)
+    search_texts: list[list[str]]
     cursor: int  # index of the next sub-question to retrieve for
     retrievals: Count
     passages: dict[str, Passage]  # merged by chunk id, best score and rank kept
