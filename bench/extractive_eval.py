@@ -156,8 +156,8 @@ def run_all(retriever: Retriever, settings: Settings, questions: list[dict[str, 
 
 def answered(part: dict[str, Any], similarity: float, coverage: float, unknown: int) -> bool:
     """`retrieval.extractive.select`'s verdict at these thresholds."""
-    if part["wants_links"]:
-        return True
+    if part["wants_links"]:  # answered by web links only; `link_answer` scores 1.0 when it has some
+        return part["best_similarity"] >= 1.0
     if part.get("premise_denied"):  # a source contradicts what the part takes for granted (retrieval/premises.py)
         return False
     if part.get("strangers") or part.get("absent_attribute"):  # it names someone (李白) or asks for
