@@ -643,7 +643,7 @@ def deny_premise(
     sentence of `sources` (the part's every hit, best first) contradicts or forbids
     (`retrieval.premises`): then that sentence is the part's only quote, and the part is not answered."""
     texts = [(s.id, s.text) for s in sources]
-    premise = premise_of(answer.part)
+    premise = premise_of(answer.part, tokenizer)
     found = contradiction(premise, texts, names) if premise else None
     denied = (
         (premise.clause, *found)

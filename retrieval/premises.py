@@ -58,8 +58,10 @@ class Premise:
     target: str = ""  # what follows the claim (丁原 in 吕布杀了丁原): a setback said of it is not the subject's
 
 
-def premise_of(part: str) -> Premise | None:
-    """The premise a part takes for granted, when it claims a success for a named subject."""
+def premise_of(part: str, tokenizer: ChineseTokenizer | None = None) -> Premise | None:
+    """The premise a part takes for granted, when it claims a success for a named subject. The
+    subject ends at a place or a helper (关羽|在麦城); when nothing marks its end (曹丕亲征东吴大胜),
+    it is the name the clause opens with, as the `tokenizer` reads it."""
     found = _PREMISE.match(part)
     if found is None:
         return None
@@ -70,6 +72,8 @@ def premise_of(part: str) -> Premise | None:
     before = clause[: claim.start()]
     end = _SUBJECT_END.search(before, 2)  # a name may start with one of them (于禁, 和洽)
     subject = before[: end.start()] if end else before
+    if len(subject) > 4 and tokenizer is not None:
+        subject = next((name for name in tokenizer.names(before)[:1] if before.startswith(name)), subject)
     if not 2 <= len(subject) <= 4 or ("被" in before and not _SPARED.fullmatch(claim.group())):
         return None
     return Premise(clause, subject, claim.group(), clause[claim.end() :])

@@ -33,6 +33,15 @@ def test_a_premise_claiming_a_success_is_read(part: str, subject: str, claim: st
     assert premise is not None and (premise.subject, premise.claim) == (subject, claim)
 
 
+def test_a_subject_with_nothing_marking_its_end_is_the_name_the_clause_opens_with() -> None:
+    """「赵阳亲征青石岭大胜之后…」: no 在 or 于 ends the subject; the tokenizer reads 赵阳 as a name."""
+    part = "赵阳亲征青石岭大胜之后封了谁为大将"
+    assert premises.premise_of(part) is None
+    premise = premises.premise_of(part, get_tokenizer(None))
+    assert premise is not None and (premise.subject, premise.claim) == ("赵阳", "大胜")
+    assert premises.contradiction(premise, [("report", REPORT)], {}) == ("report", "赵阳兵败被擒，押送孙越营中。")
+
+
 @pytest.mark.parametrize(
     "part",
     [
