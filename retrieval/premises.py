@@ -3,10 +3,10 @@
 「关羽在麦城打败吕蒙之后去了哪里？」 presupposes a victory; the book has 关公…被潘璋部将马忠所获. Every
 word of the premise is in that passage, so similarity and keyword coverage call it an answer. Without
 a model this module reads the one form such a question takes: a premise clause ending in 之后/以后/后
-that claims a success for its subject (打败, 大胜, 守住, 治好, 赦免, 脱险 …), then what is asked. The
+that claims a success for its subject (打败, 大胜, 守住, 治好, 病好, 赦免, 脱险 …), then what is asked. The
 premise is contradicted when a sentence of the part's sources names that subject (or another name
 the caller's aliases give it) and, within the same clause run, a setback (被擒, 所获, 兵败, 死于, 首级,
-放去 …). The part is then not answered: the answer quotes that sentence and says that the documents
+归天, 放去 …). The part is then not answered: the answer quotes that sentence and says that the documents
 say otherwise (`retrieval.extractive.compose`).
 
 A part may also state a figure the documents give otherwise: 「陪产假延长到30天以后需要提交什么材料？」
@@ -34,7 +34,7 @@ _PREMISE = re.compile(
 # Success claimed for the subject (the premise's first name: 关羽 in 关羽在麦城打败吕蒙).
 _SUCCESS = re.compile(
     r"打败|击败|击退|战胜|打赢|大胜|获胜|取胜|得胜|大破|攻进|攻入|攻下|攻破|攻占|夺回|夺取|守住|保住|"
-    r"治好|医好|治愈|赦免|饶了|饶恕|脱险|逃脱|逃出|活了|生还|斩了|斩杀|杀了|杀死|擒住|擒获|活捉|收服|降服"
+    r"治好|医好|治愈|病好|病愈|痊愈|康复|赦免|饶了|饶恕|脱险|逃脱|逃出|活了|生还|斩了|斩杀|杀了|杀死|擒住|擒获|活捉|收服|降服"
 )
 # The subject ends where the clause before the claim turns to a place or a helper (关羽|在麦城).
 _SUBJECT_END = re.compile(r"在|于|让|被|把|将|从|到|率|带|用|与|和|同|跟")
@@ -43,7 +43,7 @@ _SPARED = re.compile(r"赦免|饶了|饶恕|放了")
 # A setback for whom the sentence names just before it (the same clause run: no 。！？ between).
 _SETBACK = (
     r"被擒|被获|所获|被执|被捉|所擒|被杀|所杀|被斩|所斩|被害|遇害|身死|而死|死于|身亡|自刎|自杀|缢死|"
-    r"首级|下狱|狱中|兵败|败走|败退|败回|大败而|败后|之败|退兵|不信|放去|放了|放过|不食"
+    r"首级|下狱|狱中|兵败|败走|败退|败回|大败而|败后|之败|退兵|不信|放去|放了|放过|不食|归天|而亡|而卒|病故|病亡"
 )
 _GAP = 12  # characters at most between the subject's name and the setback
 

@@ -26,11 +26,19 @@ REPORT = "赵阳率军在青石岭与孙越交战，两军相持三日。\n赵�
         ("马谡守住街亭以后得到了什么封赏", "马谡", "守住"),
         ("吕布在白门楼被曹操赦免后投奔了谁", "吕布", "赦免"),  # 被 … 赦免: still a success for 吕布
         ("于禁在樊城打败关羽后升了什么官", "于禁", "打败"),  # a name may start with 于, 和, 将 …
+        ("诸葛亮在五丈原病好之后又打了哪一仗", "诸葛亮", "病好"),  # a recovery, which a death denies
     ],
 )
 def test_a_premise_claiming_a_success_is_read(part: str, subject: str, claim: str) -> None:
     premise = premises.premise_of(part)
     assert premise is not None and (premise.subject, premise.claim) == (subject, claim)
+
+
+def test_a_death_denies_a_recovery() -> None:
+    premise = premises.premise_of("赵阳在营中病好之后去了哪里")
+    assert premise is not None
+    texts = [("camp", "赵阳病重。是夜，赵阳奄然归天。孙越闻之大喜。")]
+    assert premises.contradiction(premise, texts, {}) == ("camp", "是夜，赵阳奄然归天。")
 
 
 def test_a_subject_with_nothing_marking_its_end_is_the_name_the_clause_opens_with() -> None:
