@@ -112,9 +112,12 @@ def figure_premise(
     text) pairs, best first) names a word the part puts before its figure (陪产假 in 陪产假延长到30天)
     and states a figure of the same unit, none of them the part's value (15天, not 30天); of several,
     the one sharing most of the clause's words. An ordinal (第二次) states no amount."""
+    asked_figures = figures_of(Quote(part, "", "", part))
+    if not asked_figures:  # most parts state no figure: the sources are not read for one
+        return None
     stated = [figure for source_id, text in texts for figure in figures_of(Quote(part, source_id, source_id, text))]
     found: list[tuple[int, str, str, str]] = []
-    for asked in figures_of(Quote(part, "", "", part)):
+    for asked in asked_figures:
         before = asked.context.split("，", 1)[0]
         if before.endswith("第"):
             continue
