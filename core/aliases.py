@@ -13,7 +13,7 @@ alias mined only from documents a caller may not read is neither used nor shown 
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from core.access import DocumentAccess
 
@@ -31,8 +31,17 @@ _ALSO = re.compile(
 )
 # 字长生，后改云长: a courtesy name changed later is a name too.
 _RENAMED = re.compile(rf"^[，,]?(?:后改|后更|改字|更字)字?([{_CJK}]{{2}})")
-# 世界卫生组织（WHO） / 糖化血红蛋白(HbA1c): a term and its equivalent in brackets.
-_BRACKETS = re.compile(rf"(?P<name>[{_CJK}]{{2,12}})[（(](?P<alias>[A-Za-z][A-Za-z0-9\-]{{1,15}}|[{_CJK}]{{2,8}})[)）]")
+# A term and what its brackets say it is also called (`_bracketed`).
+_BRACKETED = re.compile(
+    rf"(?P<name>[{_CJK}]{{2,12}}|[A-Za-z][A-Za-z0-9\-]{{1,15}})[（(](?P<inner>[^（）()]{{1,60}})[)）]"
+)
+# 乙方（以下简称“用户”） / （下称本产品） / （简称：ECS）: a name the document defines for what precedes.
+_HEREINAFTER = re.compile(rf"^(?:以下|下文|下)?(?:简称|称)(?:为|作)?[:：]?(?P<alias>[{_CJK}A-Za-z0-9]{{2,12}})$")
+# 英文缩写/简称/即 … before an abbreviation in brackets: （Elastic Compute Service，简称ECS）
+_LABEL = re.compile(r"^(?:英文(?:名称?|全称|缩写|简称)?|缩写|简称|又称|亦称|即)(?:为|是)?[:：]?\s*")
+# An abbreviation: a letter first, a capital somewhere (WHO, HbA1c; not mg or optional, a unit or a remark).
+_ABBREVIATION = re.compile(r"^(?=[^A-Z]*[A-Z])[A-Za-z][A-Za-z0-9\-.]{1,15}$")
+_QUOTES = str.maketrans("", "", "“”\"「」『』‘’'")
 _SENTENCE = re.compile(r"[^。！？；!?\n]*[。！？；!?\n]?")
 
 # Not a name: numerals (年二十四，字正平; 此八字), a given name without its family name (次子名权，字仲谋).
@@ -41,6 +50,9 @@ _NOT_A_NAME = re.compile(r"[一二三四五六七八九十百千万两]|^名")
 _NOT_A_COURTESY = re.compile(r"[于其上下而儿开不之以也矣者]")
 # 号 before these is a verb or a noun (号令, 号哭, 号曰), not a sobriquet.
 _NOT_A_SOBRIQUET = "令哭曰召称为泣叫呼啕恸"
+# 字 or 号 inside a word this common (jieba's frequency: 关键字, 数字, 型号, 号称) is a modern text's word,
+# not a courtesy name (字义 56, 字元 3 are courtesy names of the novel).
+_COMMON_WORD = 100
 MIN_COUNT = 2  # each side must occur at least this often in the corpus (the defining sentence included)
 MAX_SOURCES = 3  # sentences kept per pair (the first documents that define it)
 
@@ -103,6 +115,14 @@ class MinedFrom:
     access: tuple[str, ...] = ()
 
 
+class Lexicon(Protocol):
+    """What the miner asks of the tokenizer (`core.text.ChineseTokenizer`)."""
+
+    def frequency(self, word: str) -> int: ...
+
+    def reads_as_name(self, text: str) -> bool: ...
+
+
 class _Counts(dict[str, int]):
     """How often each asked string occurs in the corpus (counted once)."""
 
@@ -127,26 +147,63 @@ def _longest_used(candidates: list[str], corpus: _Counts) -> str | None:
     return max(used, key=len) if used else None
 
 
-def _candidates(sentence: str, corpus: _Counts) -> Iterable[tuple[str, str]]:
-    """(alias, name) pairs one sentence states."""
+def _candidates(sentence: str, corpus: _Counts, lexicon: Lexicon) -> Iterable[tuple[str, str, bool]]:
+    """(alias, name, stated) for each pair one sentence names; `stated`: said in words (字, 简称 …), not
+    only put in brackets."""
     for match in _FAMILY.finditer(sentence):
-        yield match.group(3), match.group(1) + match.group(2)
+        yield match.group(3), match.group(1) + match.group(2), True
         if renamed := _RENAMED.match(sentence[match.end() :]):
-            yield renamed.group(1), match.group(1) + match.group(2)
+            yield renamed.group(1), match.group(1) + match.group(2), True
     for match in _COURTESY.finditer(sentence):
-        if match.group(2) == "号" and match.group(3)[0] in _NOT_A_SOBRIQUET:
+        if (match.group(2) == "号" and match.group(3)[0] in _NOT_A_SOBRIQUET) or _in_word(sentence, match, lexicon):
             continue
         name = _best_suffix(match.group(1), corpus)
         if name and not _NOT_A_NAME.search(name) and not _FAMILY.search(sentence):
             # 号 may name 2 to 4 characters; the corpus says which prefix is used (卧龙, not 卧龙先生).
             alias = match.group(3)[:2] if match.group(2) != "号" else _best_prefix(match.group(3), corpus)
             if alias and not _NOT_A_COURTESY.search(alias):
-                yield alias, name
-    for pattern in (_ALSO, _BRACKETS):
-        for match in pattern.finditer(sentence):
-            name = _best_suffix(match["name"], corpus) if re.match(f"[{_CJK}]", match["name"]) else match["name"]
-            if name:
-                yield match["alias"], name
+                yield alias, name, True
+    for match in _ALSO.finditer(sentence):
+        if not _in_brackets(sentence, match.start()) and (name := _name_of(match["name"], corpus)):
+            yield match["alias"], name, True
+    yield from _bracketed(sentence, corpus, lexicon)
+
+
+def _in_word(sentence: str, match: re.Match[str], lexicon: Lexicon) -> bool:
+    """Whether the courtesy mark of `match` (字, 号) is part of a common word (关键字, 型号, 字母)."""
+    start, end = match.span(2)
+    around = [sentence[max(0, start - k) : end] for k in (1, 2)] + [sentence[start : end + 1]]
+    return any(lexicon.frequency(word) >= _COMMON_WORD for word in around)
+
+
+def _in_brackets(sentence: str, position: int) -> bool:
+    """Whether `position` lies inside brackets opened before it (`_bracketed` reads those)."""
+    opened = max(sentence.rfind("（", 0, position), sentence.rfind("(", 0, position))
+    return opened > max(sentence.rfind("）", 0, position), sentence.rfind(")", 0, position))
+
+
+def _name_of(run: str, corpus: _Counts) -> str | None:
+    """The name a pattern follows: where the corpus says it starts (Chinese), or the run itself (Latin)."""
+    return _best_suffix(run, corpus) if re.match(f"[{_CJK}]", run) else run
+
+
+def _bracketed(sentence: str, corpus: _Counts, lexicon: Lexicon) -> Iterable[tuple[str, str, bool]]:
+    """A term and what its brackets call it: 乙方（以下简称“用户”）, 云服务器（Elastic Compute Service，简称ECS）
+    and 糖化血红蛋白（HbA1c） state it; 马铃薯（土豆） only puts it in brackets, which counts when it reads as
+    a name (not 可选, 推荐, 一线用药: remarks) and, in `mine`, annotates no other term."""
+    for match in _BRACKETED.finditer(sentence):
+        name, inner = _name_of(match["name"], corpus), match["inner"].translate(_QUOTES).strip()
+        if not name:
+            continue
+        if defined := _HEREINAFTER.match(inner):
+            yield defined["alias"], name, True
+            continue
+        for segment in re.split(r"[，,、；;]", inner):
+            labelled = _LABEL.sub("", segment.strip())
+            if _ABBREVIATION.match(labelled):
+                yield labelled, name, labelled != segment.strip()
+        if re.fullmatch(f"[{_CJK}]{{2,8}}", inner) and lexicon.reads_as_name(inner):
+            yield inner, name, False
 
 
 def _best_prefix(run: str, corpus: _Counts) -> str | None:
@@ -154,20 +211,25 @@ def _best_prefix(run: str, corpus: _Counts) -> str | None:
     return _longest_used([run[: i + 1] for i in range(1, len(run))], corpus)
 
 
-def mine(documents: Sequence[MinedFrom]) -> list[Alias]:
+def mine(documents: Sequence[MinedFrom], lexicon: Lexicon) -> list[Alias]:
     """Every pair the documents state and the corpus confirms (each side at least `MIN_COUNT` times),
-    with up to `MAX_SOURCES` defining sentences, in the order first found."""
+    with up to `MAX_SOURCES` defining sentences, in the order first found. A pair only put in brackets
+    is dropped when the same brackets follow another term too (（可选）, （mg）: a remark, not a name)."""
     corpus = _Counts("\n".join(document.text for document in documents))
     found: dict[tuple[str, str], list[AliasSource]] = {}
+    bracketed: dict[str, set[str]] = {}  # an alias only put in brackets → the terms it followed
     for document in documents:
         for sentence in _SENTENCE.findall(document.text):
-            for alias, name in _candidates(sentence, corpus):
+            for alias, name, stated in _candidates(sentence, corpus, lexicon):
                 if alias == name or corpus[alias] < MIN_COUNT or corpus[name] < MIN_COUNT:
                     continue
+                if not stated:
+                    bracketed.setdefault(alias, set()).add(name)
                 sources = found.setdefault((alias, name), [])
                 if len(sources) < MAX_SOURCES and all(s.doc_id != document.doc_id for s in sources):
                     sources.append(AliasSource(sentence.strip(), document.doc_id, document.label, document.access))
-    return [Alias(alias, name, tuple(sources)) for (alias, name), sources in found.items()]
+    remarks = {alias for alias, names in bracketed.items() if len(names) > 1}
+    return [Alias(alias, name, tuple(sources)) for (alias, name), sources in found.items() if alias not in remarks]
 
 
 def merged(stored: Sequence[Alias], mined: Sequence[Alias], doc_ids: set[str]) -> list[Alias]:

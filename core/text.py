@@ -34,6 +34,7 @@ CJK_CHARS = r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"  # a regex character rang
 _CJK_RUN_OR_WORD = re.compile(rf"[{CJK_CHARS}]+|[^\W_{CJK_CHARS}]+", re.UNICODE)
 _IS_CJK = re.compile(rf"[{CJK_CHARS}]")
 _NAME_TAGS = ("nr", "ns", "nt", "nz")  # jieba's parts of speech of proper nouns
+_NOUN_TAGS = ("n", "j", "eng")  # nouns and names (n, nr, ns …), abbreviations (j), Latin words
 # A dictionary word jieba tags as a person is taken for one only when it starts with a common
 # surname and is not rare: jieba also tags 克扣, 和尚, 延寿 and glued words like 袁尚兵 as people.
 _SURNAMES = frozenset(
@@ -163,6 +164,18 @@ class ChineseTokenizer:
             if len(pair.word) > 1 and (pair.word in corpus or pair.flag.startswith(_NAME_TAGS))
         ]
         return list(dict.fromkeys(found))
+
+    def frequency(self, word: str) -> int:
+        """How common jieba's dictionaries say `word` is (0: not one of their words)."""
+        self._ensure_ready()
+        return int(self._jieba.FREQ.get(word, 0))
+
+    def reads_as_name(self, text: str) -> bool:
+        """Whether every word of `text` is tagged a noun or a name (土豆, 西红柿, 甲亢), not a verb or a
+        modifier (可选, 推荐, 一线用药): what an equivalent put in brackets reads as (`core.aliases`)."""
+        self._ensure_ready()
+        tags = [pair.flag for pair in self._tagger().cut(text) if _is_term(pair.word)]
+        return bool(tags) and all(tag.startswith(_NOUN_TAGS) for tag in tags)
 
     def is_person(self, word: str) -> bool:
         """Whether the dictionary knows `word` as a person's name (李白, 武则天, 孙悟空): tagged `nr`, not

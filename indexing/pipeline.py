@@ -181,7 +181,7 @@ def _write(run: _Run, documents: list[Document], tokenizer: ChineseTokenizer) ->
     # Whether the base is empty is the base's own fact (its corpus dictionary is made anew then).
     empty = run.scope.recreate or Reader(es, Scope.whole(index)).count() == 0
     tokenizer = corpus_tokenizer(es, index, documents, tokenizer, fresh=empty)
-    learn_aliases(es, index, documents, admins_aliases(es, run.alias) if run.scope.recreate else ())
+    learn_aliases(es, index, documents, tokenizer, admins_aliases(es, run.alias) if run.scope.recreate else ())
     # The index's own passages (a base built before passage vectors keeps one vector per chunk).
     windows = read_index_meta(es, index).passages
     plan = plan_chunks(reader, documents, run.options.chunking, empty, rewrite_outdated=windows is not None)
@@ -232,14 +232,21 @@ def admins_aliases(es: Elasticsearch, alias: str) -> tuple[Alias, ...]:
     return tuple(entry for entry in read_index_meta(es, alias).aliases if entry.origin != "mined")
 
 
-def learn_aliases(es: Elasticsearch, index: str, documents: list[Document], carried: Sequence[Alias] = ()) -> None:
+def learn_aliases(
+    es: Elasticsearch,
+    index: str,
+    documents: list[Document],
+    tokenizer: ChineseTokenizer,
+    carried: Sequence[Alias] = (),
+) -> None:
     """Mine the documents' aliases (core/aliases.py) into the base's, replacing what these documents said
     before; `carried`: an admin's pairs from the index a rebuild replaces."""
     mined = mine(
         [
             MinedFrom(document.doc_id, document.text, document_label(document), tuple(document.access))
             for document in documents
-        ]
+        ],
+        tokenizer,
     )
     stored = (*read_index_meta(es, index).aliases, *carried)
     if mined or stored:

@@ -35,7 +35,7 @@ CORPUS = [
 
 
 def test_each_naming_pattern_is_mined_with_its_sentence() -> None:
-    pairs = {(a.alias, a.name): a.sources[0] for a in mine(CORPUS)}
+    pairs = {(a.alias, a.name): a.sources[0] for a in mine(CORPUS, ChineseTokenizer())}
     expected = {
         ("玄德", "刘备"): "c1",  # 姓 … 名 … 字
         ("仲颖", "董卓"): "c2",  # X字Y, the name cut where the corpus says (董卓, not 却说董卓)
@@ -53,6 +53,31 @@ def test_each_naming_pattern_is_mined_with_its_sentence() -> None:
         assert pair in pairs, f"{pair} not mined from {pairs}"
         assert pairs[pair].doc_id == doc_id and pair[0] in pairs[pair].sentence
     assert not any(alias == "压病" for alias, _ in pairs)  # stated once, never used: not confirmed
+
+
+MANUAL = MinedFrom(
+    "manual",
+    "本合同由甲方与乙方（以下简称“用户”）签订。用户应遵守以下条款，乙方应付款。"
+    "云服务器（Elastic Compute Service，简称ECS）按量计费。ECS可随时释放，云服务器可扩容。"
+    "马铃薯（土豆）富含淀粉。土豆切丝，马铃薯炖肉。"
+    "超时时间（可选）默认30秒。重试次数（可选）默认3次。超时时间过短，重试次数过多，均属可选。"
+    "二甲双胍（一线用药）适用于多数患者。一线用药还有饮食控制，二甲双胍可能引起胃肠反应。"
+    "剂量（mg）按体重计算。剂量过大有害，mg为毫克。"
+    "关键字查询支持模糊匹配，关键字查询区分大小写。"
+    "管理办法（草案）与实施细则（草案）同时发布。管理办法和实施细则均为草案。",
+    "用户手册",
+)
+
+
+def test_a_manuals_definitions_are_mined_and_its_remarks_are_not() -> None:
+    """Modern documents put definitions and remarks alike in brackets, and use 字 and 号 in words."""
+    pairs = {(a.alias, a.name) for a in mine([MANUAL], ChineseTokenizer())}
+    assert ("用户", "乙方") in pairs  # （以下简称“用户”）: not 以下
+    assert ("ECS", "云服务器") in pairs  # an English name, then its abbreviation
+    assert ("土豆", "马铃薯") in pairs  # a noun in brackets, after one term only
+    assert not {name for _, name in pairs} & {"以下", "关键"}
+    # （草案） follows two terms; 可选 and 一线用药 are no names; mg is a unit; 关键字查询 is no courtesy name
+    assert not {alias for alias, _ in pairs} & {"草案", "可选", "一线用药", "mg", "查询"}
 
 
 def test_a_rerun_replaces_its_documents_aliases_and_keeps_an_admins() -> None:
