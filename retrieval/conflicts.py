@@ -29,7 +29,7 @@ import cn2an
 from pydantic import BaseModel, Field
 
 from core.chunking import split_sentences
-from core.text import ChineseTokenizer
+from core.text import ChineseTokenizer, bigram_terms
 
 DISAGREE = "资料之间有出入"
 CHECK_THE_ORIGINALS = "请对照原始资料核实，本回答不替资料做取舍"
@@ -38,8 +38,8 @@ MIN_ANCHOR_OVERLAP = 0.5  # shared character bigrams / the smaller clause's
 
 CN_DIGITS = "零〇一二两三四五六七八九十百千万亿"
 _UNITS = (
-    "万人|万元|亿元|美元|千瓦|千米|公里|厘米|毫米|公斤|千克|毫克|毫升|小时|分钟|周岁|"
-    "年|月|日|岁|人|名|个|次|天|周|秒|米|里|斤|克|吨|元|瓦|伏|度|℃|%|％|页|章|回|卷|匹|骑|艘|座|户|"
+    "万人|万元|亿元|美元|千瓦|千米|公里|厘米|毫米|公斤|千克|毫克|毫升|小时|分钟|周岁|点钟|"
+    "年|月|日|点|岁|人|名|个|次|天|周|秒|米|里|斤|克|吨|元|瓦|伏|度|℃|%|％|页|章|回|卷|匹|骑|艘|座|户|"
     "片|粒|袋|支|滴|丈|尺|寸|步|石|mg|ml|kg|km|cm|mm|kW|W|V|m"
 )
 _DATE = re.compile(
@@ -174,11 +174,14 @@ def figure_conflicts(quotes: Sequence[Quote], tokenizer: ChineseTokenizer) -> li
     """Per question part, the figures about one subject on which different documents disagree."""
     conflicts: list[FigureConflict] = []
 
-    def words(figure: Figure) -> set[str]:
-        return {word for word in tokenizer.content_words(figure.context) if len(word) > 1}
+    def words(figure: Figure) -> set[str]:  # with their dictionary sub-words: 普通商品 names 普通
+        return {
+            sub for word in tokenizer.content_words(figure.context) if len(word) > 1 for sub in tokenizer.expand(word)
+        }
 
     for part in dict.fromkeys(quote.part for quote in quotes):
-        terms = {term for term in tokenizer.query_terms(part) if len(term) > 1}
+        # the part's words, and its character pairs where jieba cuts them apart (年假有几天: 年 / 假)
+        terms = {term for term in tokenizer.query_terms(part) if len(term) > 1} | set(bigram_terms(part))
         figures = [f for quote in quotes if quote.part == part for f in figures_of(quote)]
         reported: set[int] = set()
         for i, first in enumerate(figures):

