@@ -25,8 +25,8 @@ evidence is quoted and every part answered. Wilson 95 % intervals. The table
 goes to bench/results/extractive_eval.md and into docs/workflow.md.
 
 `--set handbook`: the same steps on a modern made-up corpus (bench/data/handbook_corpus.jsonl: a
-company's rules, three product manuals, a medication note; handbook_questions.jsonl: 40 answerable,
-40 unanswerable questions), so that a rule decided on the classical novel is checked on modern
+company's rules, product manuals, a medication note, a contract, an SLA; handbook_questions.jsonl: 55
+answerable, 55 unanswerable questions), so that a rule decided on the classical novel is checked on modern
 text. Its thresholds are the service's settings, not tuned on it: it checks the defaults.
 `--set medical`: the retrieval set's 80 passages and 140 colloquial questions (「一饿就心慌冒冷汗，是不
 是血糖低了？」), all answerable and without verbatim evidence: only how many are admitted.
