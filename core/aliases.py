@@ -281,14 +281,16 @@ class Expansion:
 
 
 def expansions(aliases: Sequence[Alias], query: str, access: DocumentAccess) -> list[Expansion]:
-    """For each pair the caller may see whose one side the query names (and not the other), the other side."""
+    """For each pair the caller may see whose one side the query names (and not the other), the other side.
+    Letters match in any case (ecs asked, ECS defined)."""
     found: dict[str, Expansion] = {}
+    asked = query.casefold()
     for entry in aliases:
         seen = entry.visible(access)
         if seen is None:
             continue
         source = f"{seen.sources[0].label}: {seen.sources[0].sentence}" if seen.sources else "管理员添加"
         for term, other in ((entry.alias, entry.name), (entry.name, entry.alias)):
-            if term in query and other not in query and other not in found:
+            if term.casefold() in asked and other.casefold() not in asked and other not in found:
                 found[other] = Expansion(term, other, source)
     return list(found.values())

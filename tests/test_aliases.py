@@ -10,7 +10,7 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from core.access import DocumentAccess, Scope
-from core.aliases import Alias, AliasSource, MinedFrom, merged, mine
+from core.aliases import Alias, AliasSource, MinedFrom, expansions, merged, mine
 from core.documents import Document
 from core.embeddings import Embedder
 from core.schema import Mode
@@ -78,6 +78,13 @@ def test_a_manuals_definitions_are_mined_and_its_remarks_are_not() -> None:
     assert not {name for _, name in pairs} & {"以下", "关键"}
     # （草案） follows two terms; 可选 and 一线用药 are no names; mg is a unit; 关键字查询 is no courtesy name
     assert not {alias for alias, _ in pairs} & {"草案", "可选", "一线用药", "mg", "查询"}
+
+
+def test_a_latin_alias_is_expanded_in_any_letter_case() -> None:
+    pairs = mine([MANUAL], ChineseTokenizer())
+    found = expansions(pairs, "ecs怎么收费", DocumentAccess(everything=True))
+    assert [(e.term, e.expansion) for e in found] == [("ECS", "云服务器")]
+    assert expansions(pairs, "云服务器和ecs的区别", DocumentAccess(everything=True)) == []  # both named
 
 
 def test_a_rerun_replaces_its_documents_aliases_and_keeps_an_admins() -> None:
