@@ -18,6 +18,9 @@ from typing import Any, Literal, Protocol
 from core.access import DocumentAccess
 
 Origin = Literal["mined", "admin", "removed"]
+# How a sentence names a pair: said in words (字, 简称 …), defined for what precedes (（以下简称“甲方”）),
+# or only put in brackets (马铃薯（土豆）).
+Naming = Literal["stated", "defined", "bracketed"]
 
 _CJK = "\u4e00-\u9fff"
 # 姓刘，名备，字玄德 / 姓曹名操字孟德: the whole name is 姓 + 名.
@@ -33,7 +36,7 @@ _ALSO = re.compile(
 _RENAMED = re.compile(rf"^[，,]?(?:后改|后更|改字|更字)字?([{_CJK}]{{2}})")
 # A term and what its brackets say it is also called (`_bracketed`).
 _BRACKETED = re.compile(
-    rf"(?P<name>[{_CJK}]{{2,12}}|[A-Za-z][A-Za-z0-9\-]{{1,15}})[（(](?P<inner>[^（）()]{{1,60}})[)）]"
+    rf"(?P<name>[{_CJK}]{{2,30}}|[A-Za-z][A-Za-z0-9\-]{{1,15}})[（(](?P<inner>[^（）()]{{1,60}})[)）]"
 )
 # 乙方（以下简称“用户”） / （下称本产品） / （简称：ECS）: a name the document defines for what precedes.
 _HEREINAFTER = re.compile(rf"^(?:以下|下文|下)?(?:简称|称)(?:为|作)?[:：]?(?P<alias>[{_CJK}A-Za-z0-9]{{2,12}})$")
@@ -120,7 +123,7 @@ class Lexicon(Protocol):
 
     def frequency(self, word: str) -> int: ...
 
-    def reads_as_name(self, text: str) -> bool: ...
+    def trailing_name(self, text: str) -> str: ...
 
 
 class _Counts(dict[str, int]):
@@ -147,13 +150,12 @@ def _longest_used(candidates: list[str], corpus: _Counts) -> str | None:
     return max(used, key=len) if used else None
 
 
-def _candidates(sentence: str, corpus: _Counts, lexicon: Lexicon) -> Iterable[tuple[str, str, bool]]:
-    """(alias, name, stated) for each pair one sentence names; `stated`: said in words (字, 简称 …), not
-    only put in brackets."""
+def _candidates(sentence: str, corpus: _Counts, lexicon: Lexicon) -> Iterable[tuple[str, str, Naming]]:
+    """(alias, name, how) for each pair one sentence names."""
     for match in _FAMILY.finditer(sentence):
-        yield match.group(3), match.group(1) + match.group(2), True
+        yield match.group(3), match.group(1) + match.group(2), "stated"
         if renamed := _RENAMED.match(sentence[match.end() :]):
-            yield renamed.group(1), match.group(1) + match.group(2), True
+            yield renamed.group(1), match.group(1) + match.group(2), "stated"
     for match in _COURTESY.finditer(sentence):
         if (match.group(2) == "号" and match.group(3)[0] in _NOT_A_SOBRIQUET) or _in_word(sentence, match, lexicon):
             continue
@@ -162,10 +164,10 @@ def _candidates(sentence: str, corpus: _Counts, lexicon: Lexicon) -> Iterable[tu
             # 号 may name 2 to 4 characters; the corpus says which prefix is used (卧龙, not 卧龙先生).
             alias = match.group(3)[:2] if match.group(2) != "号" else _best_prefix(match.group(3), corpus)
             if alias and not _NOT_A_COURTESY.search(alias):
-                yield alias, name, True
+                yield alias, name, "stated"
     for match in _ALSO.finditer(sentence):
         if not _in_brackets(sentence, match.start()) and (name := _name_of(match["name"], corpus)):
-            yield match["alias"], name, True
+            yield match["alias"], name, "stated"
     yield from _bracketed(sentence, corpus, lexicon)
 
 
@@ -187,23 +189,26 @@ def _name_of(run: str, corpus: _Counts) -> str | None:
     return _best_suffix(run, corpus) if re.match(f"[{_CJK}]", run) else run
 
 
-def _bracketed(sentence: str, corpus: _Counts, lexicon: Lexicon) -> Iterable[tuple[str, str, bool]]:
-    """A term and what its brackets call it: 乙方（以下简称“用户”）, 云服务器（Elastic Compute Service，简称ECS）
-    and 糖化血红蛋白（HbA1c） state it; 马铃薯（土豆） only puts it in brackets, which counts when it reads as
-    a name (not 可选, 推荐, 一线用药: remarks) and, in `mine`, annotates no other term."""
+def _bracketed(sentence: str, corpus: _Counts, lexicon: Lexicon) -> Iterable[tuple[str, str, Naming]]:
+    """A term and what its brackets call it. 北京蓝鲸科技有限公司（以下简称“甲方”） defines 甲方 for the whole
+    name before it (jieba's nouns back to the first other word: not 本合同由…); 云服务器（Elastic Compute
+    Service，简称ECS） and 糖化血红蛋白（HbA1c） state an abbreviation; 马铃薯（土豆） only puts a word in
+    brackets, which counts when it reads as a name (not 可选, 推荐, 一线用药: remarks) and, in `mine`,
+    follows no other term."""
     for match in _BRACKETED.finditer(sentence):
-        name, inner = _name_of(match["name"], corpus), match["inner"].translate(_QUOTES).strip()
-        if not name:
-            continue
+        inner = match["inner"].translate(_QUOTES).strip()
         if defined := _HEREINAFTER.match(inner):
-            yield defined["alias"], name, True
+            if name := lexicon.trailing_name(match["name"]):
+                yield defined["alias"], name, "defined"
+            continue
+        if not (name := _name_of(match["name"][-12:], corpus)):
             continue
         for segment in re.split(r"[，,、；;]", inner):
             labelled = _LABEL.sub("", segment.strip())
             if _ABBREVIATION.match(labelled):
-                yield labelled, name, labelled != segment.strip()
-        if re.fullmatch(f"[{_CJK}]{{2,8}}", inner) and lexicon.reads_as_name(inner):
-            yield inner, name, False
+                yield labelled, name, "stated" if labelled != segment.strip() else "bracketed"
+        if re.fullmatch(f"[{_CJK}]{{2,8}}", inner) and lexicon.trailing_name(inner) == inner:
+            yield inner, name, "bracketed"
 
 
 def _best_prefix(run: str, corpus: _Counts) -> str | None:
@@ -212,18 +217,19 @@ def _best_prefix(run: str, corpus: _Counts) -> str | None:
 
 
 def mine(documents: Sequence[MinedFrom], lexicon: Lexicon) -> list[Alias]:
-    """Every pair the documents state and the corpus confirms (each side at least `MIN_COUNT` times),
-    with up to `MAX_SOURCES` defining sentences, in the order first found. A pair only put in brackets
-    is dropped when the same brackets follow another term too (（可选）, （mg）: a remark, not a name)."""
+    """Every pair the documents state and the corpus confirms (each side at least `MIN_COUNT` times; a
+    name defined for what precedes it is often written out once, its short name is what recurs), with
+    up to `MAX_SOURCES` defining sentences, in the order first found. A pair only put in brackets is
+    dropped when the same brackets follow another term too (（草案）, （可选）: a remark, not a name)."""
     corpus = _Counts("\n".join(document.text for document in documents))
     found: dict[tuple[str, str], list[AliasSource]] = {}
     bracketed: dict[str, set[str]] = {}  # an alias only put in brackets → the terms it followed
     for document in documents:
         for sentence in _SENTENCE.findall(document.text):
-            for alias, name, stated in _candidates(sentence, corpus, lexicon):
-                if alias == name or corpus[alias] < MIN_COUNT or corpus[name] < MIN_COUNT:
+            for alias, name, how in _candidates(sentence, corpus, lexicon):
+                if alias == name or corpus[alias] < MIN_COUNT or corpus[name] < (1 if how == "defined" else MIN_COUNT):
                     continue
-                if not stated:
+                if how == "bracketed":
                     bracketed.setdefault(alias, set()).add(name)
                 sources = found.setdefault((alias, name), [])
                 if len(sources) < MAX_SOURCES and all(s.doc_id != document.doc_id for s in sources):

@@ -34,7 +34,7 @@ CJK_CHARS = r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"  # a regex character rang
 _CJK_RUN_OR_WORD = re.compile(rf"[{CJK_CHARS}]+|[^\W_{CJK_CHARS}]+", re.UNICODE)
 _IS_CJK = re.compile(rf"[{CJK_CHARS}]")
 _NAME_TAGS = ("nr", "ns", "nt", "nz")  # jieba's parts of speech of proper nouns
-_NOUN_TAGS = ("n", "j", "eng")  # nouns and names (n, nr, ns …), abbreviations (j), Latin words
+_NOUN_TAGS = ("n", "vn", "j", "eng")  # nouns and names (n, nr, ns …), verbal nouns (服务), abbreviations (j), Latin
 # A dictionary word jieba tags as a person is taken for one only when it starts with a common
 # surname and is not rare: jieba also tags 克扣, 和尚, 延寿 and glued words like 袁尚兵 as people.
 _SURNAMES = frozenset(
@@ -170,12 +170,16 @@ class ChineseTokenizer:
         self._ensure_ready()
         return int(self._jieba.FREQ.get(word, 0))
 
-    def reads_as_name(self, text: str) -> bool:
-        """Whether every word of `text` is tagged a noun or a name (土豆, 西红柿, 甲亢), not a verb or a
-        modifier (可选, 推荐, 一线用药): what an equivalent put in brackets reads as (`core.aliases`)."""
+    def trailing_name(self, text: str) -> str:
+        """The longest end of `text` whose every word is tagged a noun or a name: 本合同由北京蓝鲸科技有限公司 →
+        北京蓝鲸科技有限公司, 土豆 → 土豆, 可选 or 一线用药 → "" (a verb, a modifier at the end): what a
+        definition names and what an equivalent put in brackets reads as (`core.aliases`)."""
         self._ensure_ready()
-        tags = [pair.flag for pair in self._tagger().cut(text) if _is_term(pair.word)]
-        return bool(tags) and all(tag.startswith(_NOUN_TAGS) for tag in tags)
+        words = [pair for pair in self._tagger().cut(text) if _is_term(pair.word)]
+        kept = len(words)
+        while kept and words[kept - 1].flag.startswith(_NOUN_TAGS):
+            kept -= 1
+        return "".join(pair.word for pair in words[kept:])
 
     def is_person(self, word: str) -> bool:
         """Whether the dictionary knows `word` as a person's name (李白, 武则天, 孙悟空): tagged `nr`, not

@@ -58,6 +58,7 @@ def test_each_naming_pattern_is_mined_with_its_sentence() -> None:
 MANUAL = MinedFrom(
     "manual",
     "本合同由甲方与乙方（以下简称“用户”）签订。用户应遵守以下条款，乙方应付款。"
+    "中华人民共和国个人信息保护法（以下简称“个保法”）适用于本合同。个保法要求数据最小化。"
     "云服务器（Elastic Compute Service，简称ECS）按量计费。ECS可随时释放，云服务器可扩容。"
     "马铃薯（土豆）富含淀粉。土豆切丝，马铃薯炖肉。"
     "超时时间（可选）默认30秒。重试次数（可选）默认3次。超时时间过短，重试次数过多，均属可选。"
@@ -73,6 +74,7 @@ def test_a_manuals_definitions_are_mined_and_its_remarks_are_not() -> None:
     """Modern documents put definitions and remarks alike in brackets, and use 字 and 号 in words."""
     pairs = {(a.alias, a.name) for a in mine([MANUAL], ChineseTokenizer())}
     assert ("用户", "乙方") in pairs  # （以下简称“用户”）: not 以下
+    assert ("个保法", "中华人民共和国个人信息保护法") in pairs  # the whole name, though written out once
     assert ("ECS", "云服务器") in pairs  # an English name, then its abbreviation
     assert ("土豆", "马铃薯") in pairs  # a noun in brackets, after one term only
     assert not {name for _, name in pairs} & {"以下", "关键"}
