@@ -198,8 +198,8 @@ def _bracketed(sentence: str, corpus: _Counts, lexicon: Lexicon) -> Iterable[tup
     for match in _BRACKETED.finditer(sentence):
         inner = match["inner"].translate(_QUOTES).strip()
         if defined := _HEREINAFTER.match(inner):
-            if name := lexicon.trailing_name(match["name"]):
-                yield defined["alias"], name, "defined"
+            if whole := lexicon.trailing_name(match["name"]):
+                yield defined["alias"], whole, "defined"
             continue
         if not (name := _name_of(match["name"][-12:], corpus)):
             continue
