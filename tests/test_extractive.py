@@ -343,6 +343,17 @@ def test_a_distributed_part_leaves_out_what_is_said_of_another_subject(embedder:
     assert {e.source_id for e in select().extracts} == {"high", "low"}
 
 
+def test_a_passage_cut_mid_sentence_is_quoted_from_its_sentence_start() -> None:
+    """A passage's overlap may open inside a sentence (the last 30 characters of a longer one): its
+    quote starts where that sentence does, never mid-word; a passage opening at a sentence stays."""
+    text = "StarFit W7 支持心率监测。手表防水等级为5ATM，可在游泳时佩戴，但不可用于潜水或热水淋浴。长按侧键10秒可强制重启。"
+    cut = text.index("水等级")  # where a 30-character overlap of the second sentence starts
+    second = text.index("长按")
+    source = extractive.Source("watch", text, passages=((cut, len(text), 0.9), (second, len(text), 0.8)))
+    quoted = [window.text for window in extractive.windows_of([source], context=1)]
+    assert quoted == [text[text.index("手表") :], text[second:]]
+
+
 def test_the_hits_of_several_searches_are_interleaved_each_chunk_once() -> None:
     def hits(*ids: str) -> list[Hit]:
         return [Hit(id=i, text=i, source="s", doc_id="d", chunk_index=0, score=1.0) for i in ids]
