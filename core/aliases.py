@@ -26,7 +26,9 @@ _CJK = "\u4e00-\u9fff"
 # 姓刘，名备，字玄德 / 姓曹名操字孟德: the whole name is 姓 + 名.
 _FAMILY = re.compile(rf"姓([{_CJK}]{{1,2}})[，,]?名([{_CJK}]{{1,2}})[，,]?(?:表)?字([{_CJK}]{{2}})")
 # 董卓字仲颖 / 孙坚，字文台 / 诸葛亮，号卧龙: the name is a suffix of the run before the mark.
-_COURTESY = re.compile(rf"([{_CJK}]{{2,4}})[，,]?(表字|字|号)([{_CJK}]{{2,4}})")
+_COURTESY = re.compile(rf"([{_CJK}]{{2,4}}?)[，,]?(表字|字|绰号|浑号|诨号|外号|道号|号)([{_CJK}]{{2,4}})")
+# 号 and its kin name a sobriquet of 2 to 4 characters (卧龙, 及时雨, 豹子头); 字 a courtesy name of 2.
+_SOBRIQUET = re.compile(r"绰号|浑号|诨号|外号|道号|号")
 # 世界卫生组织，简称世卫组织 / 又名“冷艳锯”: modern and classical 又名, 又称, 简称, 全称, 俗称 …
 _ALSO = re.compile(
     rf"(?P<name>[{_CJK}A-Za-z0-9]{{2,12}})[，,]?(?:也|亦|又|通|一般)?(?:又名|又称|亦称|别称|俗称|简称|全称|又叫|俗名)"
@@ -34,6 +36,8 @@ _ALSO = re.compile(
 )
 # 字长生，后改云长: a courtesy name changed later is a name too.
 _RENAMED = re.compile(rf"^[，,]?(?:后改|后更|改字|更字)字?([{_CJK}]{{2}})")
+# 姓宋名江，表字公明，绰号及时雨: a sobriquet after the whole name.
+_THEN_NICKNAMED = re.compile(rf"^[，,]?(?:{_SOBRIQUET.pattern})([{_CJK}]{{2,4}})")
 # A term and what its brackets say it is also called (`_bracketed`).
 _BRACKETED = re.compile(
     rf"(?P<name>[{_CJK}]{{2,30}}|[A-Za-z][A-Za-z0-9\-]{{1,15}})[（(](?P<inner>[^（）()]{{1,60}})[)）]"
@@ -125,6 +129,8 @@ class Lexicon(Protocol):
 
     def trailing_name(self, text: str) -> str: ...
 
+    def refers(self, text: str) -> bool: ...
+
 
 class _Counts(dict[str, int]):
     """How often each asked string occurs in the corpus (counted once)."""
@@ -156,13 +162,18 @@ def _candidates(sentence: str, corpus: _Counts, lexicon: Lexicon) -> Iterable[tu
         yield match.group(3), match.group(1) + match.group(2), "stated"
         if renamed := _RENAMED.match(sentence[match.end() :]):
             yield renamed.group(1), match.group(1) + match.group(2), "stated"
+        if (nicknamed := _THEN_NICKNAMED.match(sentence[match.end() :])) and (
+            sobriquet := _best_prefix(nicknamed.group(1), corpus)
+        ):
+            yield sobriquet, match.group(1) + match.group(2), "stated"
     for match in _COURTESY.finditer(sentence):
         if (match.group(2) == "号" and match.group(3)[0] in _NOT_A_SOBRIQUET) or _in_word(sentence, match, lexicon):
             continue
         name = _best_suffix(match.group(1), corpus)
-        if name and not _NOT_A_NAME.search(name) and not _FAMILY.search(sentence):
-            # 号 may name 2 to 4 characters; the corpus says which prefix is used (卧龙, not 卧龙先生).
-            alias = match.group(3)[:2] if match.group(2) != "号" else _best_prefix(match.group(3), corpus)
+        if name and not _NOT_A_NAME.search(name) and not _FAMILY.search(sentence) and not lexicon.refers(name):
+            # A sobriquet has 2 to 4 characters; the corpus says which prefix is used (卧龙, not 卧龙先生).
+            nickname = _SOBRIQUET.fullmatch(match.group(2))
+            alias = _best_prefix(match.group(3), corpus) if nickname else match.group(3)[:2]
             if alias and not _NOT_A_COURTESY.search(alias):
                 yield alias, name, "stated"
     for match in _ALSO.finditer(sentence):

@@ -34,6 +34,7 @@ CJK_CHARS = r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"  # a regex character rang
 _CJK_RUN_OR_WORD = re.compile(rf"[{CJK_CHARS}]+|[^\W_{CJK_CHARS}]+", re.UNICODE)
 _IS_CJK = re.compile(rf"[{CJK_CHARS}]")
 _NAME_TAGS = ("nr", "ns", "nt", "nz")  # jieba's parts of speech of proper nouns
+_REFERRING_TAGS = frozenset({"r", "t"})  # pronouns (此人, 其), times (当时, 今日)
 _NOUN_TAGS = ("n", "vn", "j", "eng")  # nouns and names (n, nr, ns …), verbal nouns (服务), abbreviations (j), Latin
 # A dictionary word jieba tags as a person is taken for one only when it starts with a common
 # surname and is not rare: jieba also tags 克扣, 和尚, 延寿 and glued words like 袁尚兵 as people.
@@ -180,6 +181,14 @@ class ChineseTokenizer:
         while kept and words[kept - 1].flag.startswith(_NOUN_TAGS):
             kept -= 1
         return "".join(pair.word for pair in words[kept:])
+
+    def refers(self, text: str) -> bool:
+        """Whether `text` opens with a word jieba tags a pronoun or a time (此人, 其人, 当时, 今日): it
+        refers to someone, it does not name them (此人绰号赛仁贵; `core.aliases`). Rare names are not
+        reliably tagged names (毕轨 is a verb to jieba), so this is checked instead."""
+        self._ensure_ready()
+        first = next((pair for pair in self._tagger().cut(text) if _is_term(pair.word)), None)
+        return first is not None and first.flag in _REFERRING_TAGS
 
     def is_person(self, word: str) -> bool:
         """Whether the dictionary knows `word` as a person's name (李白, 武则天, 孙悟空): tagged `nr`, not

@@ -25,6 +25,12 @@ CORPUS = [
     MinedFrom("c2", "却说董卓字仲颖，为人粗猛。董卓大怒，仲颖不听。", "第3回"),
     MinedFrom("c3", "诸葛亮，号卧龙，隐居隆中。卧龙先生也。诸葛亮出山。", "第37回"),
     MinedFrom("c4", "吾姓关名羽，字长生，后改云长。关羽提刀，云长上马，关羽去了，长生者，旧字也。", "第1回"),
+    MinedFrom(
+        "c5",
+        "姓宋名江，表字公明，绰号及时雨。宋江上山，及时雨来也，宋江大喜。李逵绰号黑旋风。黑旋风杀来，李逵大叫。"
+        "此人绰号赛仁贵，此人姓郭，赛仁贵也。",
+        "第18回",
+    ),
     MinedFrom("m1", "世界卫生组织，简称世卫组织。世卫组织发布指南，世界卫生组织建议。", "指南"),
     MinedFrom("m2", "糖化血红蛋白（HbA1c）反映血糖。HbA1c 高于 7%，糖化血红蛋白需复查。", "检验"),
     MinedFrom("m3", "番茄又名西红柿。西红柿炒蛋，番茄汤。", "菜谱"),
@@ -42,6 +48,8 @@ def test_each_naming_pattern_is_mined_with_its_sentence() -> None:
         ("卧龙", "诸葛亮"): "c3",  # 号
         ("长生", "关羽"): "c4",
         ("云长", "关羽"): "c4",  # 字 …，后改 …: the courtesy name taken later
+        ("及时雨", "宋江"): "c5",  # 姓 … 名 …，表字 …，绰号 …
+        ("黑旋风", "李逵"): "c5",  # 绰号: a sobriquet of three characters
         ("世卫组织", "世界卫生组织"): "m1",  # 简称
         ("HbA1c", "糖化血红蛋白"): "m2",  # a term and its equivalent in brackets
         ("西红柿", "番茄"): "m3",  # 又名
@@ -53,6 +61,7 @@ def test_each_naming_pattern_is_mined_with_its_sentence() -> None:
         assert pair in pairs, f"{pair} not mined from {pairs}"
         assert pairs[pair].doc_id == doc_id and pair[0] in pairs[pair].sentence
     assert not any(alias == "压病" for alias, _ in pairs)  # stated once, never used: not confirmed
+    assert not any(name == "此人" for _, name in pairs)  # a pronoun refers to someone, it names no one
 
 
 MANUAL = MinedFrom(
