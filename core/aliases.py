@@ -1,10 +1,12 @@
 """Aliases mined from a base's own documents: 玄德 is 刘备, 简称 and 全称, a term and its equivalent in brackets.
 
-People and things are named many ways (玄德, 孔明, 云长 …; 简称, 全称, 又称, 俗称, English
-abbreviations in brackets) and a keyword list knows one of them. While indexing, `mine` finds
-the naming patterns of classical and modern Chinese in the documents; a candidate is kept only
-when the corpus confirms it (both names occur elsewhere: co-occurrence, not a one-off phrase),
-and the name before the pattern is cut where the corpus says a name ends (刘备, not 乃刘备).
+People and things are named many ways (玄德, 孔明, 云长, 绰号黑旋风 …; 简称, 全称, 又称, 俗称,
+（以下简称“甲方”）, English abbreviations in brackets) and a keyword list knows one of them. While
+indexing, `mine` finds the naming patterns of classical and modern Chinese in the documents; a
+candidate is kept only when the corpus confirms it (both names occur elsewhere: co-occurrence, not
+a one-off phrase), and the name before the pattern is cut where the corpus says a name ends (刘备,
+not 乃刘备), or, for a definition, where jieba's nouns end (北京蓝鲸科技有限公司, not 本合同由…).
+Brackets also hold remarks (（可选）, （草案））, which are told apart (`_bracketed`).
 Each alias keeps the sentence it came from, its document and that document's access groups: an
 alias mined only from documents a caller may not read is neither used nor shown for that caller
 (`visible`). At query time `expansions` gives, for a query naming one side, the other.
