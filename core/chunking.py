@@ -9,6 +9,7 @@ in one chunk. A sentence longer than `chunk_size` is cut into character windows
 
 import re
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 
 # Chosen with the retrieval evaluation (bench/, issue 4); change them there, with figures.
@@ -26,6 +27,17 @@ _SENTENCE = re.compile(r"[^。！？；!?;…\n]*(?:[。！？；!?;…]+[”’
 def split_sentences(text: str) -> list[str]:
     """Sentences with their end marks and trailing line breaks, in order; joined they give `text`."""
     return [match.group() for match in _SENTENCE.finditer(text) if match.group()]
+
+
+def sentence_start(text: str, position: int, reach: int) -> int:
+    """Where the sentence holding `position` begins (as `split_sentences` cuts), when that is at most
+    `reach` characters back; else `position` (a sentence longer than that: no start to give)."""
+    floor = max(0, position - reach)
+    ends = [
+        floor + end for end in accumulate(len(sentence) for sentence in split_sentences(text[floor : position + 1]))
+    ]
+    starts = [end for end in ends if end <= position]
+    return starts[-1] if starts else (0 if floor == 0 else position)
 
 
 @dataclass(frozen=True)

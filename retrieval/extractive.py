@@ -30,7 +30,7 @@ from pydantic import BaseModel
 
 from core.access import Scope
 from core.aliases import Expansion
-from core.chunking import DEFAULT_PASSAGE_OVERLAP, split_sentences
+from core.chunking import DEFAULT_PASSAGE_OVERLAP, sentence_start, split_sentences
 from core.config import Settings
 from core.embeddings import Embedder, cosine_similarities
 from core.schema import Mode
@@ -64,7 +64,6 @@ _SUBJECT_SEPARATORS = re.compile(r"、|和|与|及|跟|同")
 _OTHER_PERSON = re.compile(r"其人|此人|那人|这人|彼|他|她")  # someone other than the subject named before
 _LINK_REQUEST = re.compile(r"链接|网址|网页|url|link", re.IGNORECASE)
 _TRIM = " \t\u3000，,、：:"
-_SENTENCE_END = re.compile(r"[。！？；!?;…\n][”’」』）)\"']*")  # as `core.chunking` ends a sentence
 MIN_SENTENCE_CHARS = 4
 _BLANK = " \t\u3000\n"
 
@@ -408,25 +407,21 @@ def _sentence_windows(source: Source, context: int) -> list[Window]:
     return found
 
 
-def _sentence_start(text: str, start: int) -> int:
-    """Where the sentence holding `start` begins, when a passage's overlap cut it (the passage opens
-    mid-word: 「水等级为5ATM…」), at most `DEFAULT_PASSAGE_OVERLAP` characters back; else `start`."""
-    floor = max(0, start - DEFAULT_PASSAGE_OVERLAP)
-    ends = [found.end() for found in _SENTENCE_END.finditer(text, floor, start)]
-    return ends[-1] if ends else (0 if floor == 0 else start)
-
-
 def windows_of(sources: Sequence[Source], context: int) -> list[Window]:
     """The quotable windows of every source, each distinct text once: a source's scored passages
-    (`Source.passages`), each from the start of its first sentence, when it has them, else a window
-    around each of its sentences."""
+    (`Source.passages`), each from the start of its first sentence (an overlap may open one mid-word:
+    「水等级为5ATM…」), when it has them, else a window around each of its sentences."""
     seen: set[str] = set()
     found = []
     for source in sources:
         own = [
             Window(source, begin, end, text, similarity=similarity)
             for start, end, similarity in source.passages
-            if len(text := source.text[(begin := _sentence_start(source.text, start)) : end].strip(_BLANK))
+            if len(
+                text := source.text[(begin := sentence_start(source.text, start, DEFAULT_PASSAGE_OVERLAP)) : end].strip(
+                    _BLANK
+                )
+            )
             >= MIN_SENTENCE_CHARS
         ]
         for window in own or _sentence_windows(source, context):
