@@ -181,7 +181,7 @@ def figure_conflicts(quotes: Sequence[Quote], tokenizer: ChineseTokenizer) -> li
 
     for part in dict.fromkeys(quote.part for quote in quotes):
         # the part's words, and its character pairs where jieba cuts them apart (年假有几天: 年 / 假)
-        terms = {term for term in tokenizer.query_terms(part) if len(term) > 1} | set(bigram_terms(part))
+        terms = {term for term in [*tokenizer.query_terms(part), *bigram_terms(part)] if len(term) > 1}
         figures = [f for quote in quotes if quote.part == part for f in figures_of(quote)]
         reported: set[int] = set()
         for i, first in enumerate(figures):

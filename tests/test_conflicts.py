@@ -131,6 +131,8 @@ def test_documents_that_state_different_figures_on_one_point_conflict(
         # A condition with its own figure: another case, not a denial
         ("员工年假几天？", ["员工每年享有带薪年假10天。", "工作满十年的员工每年享有带薪年假15天。"], False),
         ("公司营收多少？", ["公司2023年营收12亿元。", "公司2024年营收15亿元。"], False),
+        # A lone character of the part (的) names no subject: the sentences are not about its point
+        ("A3 的 保修期？", ["本店的会员费为每年100元。", "本店的会员费为每年200元。"], False),
     ],
 )
 def test_no_conflict_is_invented(part: str, texts: list[str], same_document: bool) -> None:
