@@ -40,7 +40,9 @@ _ALSO = re.compile(
 _RENAMED = re.compile(rf"^[，,]?(?:后改|后更|改字|更字)字?([{_CJK}]{{2}})")
 # 姓宋名江，表字公明，绰号及时雨: a sobriquet after the whole name.
 _THEN_NICKNAMED = re.compile(rf"^[，,]?(?:{_SOBRIQUET.pattern})([{_CJK}]{{2,4}})")
-# A term and what its brackets say it is also called (`_bracketed`).
+# A term and what its brackets say it is also called (`_bracketed`): a definition's whole name may be
+# long (中华人民共和国个人信息保护法), the start of another name is looked for in the last `_NAME_RUN`.
+_NAME_RUN = 12
 _BRACKETED = re.compile(
     rf"(?P<name>[{_CJK}]{{2,30}}|[A-Za-z][A-Za-z0-9\-]{{1,15}})[（(](?P<inner>[^（）()]{{1,60}})[)）]"
 )
@@ -214,7 +216,7 @@ def _bracketed(sentence: str, corpus: _Counts, lexicon: Lexicon) -> Iterable[tup
             if whole := lexicon.trailing_name(match["name"]):
                 yield defined["alias"], whole, "defined"
             continue
-        if not (name := _name_of(match["name"][-12:], corpus)):
+        if not (name := _name_of(match["name"][-_NAME_RUN:], corpus)):
             continue
         for segment in re.split(r"[，,、；;]", inner):
             labelled = _LABEL.sub("", segment.strip())

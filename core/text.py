@@ -194,7 +194,7 @@ class ChineseTokenizer:
         """Whether the dictionary knows `word` as a person's name (李白, 武则天, 孙悟空): tagged `nr`, not
         rare, and starting with a common surname."""
         self._ensure_ready()
-        if self._tagger().word_tag_tab.get(word) != "nr" or self._jieba.FREQ.get(word, 0) < _MIN_PERSON_FREQ:
+        if self._tagger().word_tag_tab.get(word) != "nr" or self.frequency(word) < _MIN_PERSON_FREQ:
             return False
         return len(word) > 1 and _surname(word) is not None
 
