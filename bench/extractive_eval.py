@@ -134,6 +134,7 @@ def run_all(retriever: Retriever, settings: Settings, questions: list[dict[str, 
                             "unknown",
                             "strangers",
                             "absent_attribute",
+                            "unsourced_attribute",
                             "wanted",
                             "wanted_found",
                             "premise_denied",
@@ -160,8 +161,8 @@ def answered(part: dict[str, Any], similarity: float, coverage: float, unknown: 
         return part["best_similarity"] >= 1.0
     if part.get("premise_denied"):  # a source contradicts what the part takes for granted (retrieval/premises.py)
         return False
-    if part.get("strangers") or part.get("absent_attribute"):  # it names someone (李白) or asks for
-        return False  # an attribute (CEO, 血型) the base never mentions
+    if part.get("strangers") or part.get("absent_attribute") or part.get("unsourced_attribute"):
+        return False  # it names someone (李白) or asks for an attribute (CEO, 妻子) no source mentions
     known = len(part.get("unknown", [])) <= unknown
     found = part.get("wanted_found", True)  # a quote holds the kind of answer asked for (retrieval/answer_kinds.py)
     # A distributed part's own sentence holding the specific kind asked answers it whatever its similarity.

@@ -49,7 +49,8 @@ _MEASURES = ("间", "匹", "艘", "座", "层", "楼", "条", "支|枝", "张", 
 KINDS = (
     _kind(
         "时长",
-        r"多久|多长时间|多少年|多少天|多少个?月|多少个?小时|几年|几天|几个月|几个?小时",
+        # 「试用期有多长」: a period's 多长 is a duration, not a length.
+        r"多久|多长时间|(?:期|假)(?:是|有|为)?多长|多少年|多少天|多少个?月|多少个?小时|几年|几天|几个月|几个?小时",
         r"年|载|月|工作日|日|天|旬|小时|时|分钟|秒|周",
         specific=False,  # 二十四年 may be a year of a reign (建安二十四年), not a span
     ),
@@ -87,8 +88,10 @@ KINDS = (
 
 # The attribute a part names and asks about: 「蓝鲸科技的CEO是谁」, 「A3的保修期是多久」 (not what is
 # asked of a person or thing without naming the attribute: 刘备用什么兵器).
+# An adverb between them is not part of the attribute: 「他那天的铠甲一共有多少斤重」 asks of 铠甲.
 _ATTRIBUTE = re.compile(
-    r"的(?P<attribute>[\u4e00-\u9fffA-Za-z0-9]{2,6}?)(?:是|叫|有|为)(?:谁|什么|多少|多久|多长|多大|多高|多重|几|哪)"
+    r"的(?P<attribute>[\u4e00-\u9fffA-Za-z0-9]{2,6}?)(?:一共|总共|到底|究竟|大概|大约|都|又)?"
+    r"(?:是|叫|有|为)(?:谁|什么|多少|多久|多长|多大|多高|多重|几|哪)"
 )
 
 

@@ -94,6 +94,7 @@ class PartAnswer(BaseModel):
     unknown: list[str] = []  # the part's terms that neither its sources nor the base mention (血型, 手机)
     strangers: list[str] = []  # people of `unknown` (李白, 孙悟空): a part naming one is not answered
     absent_attribute: str | None = None  # the attribute asked (CEO, 保修期) that no document mentions: not answered
+    unsourced_attribute: str | None = None  # the attribute asked (妻子) that the base mentions, none of the sources
     wanted: str | None = None  # the kind of answer the part asks for, when it has a visible form (重量)
     wanted_found: bool = True  # whether a quote holds one (`retrieval.answer_kinds`)
     premise_denied: str | None = None  # the premise a source contradicts (`retrieval.premises`): the quote says so
@@ -530,7 +531,7 @@ def select(
         kept, vouched = _about(kept, origin, names, kind, limits.sentences)
     union = coverage(terms, "".join(e.text for e in kept), names)
     top_similarity = max(extract.similarity for _, extract in scored)
-    unknown, absent = _unmentioned(part, terms, sources, tokenizer, held, names)
+    unknown, absent, unsourced = _unmentioned(part, terms, sources, tokenizer, held, names)
     strangers = [term for term in unknown if tokenizer.is_person(term)] if held is not None else []
     found = holds(kind, [extract.text for extract in kept])
     # A vouched part is answered however far the shared clause's cosine falls: one sentence about three
@@ -542,6 +543,7 @@ def select(
         and found
         and not strangers
         and absent is None
+        and unsourced is None
     )
     return PartAnswer(
         part=part,
@@ -552,6 +554,7 @@ def select(
         unknown=unknown,
         strangers=strangers,
         absent_attribute=absent,
+        unsourced_attribute=unsourced,
         wanted=kind.name if kind else None,
         wanted_found=found,
         vouched=vouched,
@@ -565,11 +568,13 @@ def _unmentioned(
     tokenizer: ChineseTokenizer,
     held: Callable[[Sequence[str]], set[str]] | None,
     names: Names,
-) -> tuple[list[str], str | None]:
+) -> tuple[list[str], str | None, str | None]:
     """The part's `terms` that neither its sources nor the base mention (血型, 高铁), and the attribute
-    it names and asks for (蓝鲸科技的CEO是谁: CEO) when none of that attribute's terms is mentioned
-    anywhere: the documents never speak of it, so no quote can answer (a plausible detail, not a
-    paraphrase: the question names what it wants). The base is asked once, for both."""
+    it names and asks for (蓝鲸科技的CEO是谁: CEO) when none of its sources mentions it: absent (the
+    base never speaks of it either) or unsourced (the base does, of something else: 关羽的妻子叫什么名字,
+    and the passages found about 关羽 never say 妻子). Either way no quote can answer: the question
+    names what it wants, so this is a plausible detail, not a paraphrase (dev: docs/workflow.md).
+    The base is asked once, for both."""
     attribute = asked_attribute(part)
     wanted = [term for term in content_terms(attribute, tokenizer) if len(term) > 1] if attribute else []
 
@@ -578,8 +583,11 @@ def _unmentioned(
 
     unknown, missing = unsaid(terms), unsaid(wanted)
     in_base = held(list(dict.fromkeys(unknown + missing))) if held is not None and (unknown or missing) else set()
-    said_somewhere = held is None or missing != wanted or bool(in_base & set(wanted))
-    return [term for term in unknown if term not in in_base], None if not wanted or said_somewhere else attribute
+    unknown = [term for term in unknown if term not in in_base]
+    if not wanted or missing != wanted:
+        return unknown, None, None
+    absent = held is not None and not in_base & set(wanted)
+    return unknown, attribute if absent else None, None if absent else attribute
 
 
 def _quoted(scored: list[tuple[Window, Extract]], given: bool, limits: Thresholds) -> list[Extract]:
@@ -665,10 +673,13 @@ def deny_premise(
 
 def lacks(part: PartAnswer) -> str | None:
     """Why a part is not answered, beyond its figures: it names someone, or asks for an attribute, the
-    base never mentions, or its quotes hold no answer of the kind it asks for."""
+    base never mentions, or asks for an attribute its sources never mention, or its quotes hold no
+    answer of the kind it asks for."""
     unmentioned = [*part.strangers, *([part.absent_attribute] if part.absent_attribute else [])]
     if unmentioned:
         return f"资料中没有提到{'、'.join(unmentioned)}"
+    if part.unsourced_attribute:
+        return f"找到的原文没有提到所问的{part.unsourced_attribute}"
     return None if part.wanted_found else f"所引原文没有给出所问的{part.wanted}"
 
 

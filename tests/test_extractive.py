@@ -118,8 +118,9 @@ def limits(**changes: Any) -> extractive.Thresholds:
 
 
 def test_a_part_naming_what_no_source_mentions_is_not_answered(embedder: Embedder) -> None:
-    """刘备's blood group: the sources share 刘备 with the part, and never mention 血型."""
-    select = partial(extractive.select, "刘备的血型是什么", [LIU_BEI], embedder, get_tokenizer())
+    """刘备's blood group: the sources share 刘备 with the part, and never mention 血型 (asked without naming
+    an attribute, 刘备的血型, which would not be answered whatever the thresholds)."""
+    select = partial(extractive.select, "刘备是什么血型", [LIU_BEI], embedder, get_tokenizer())
     assert select(limits(max_unknown_terms=1)).answered
     strict = select(limits(max_unknown_terms=0))
     assert strict.unknown == ["血型"] and not strict.answered
@@ -142,16 +143,47 @@ COMPANY = extractive.Source("about", "蓝鲸科技成立于2012年，总部位�
 
 def test_a_part_asking_for_an_attribute_no_document_mentions_is_not_answered(embedder: Embedder) -> None:
     """蓝鲸科技的CEO是谁: the profile names its founder, never a CEO. Every other figure open, the part
-    is not answered and the answer says what the documents never mention; a base that mentions a
-    CEO somewhere (held) leaves it to the other figures, as does an attribute the source states."""
+    is not answered and the answer says what the documents never mention; an attribute the source
+    states (创始人) leaves it to the other figures."""
     select = partial(extractive.select, "蓝鲸科技的CEO是谁", [COMPANY], embedder, get_tokenizer(), limits())
     absent = select(held=lambda terms: set())
-    assert absent.absent_attribute == "CEO" and not absent.answered and absent.extracts
+    assert absent.absent_attribute == "CEO" and absent.unsourced_attribute is None
+    assert not absent.answered and absent.extracts
     answer = extractive.compose([absent], {COMPANY.id: extractive.Quoted(1)}, [])
     assert extractive.CLOSEST in answer and "资料中没有提到CEO" in answer
-    assert select(held=lambda terms: set(terms)).answered
     founder = extractive.select("蓝鲸科技的创始人是谁", [COMPANY], embedder, get_tokenizer(), limits(), lambda t: set())
-    assert founder.absent_attribute is None and founder.answered
+    assert founder.absent_attribute is None and founder.unsourced_attribute is None and founder.answered
+
+
+GUAN_YU = extractive.Source("guan", "关羽字云长，河东解良人也。身长九尺，髯长二尺，面如重枣。")
+
+
+def test_a_part_asking_for_an_attribute_its_sources_never_mention_is_not_answered(embedder: Embedder) -> None:
+    """关羽的妻子叫什么名字: the base speaks of wives (held), but the passages found about 关羽 never say
+    妻子, so no quote of them can name her. The answer says the passages found do not mention it,
+    not that the documents never do; a source that mentions her answers."""
+    select = partial(extractive.select, "关羽的妻子叫什么名字", embedder=embedder, tokenizer=get_tokenizer())
+    unsourced = select(sources=[GUAN_YU], limits=limits(), held=lambda terms: set(terms))
+    assert unsourced.unsourced_attribute == "妻子" and unsourced.absent_attribute is None
+    assert not unsourced.answered and unsourced.extracts
+    answer = extractive.compose([unsourced], {GUAN_YU.id: extractive.Quoted(1)}, [])
+    assert "找到的原文没有提到所问的妻子" in answer and "资料中没有提到" not in answer
+    wife = extractive.Source("wife", "关羽的妻子胡氏，生子关兴。")
+    named = select(sources=[GUAN_YU, wife], limits=limits(), held=lambda terms: set(terms))
+    assert named.unsourced_attribute is None and named.answered
+
+
+@pytest.mark.parametrize(
+    ("part", "attribute"),
+    [
+        ("蓝鲸科技的CEO是谁", "CEO"),
+        ("他那天的铠甲一共有多少斤重", "铠甲"),  # 一共 is no part of what is asked
+        ("A3的保修期到底是多久", "保修期"),
+        ("刘备用什么兵器", None),  # asks without naming an attribute
+    ],
+)
+def test_the_attribute_a_part_asks_for(part: str, attribute: str | None) -> None:
+    assert answer_kinds.asked_attribute(part) == attribute
 
 
 @pytest.mark.parametrize(
@@ -219,6 +251,7 @@ def test_a_quote_far_below_the_best_does_not_pad_the_answer(embedder: Embedder) 
         ("赤兔马死的时候几岁", "年龄", "寿止三十七岁", "其马数日不食草料而死"),
         ("曹操的青釭剑有多长", "长度", "身长七尺五寸", "青釭剑砍铁如泥"),
         ("诸葛亮在五丈原病了多久", "时长", "病了三个月", "孔明病于五丈原"),
+        ("新员工的试用期有多长", "时长", "试用期为三个月", "试用期工资为转正工资的90%"),  # a period, not a length
         ("曹操南下带了多少兵马", "数目", "引兵八十三万", "曹操引大军南下"),
         ("刘备哪一年称帝", "年份或日期", "章武元年", "刘备即皇帝位"),
         ("一台手机多少钱", "金额", "售价3999元", "手机很贵"),
