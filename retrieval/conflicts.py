@@ -1,4 +1,4 @@
-"""Sources that disagree on a number or a date, found in code (answers without a model).
+"""Sources that disagree on a number, a date or a day of the week, found in code (answers without a model).
 
 The extractive answer quotes sentences from several sources for one question part. When two
 quotes from different documents state a figure about the same thing and the figures differ
@@ -46,6 +46,12 @@ _DATE = re.compile(
     r"(\d{4}|[〇零一二三四五六七八九]{4})年(\d{1,2}|[一二三四五六七八九十]{1,3})月(?:(\d{1,2}|[一二三四五六七八九十]{1,3})[日号])?"
 )
 _FIGURE = re.compile(rf"(\d+(?:\.\d+)?|[{CN_DIGITS}]+)\s?({_UNITS})")
+# A day of the week (每周一闭馆, 星期四, 礼拜天), not a count (每周一次: once a week).
+_WEEKDAY = re.compile(r"(?:星期|礼拜|周)([一二三四五六日天])(?![次个遍回])")
+WEEKDAY = "星期"
+_WEEKDAY_NUMBER = {
+    day: number for number, days in enumerate(("一", "二", "三", "四", "五", "六", "日天"), 1) for day in days
+}
 _CLAUSE_EDGE = re.compile(r"[，,；;。！!？?\n]")
 _ERA_CHARS = 2
 _CODE = re.compile(r"[A-Za-z]+-?\d[A-Za-z0-9-]*")  # model numbers: X200, GB-2760, iPhone15
@@ -71,7 +77,7 @@ class Figure:
 
     quote: Quote
     sentence: str
-    unit: str  # "年", "千瓦", … or "date" for a full date
+    unit: str  # "年", "千瓦", …, "date" for a full date, `WEEKDAY` for a day of the week
     era: str  # the two characters before a year under 100 (建安); "" otherwise
     value: tuple[float, ...]
     clause: str  # the clause holding it, verbatim: what the source says
@@ -79,6 +85,7 @@ class Figure:
     next_to: str  # the character next to the figure (before it, else after it): what it measures
     context: str  # the text the anchor is read from: the clause (or, when too short, the sentence) less the figure
     conditions: tuple[str, ...]  # the clause's other figures (工作满十年的员工…15天: 十年), sorted
+    said: str  # the two characters after the figure in its clause (每周一闭馆: 闭馆): what a day is said to be
 
 
 @dataclass(frozen=True)
@@ -119,11 +126,12 @@ def _figure(
     clause = sentence[first:last]
     others = (m for m in _FIGURE.finditer(clause) if not (first + m.start() < end and start < first + m.end()))
     conditions = tuple(sorted(m.group() for m in others))
-    return Figure(quote, sentence, unit, era, value, clause.strip(), _bigrams(context), next_to, context, conditions)
+    anchor = _bigrams(context)
+    return Figure(quote, sentence, unit, era, value, clause.strip(), anchor, next_to, context, conditions, after[:2])
 
 
 def figures_of(quote: Quote) -> list[Figure]:
-    """Every full date and every number with a unit in the quote, each with its clause."""
+    """Every full date, number with a unit and day of the week in the quote, each with its clause."""
     found: list[Figure] = []
     for sentence in split_sentences(quote.text):
         taken: list[tuple[int, int]] = []
@@ -140,6 +148,8 @@ def figures_of(quote: Quote) -> list[Figure]:
             unit = match.group(2).replace("％", "%")
             era = sentence[max(0, match.start() - _ERA_CHARS) : match.start()] if unit == "年" and value < 100 else ""
             found.append(_figure(quote, sentence, match.span(), unit, era, (value,)))
+        for match in _WEEKDAY.finditer(sentence):
+            found.append(_figure(quote, sentence, match.span(), WEEKDAY, "", (_WEEKDAY_NUMBER[match.group(1)],)))
     return found
 
 
@@ -149,6 +159,8 @@ def _same_subject(a: Figure, b: Figure, part_terms: set[str], words: Callable[[F
     if _qualified_apart(a, b, words):  # 整机保修期 is not 电池保修期; 成人剂量 is not 儿童剂量
         return False
     if a.next_to not in b.clause or b.next_to not in a.clause:  # 生于181年 is not 234年去世
+        return False
+    if a.unit == WEEKDAY and a.said != b.said:  # 周六照常供应 and 周日不供应 are two days' own facts
         return False
     if len(a.anchor & b.anchor) < MIN_ANCHOR_OVERLAP * min(len(a.anchor), len(b.anchor)):
         return False

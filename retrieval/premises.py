@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from core.chunking import split_sentences
 from core.text import ChineseTokenizer, given_name
-from retrieval.conflicts import Figure, Quote, figures_of
+from retrieval.conflicts import WEEKDAY, Figure, Quote, figures_of
 
 PREMISE_DENIED = "资料所述与问题的前提不符"  # said in the answer, with or without a model
 
@@ -133,9 +133,13 @@ def figure_premise(
 
 
 def _values_by_sentence(stated: Sequence[Figure], asked: Figure) -> dict[tuple[str, str], set[tuple[float, ...]]]:
-    """The values each (source id, sentence) of `stated` gives in the unit (and era) of `asked`."""
+    """The values each (source id, sentence) of `stated` gives in the unit (and era) of `asked`; of days
+    of the week, those said to be what the part says of its day (每周二闭馆: the day 闭馆, not the
+    days 开放 in the same sentence)."""
     values: dict[tuple[str, str], set[tuple[float, ...]]] = {}
     for figure in stated:
+        if figure.unit == WEEKDAY and figure.said != asked.said:
+            continue
         if figure.unit == asked.unit and figure.era == asked.era:
             values.setdefault((figure.quote.source_id, figure.sentence), set()).add(figure.value)
     return values

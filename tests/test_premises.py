@@ -102,6 +102,7 @@ HANDBOOK = [
     ("drug", "常用的氨氯地平每日服用一次，每次5毫克。"),
     ("annual", "员工入职满一年后享有带薪年假5天，满五年后增至10天。"),
     ("watch", "手表防水等级为5ATM，可在游泳时佩戴，但不可用于潜水。"),
+    ("library", "图书馆开放时间为周二至周日9:00至21:00，每周一闭馆。"),
 ]
 
 
@@ -115,6 +116,8 @@ HANDBOOK = [
             "手表防水等级是10ATM，那可以戴着潜水到多深",
             "手表防水等级为5ATM，可在游泳时佩戴，但不可用于潜水。",
         ),  # a Latin unit
+        # a day of the week: the day said to be 闭馆, not the days the same sentence says are open
+        ("图书馆每周二闭馆，那周二还能去还书吗", "图书馆开放时间为周二至周日9:00至21:00，每周一闭馆。"),
     ],
 )
 def test_a_figure_the_documents_give_otherwise_is_a_denied_premise(part: str, sentence: str) -> None:
@@ -129,6 +132,8 @@ def test_a_figure_the_documents_give_otherwise_is_a_denied_premise(part: str, se
         "陪产假有几天",  # no figure asked
         "孟获第二次被擒后说了什么",  # an ordinal states no amount
         "试用期的工资打几折",
+        "图书馆每周一闭馆，那周一能还书吗",  # the day the documents give
+        "图书馆周日开放到几点",  # 周日 is open: said in the same sentence as 周一闭馆
     ],
 )
 def test_a_figure_the_documents_also_give_or_none_is_no_premise(part: str) -> None:
