@@ -130,6 +130,12 @@ def _figure(
     return Figure(quote, sentence, unit, era, value, clause.strip(), anchor, next_to, context, conditions, after[:2])
 
 
+def said_alike(a: Figure, b: Figure) -> bool:
+    """Whether two figures can be about one thing as far as days go: two days of the week only when the
+    same is said of them (周一闭馆 and 周三闭馆; not 周六照常供应 and 周日不供应: two days' own facts)."""
+    return a.unit != WEEKDAY or a.said == b.said
+
+
 def figures_of(quote: Quote) -> list[Figure]:
     """Every full date, number with a unit and day of the week in the quote, each with its clause."""
     found: list[Figure] = []
@@ -160,7 +166,7 @@ def _same_subject(a: Figure, b: Figure, part_terms: set[str], words: Callable[[F
         return False
     if a.next_to not in b.clause or b.next_to not in a.clause:  # 生于181年 is not 234年去世
         return False
-    if a.unit == WEEKDAY and a.said != b.said:  # 周六照常供应 and 周日不供应 are two days' own facts
+    if not said_alike(a, b):
         return False
     if len(a.anchor & b.anchor) < MIN_ANCHOR_OVERLAP * min(len(a.anchor), len(b.anchor)):
         return False

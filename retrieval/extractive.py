@@ -408,24 +408,25 @@ def _sentence_windows(source: Source, context: int) -> list[Window]:
     return found
 
 
+def _passage_windows(source: Source) -> list[Window]:
+    """A source's scored passages (`Source.passages`), each from the start of its first sentence (an
+    overlap may open one mid-word: 「水等级为5ATM…」), the too short left out."""
+    found = []
+    for start, end, similarity in source.passages:
+        begin = sentence_start(source.text, start, DEFAULT_PASSAGE_OVERLAP)
+        text = source.text[begin:end].strip(_BLANK)
+        if len(text) >= MIN_SENTENCE_CHARS:
+            found.append(Window(source, begin, end, text, similarity=similarity))
+    return found
+
+
 def windows_of(sources: Sequence[Source], context: int) -> list[Window]:
-    """The quotable windows of every source, each distinct text once: a source's scored passages
-    (`Source.passages`), each from the start of its first sentence (an overlap may open one mid-word:
-    「水等级为5ATM…」), when it has them, else a window around each of its sentences."""
+    """The quotable windows of every source, each distinct text once: a source's scored passages when
+    it has them, else a window around each of its sentences."""
     seen: set[str] = set()
     found = []
     for source in sources:
-        own = [
-            Window(source, begin, end, text, similarity=similarity)
-            for start, end, similarity in source.passages
-            if len(
-                text := source.text[(begin := sentence_start(source.text, start, DEFAULT_PASSAGE_OVERLAP)) : end].strip(
-                    _BLANK
-                )
-            )
-            >= MIN_SENTENCE_CHARS
-        ]
-        for window in own or _sentence_windows(source, context):
+        for window in _passage_windows(source) or _sentence_windows(source, context):
             if window.text not in seen:
                 seen.add(window.text)
                 found.append(window)

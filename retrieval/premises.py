@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from core.chunking import split_sentences
 from core.text import ChineseTokenizer, given_name
-from retrieval.conflicts import WEEKDAY, Figure, Quote, figures_of
+from retrieval.conflicts import Figure, Quote, figures_of, said_alike
 
 PREMISE_DENIED = "资料所述与问题的前提不符"  # said in the answer, with or without a model
 
@@ -138,9 +138,7 @@ def _values_by_sentence(stated: Sequence[Figure], asked: Figure) -> dict[tuple[s
     days 开放 in the same sentence)."""
     values: dict[tuple[str, str], set[tuple[float, ...]]] = {}
     for figure in stated:
-        if figure.unit == WEEKDAY and figure.said != asked.said:
-            continue
-        if figure.unit == asked.unit and figure.era == asked.era:
+        if figure.unit == asked.unit and figure.era == asked.era and said_alike(figure, asked):
             values.setdefault((figure.quote.source_id, figure.sentence), set()).add(figure.value)
     return values
 
