@@ -6,7 +6,8 @@ a model this module reads the one form such a question takes: a premise clause e
 that claims a success for its subject (打败, 大胜, 守住, 治好, 病好, 赦免, 脱险 …), then what is asked. The
 premise is contradicted when a sentence of the part's sources names that subject (or another name
 the caller's aliases give it) and, within the same clause run, a setback (被擒, 所获, 兵败, 死于, 首级,
-归天, 放去 …). The part is then not answered: the answer quotes that sentence and says that the documents
+归天, 放去 …). A passive clause claims the success for its agent: 「吕蒙在荆州被关羽斩杀后…」 takes 关羽's
+victory over 吕蒙 for granted, and 「云长父子遇害」 denies it. The part is then not answered: the answer quotes that sentence and says that the documents
 say otherwise (`retrieval.extractive.compose`).
 
 A part may also state a figure the documents give otherwise: 「陪产假延长到30天以后需要提交什么材料？」
@@ -74,8 +75,13 @@ def premise_of(part: str, tokenizer: ChineseTokenizer | None = None) -> Premise 
     subject = before[: end.start()] if end else before
     if len(subject) > 4 and tokenizer is not None:
         subject = next((name for name in tokenizer.names(before)[:1] if before.startswith(name)), subject)
-    if not 2 <= len(subject) <= 4 or ("被" in before and not _SPARED.fullmatch(claim.group())):
+    if not 2 <= len(subject) <= 4:
         return None
+    passive = before.rfind("被")
+    if passive >= 0 and not _SPARED.fullmatch(claim.group()):
+        # 吕蒙在荆州被关羽斩杀: the success is the agent's (关羽), over the one the clause opens with.
+        agent = before[passive + 1 :]
+        return Premise(clause, agent, claim.group(), subject) if 2 <= len(agent) <= 4 else None
     return Premise(clause, subject, claim.group(), clause[claim.end() :])
 
 

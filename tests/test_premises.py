@@ -53,7 +53,6 @@ def test_a_subject_with_nothing_marking_its_end_is_the_name_the_clause_opens_wit
 @pytest.mark.parametrize(
     "part",
     [
-        "严颜被张飞擒住后说了一句什么硬气的话",  # captured: no success claimed for 严颜
         "诸葛亮为什么说魏延日后一定会造反",  # 日后 is no premise
         "刘备去世后谁继位",  # no success claimed
         "关羽在哪里结义",
@@ -62,6 +61,17 @@ def test_a_subject_with_nothing_marking_its_end_is_the_name_the_clause_opens_wit
 )
 def test_other_parts_take_nothing_for_granted(part: str) -> None:
     assert premises.premise_of(part) is None
+
+
+def test_a_passive_premise_claims_the_success_for_its_agent() -> None:
+    """「孙越在青石岭被赵阳打败之后…」 takes 赵阳's victory for granted, and 赵阳's defeat denies it; a
+    captive's question (严颜被张飞擒住后…) is denied only by a setback of the captor's, not the captive's."""
+    premise = premises.premise_of("孙越在青石岭被赵阳打败之后去了哪里")
+    assert premise is not None and (premise.subject, premise.claim, premise.target) == ("赵阳", "打败", "孙越")
+    assert premises.contradiction(premise, [("report", REPORT)], {}) == ("report", "赵阳兵败被擒，押送孙越营中。")
+    captive = premises.premise_of("严颜被张飞擒住后说了一句什么硬气的话")
+    assert captive is not None and (captive.subject, captive.target) == ("张飞", "严颜")
+    assert premises.contradiction(captive, [("b", "严颜兵败被擒，面不改色。")], {}) is None
 
 
 def test_a_setback_of_the_subject_contradicts_the_premise_by_any_of_its_names() -> None:
