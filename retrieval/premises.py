@@ -35,18 +35,21 @@ _PREMISE = re.compile(
 # Success claimed for the subject (the premise's first name: 关羽 in 关羽在麦城打败吕蒙).
 _SUCCESS = re.compile(
     r"打败|击败|击退|战胜|打赢|大胜|获胜|取胜|得胜|大破|攻进|攻入|攻下|攻破|攻占|夺回|夺取|守住|保住|"
-    r"治好|医好|治愈|病好|病愈|痊愈|康复|赦免|饶了|饶恕|脱险|逃脱|逃出|活了|生还|斩了|斩杀|杀了|杀死|擒住|擒获|活捉|收服|降服"
+    r"治好|医好|治愈|病好|病愈|痊愈|康复|赦免|饶了|饶恕|救出|救活|救下|救回|脱险|逃脱|逃出|活了|生还|斩了|斩杀|杀了|杀死|擒住|擒获|活捉|收服|降服"
 )
 # The subject ends where the clause before the claim turns to a place or a helper (关羽|在麦城).
 _SUBJECT_END = re.compile(r"在|于|让|被|把|将|从|到|率|带|用|与|和|同|跟")
 # With 被 the subject undergoes the claim: only these are a success for it (被曹操赦免, not 被张飞擒住).
-_SPARED = re.compile(r"赦免|饶了|饶恕|放了")
+_SPARED = re.compile(r"赦免|饶了|饶恕|放了|救出|救活|救下|救回")
 # A setback for whom the sentence names just before it (the same clause run: no 。！？ between).
 _SETBACK = (
     r"被擒|被获|所获|被执|被捉|所擒|被杀|所杀|被斩|所斩|被害|遇害|身死|而死|死于|身亡|自刎|自杀|缢死|"
     r"首级|下狱|狱中|兵败|败走|败退|败回|大败而|败后|之败|退兵|不信|放去|放了|放过|不食|归天|而亡|而卒|病故|病亡"
 )
 _GAP = 12  # characters at most between the subject's name and the setback
+# A kinsman right after the name is whose setback it is (卓母亦被杀, 关羽子关平被擒); 父子 and 兄弟
+# include the subject (关公父子皆遇害).
+_KIN = re.compile(r"[母父妻子女兄弟妾侄](?![子弟])")
 
 
 @dataclass(frozen=True)
@@ -100,15 +103,20 @@ def contradiction(
 
 def _first_setback(forms: Sequence[str], target: str, texts: Sequence[tuple[str, str]]) -> tuple[str, str] | None:
     """The first sentence where one of `forms` is followed, within the clause run, by a setback that is
-    not the target's (「布向前，一刀砍下丁原首级」: the head is 丁原's)."""
+    neither the target's (「布向前，一刀砍下丁原首级」: the head is 丁原's) nor a kinsman's (卓母亦被杀)."""
     names = "|".join(re.escape(form) for form in forms)
     setback = re.compile(rf"(?:{names})(?P<between>[^。！？!?]{{0,{_GAP}}}?)(?:{_SETBACK})")
     targets = [target[i : i + 2] for i in range(len(target) - 1)]
     for source_id, text in texts:
         for sentence in split_sentences(text):
-            if any(not any(t in found["between"] for t in targets) for found in setback.finditer(sentence)):
+            if any(_subjects_own(found["between"], targets) for found in setback.finditer(sentence)):
                 return source_id, sentence.strip()
     return None
+
+
+def _subjects_own(between: str, targets: Sequence[str]) -> bool:
+    """Whether a setback after the subject's name, `between` characters on, is the subject's own."""
+    return not _KIN.match(between) and not any(t in between for t in targets)
 
 
 def figure_premise(

@@ -27,6 +27,7 @@ REPORT = "赵阳率军在青石岭与孙越交战，两军相持三日。\n赵�
         ("吕布在白门楼被曹操赦免后投奔了谁", "吕布", "赦免"),  # 被 … 赦免: still a success for 吕布
         ("于禁在樊城打败关羽后升了什么官", "于禁", "打败"),  # a name may start with 于, 和, 将 …
         ("诸葛亮在五丈原病好之后又打了哪一仗", "诸葛亮", "病好"),  # a recovery, which a death denies
+        ("孙越被赵阳救出青石岭后去了哪里", "孙越", "救出"),  # 被 … 救出: 孙越 survived
     ],
 )
 def test_a_premise_claiming_a_success_is_read(part: str, subject: str, claim: str) -> None:
@@ -39,6 +40,14 @@ def test_a_death_denies_a_recovery() -> None:
     assert premise is not None
     texts = [("camp", "赵阳病重。是夜，赵阳奄然归天。孙越闻之大喜。")]
     assert premises.contradiction(premise, texts, {}) == ("camp", "是夜，赵阳奄然归天。")
+
+
+def test_a_kinsmans_setback_is_not_the_subjects() -> None:
+    """「卓母亦被杀」 is his mother's death, not 董卓's; 「父子皆遇害」 is both of theirs."""
+    premise = premises.premise_of("赵阳被孙越救出青石岭后去了哪里")
+    assert premise is not None
+    assert premises.contradiction(premise, [("a", "赵阳母亦被杀。赵阳子赵平被擒。")], {}) is None
+    assert premises.contradiction(premise, [("b", "赵阳父子皆遇害。")], {}) == ("b", "赵阳父子皆遇害。")
 
 
 def test_a_subject_with_nothing_marking_its_end_is_the_name_the_clause_opens_with() -> None:
