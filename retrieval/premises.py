@@ -60,6 +60,9 @@ class Premise:
     subject: str
     claim: str
     target: str = ""  # what follows the claim (丁原 in 吕布杀了丁原): a setback said of it is not the subject's
+    # A passive clause (吕蒙被关羽斩杀): the subject is the agent, whose setbacks are many and mostly of
+    # other days, so only one said in the same clause (no comma between) denies it.
+    passive: bool = False
 
 
 def premise_of(part: str, tokenizer: ChineseTokenizer | None = None) -> Premise | None:
@@ -84,7 +87,7 @@ def premise_of(part: str, tokenizer: ChineseTokenizer | None = None) -> Premise 
     if passive >= 0 and not _SPARED.fullmatch(claim.group()):
         # 吕蒙在荆州被关羽斩杀: the success is the agent's (关羽), over the one the clause opens with.
         agent = before[passive + 1 :]
-        return Premise(clause, agent, claim.group(), subject) if 2 <= len(agent) <= 4 else None
+        return Premise(clause, agent, claim.group(), subject, passive=True) if 2 <= len(agent) <= 4 else None
     return Premise(clause, subject, claim.group(), clause[claim.end() :])
 
 
@@ -96,17 +99,19 @@ def contradiction(
     failing that, by its one-character given name (曹操: 「操自赤壁败后」)."""
     given = given_name(premise.subject)
     for forms in ((premise.subject, *names.get(premise.subject, ())), (given,) if given else ()):
-        if forms and (found := _first_setback(forms, premise.target, texts)):
+        if forms and (found := _first_setback(forms, premise, texts)):
             return found
     return None
 
 
-def _first_setback(forms: Sequence[str], target: str, texts: Sequence[tuple[str, str]]) -> tuple[str, str] | None:
-    """The first sentence where one of `forms` is followed, within the clause run, by a setback that is
-    neither the target's (「布向前，一刀砍下丁原首级」: the head is 丁原's) nor a kinsman's (卓母亦被杀)."""
+def _first_setback(forms: Sequence[str], premise: Premise, texts: Sequence[tuple[str, str]]) -> tuple[str, str] | None:
+    """The first sentence where one of `forms` is followed, within the clause run (within the clause, for
+    a passive premise), by a setback that is neither the premise's target's (「布向前，一刀砍下丁原首级」:
+    the head is 丁原's) nor a kinsman's (卓母亦被杀)."""
     names = "|".join(re.escape(form) for form in forms)
-    setback = re.compile(rf"(?:{names})(?P<between>[^。！？!?]{{0,{_GAP}}}?)(?:{_SETBACK})")
-    targets = [target[i : i + 2] for i in range(len(target) - 1)]
+    stops = "。！？!?，,；;：:" if premise.passive else "。！？!?"
+    setback = re.compile(rf"(?:{names})(?P<between>[^{stops}]{{0,{_GAP}}}?)(?:{_SETBACK})")
+    targets = [premise.target[i : i + 2] for i in range(len(premise.target) - 1)]
     for source_id, text in texts:
         for sentence in split_sentences(text):
             if any(_subjects_own(found["between"], targets) for found in setback.finditer(sentence)):

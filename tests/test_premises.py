@@ -78,6 +78,11 @@ def test_a_passive_premise_claims_the_success_for_its_agent() -> None:
     premise = premises.premise_of("孙越在青石岭被赵阳打败之后去了哪里")
     assert premise is not None and (premise.subject, premise.claim, premise.target) == ("赵阳", "打败", "孙越")
     assert premises.contradiction(premise, [("report", REPORT)], {}) == ("report", "赵阳兵败被擒，押送孙越营中。")
+    # The agent's setback must be in the same clause: a later death is not the victory denied.
+    later = [("later", "赵阳引兵回城，数年后病故。")]
+    assert premises.contradiction(premise, later, {}) is None
+    active = premises.premise_of("赵阳在青石岭打败孙越之后去了哪里")
+    assert active is not None and premises.contradiction(active, later, {}) is not None
     captive = premises.premise_of("严颜被张飞擒住后说了一句什么硬气的话")
     assert captive is not None and (captive.subject, captive.target) == ("张飞", "严颜")
     assert premises.contradiction(captive, [("b", "严颜兵败被擒，面不改色。")], {}) is None
