@@ -1,6 +1,6 @@
 """Aliases mined from a base's own documents: 玄德 is 刘备, 简称 and 全称, a term and its equivalent in brackets.
 
-People and things are named many ways (玄德, 孔明, 云长, 绰号黑旋风 …; 简称, 全称, 又称, 俗称,
+People and things are named many ways (玄德, 孔明, 云长, 绰号黑旋风, 次子名权，字仲谋 …; 简称, 全称, 又称, 俗称,
 （以下简称“甲方”）, English abbreviations in brackets) and a keyword list knows one of them. While
 indexing, `mine` finds the naming patterns of classical and modern Chinese in the documents; a
 candidate is kept only when the corpus confirms it (both names occur elsewhere: co-occurrence, not
@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from core.access import DocumentAccess
+from core.text import full_name
 
 Origin = Literal["mined", "admin", "removed"]
 # How a sentence names a pair: said in words (字, 简称 …), defined for what precedes (（以下简称“甲方”）),
@@ -36,6 +37,10 @@ _ALSO = re.compile(
     rf"(?P<name>[{_CJK}A-Za-z0-9]{{2,12}})[，,]?(?:也|亦|又|通|一般)?(?:又名|又称|亦称|别称|俗称|简称|全称|又叫|俗名)"
     + rf"(?:为|作)?[“\"「『《]?(?P<alias>[{_CJK}A-Za-z0-9]{{2,12}})"
 )
+# 次子名权，字仲谋 / 懿字仲达 / 却说腾字寿成: a given name without its family name, which the text
+# writes in full elsewhere (孙权, 司马懿: `_given`).
+_NAMED_GIVEN = re.compile(rf"名([{_CJK}]{{1,2}})[，,]?(?:表)?字([{_CJK}]{{2}})")
+_GIVEN_ALONE = re.compile(rf"(?:^|[^{_CJK}]|却说|且说)([{_CJK}])[，,]?字([{_CJK}]{{2}})")
 # 字长生，后改云长: a courtesy name changed later is a name too.
 _RENAMED = re.compile(rf"^[，,]?(?:后改|后更|改字|更字)字?([{_CJK}]{{2}})")
 # 姓宋名江，表字公明，绰号及时雨: a sobriquet after the whole name.
@@ -55,7 +60,8 @@ _ABBREVIATION = re.compile(r"^(?=[^A-Z]*[A-Z])[A-Za-z][A-Za-z0-9\-.]{1,15}$")
 _QUOTES = str.maketrans("", "", "“”\"「」『』‘’'")
 _SENTENCE = re.compile(r"[^。！？；!?\n]*[。！？；!?\n]?")
 
-# Not a name: numerals (年二十四，字正平; 此八字), a given name without its family name (次子名权，字仲谋).
+# Not a name: numerals (年二十四，字正平; 此八字), a given name without its family name (次子名权，字仲谋:
+# `_given` finds the full name).
 _NOT_A_NAME = re.compile(r"[一二三四五六七八九十百千万两]|^名")
 # 字 before these is the written character (一字摆开, 此八字于其上), not a courtesy name.
 _NOT_A_COURTESY = re.compile(r"[于其上下而儿开不之以也矣者]")
@@ -64,6 +70,7 @@ _NOT_A_SOBRIQUET = "令哭曰召称为泣叫呼啕恸"
 # 字 or 号 inside a word this common (jieba's frequency: 关键字, 数字, 型号, 号称) is a modern text's word,
 # not a courtesy name (字义 56, 字元 3 are courtesy names of the novel).
 _COMMON_WORD = 100
+_BEFORE = 200  # characters before a sentence stating a given name's courtesy name, read for the full name
 MIN_COUNT = 2  # each side must occur at least this often in the corpus (the defining sentence included)
 MAX_SOURCES = 3  # sentences kept per pair (the first documents that define it)
 
@@ -186,6 +193,39 @@ def _candidates(sentence: str, corpus: _Counts, lexicon: Lexicon) -> Iterable[tu
     yield from _bracketed(sentence, corpus, lexicon)
 
 
+def _given(sentence: str, before: str, corpus: _Counts, lexicon: Lexicon) -> Iterable[tuple[str, str, Naming]]:
+    """(alias, full name, how) for a courtesy name stated of a given name alone: the full name is the
+    last one the text `before` the sentence writes it in (「先见友人法正。正字孝直」: 法正, where the corpus
+    says the name starts), else, after 名 (次子名权，字仲谋), the one the corpus most often writes it with, a
+    common surname first (孙权)."""
+    if _FAMILY.search(sentence):  # 姓庞，名德，字令明: the whole name is stated
+        return
+    for pattern in (_NAMED_GIVEN, _GIVEN_ALONE):
+        for match in pattern.finditer(sentence):
+            given, alias = match.group(1), match.group(2)
+            if _NOT_A_NAME.search(given) or _NOT_A_COURTESY.search(alias):
+                continue
+            if max(lexicon.frequency(given[-1] + "字"), lexicon.frequency("字" + alias[0])) >= _COMMON_WORD:
+                continue  # 数字可能, 汉字编码, 字母表: a word, not a courtesy name
+            full = _last_written(given, before, corpus)
+            if full is None and pattern is _NAMED_GIVEN:
+                full = full_name(given, corpus.corpus)
+            if full:
+                yield alias, full, "stated"
+
+
+def _last_written(given: str, before: str, corpus: _Counts) -> str | None:
+    """The last full name in `before` that ends with `given` (the corpus says where it starts)."""
+    at = before.rfind(given)
+    while at > 0:
+        run = re.search(f"[{_CJK}]+$", before[max(0, at - 3) : at + len(given)])
+        name = _best_suffix(run.group(), corpus) if run and len(run.group()) > len(given) else None
+        if name and len(name) > len(given) and name.endswith(given):
+            return name
+        at = before.rfind(given, 0, at)
+    return None
+
+
 def _in_word(sentence: str, match: re.Match[str], lexicon: Lexicon) -> bool:
     """Whether the courtesy mark of `match` (字, 号) is part of a common word (关键字, 型号, 字母)."""
     start, end = match.span(2)
@@ -240,8 +280,12 @@ def mine(documents: Sequence[MinedFrom], lexicon: Lexicon) -> list[Alias]:
     found: dict[tuple[str, str], list[AliasSource]] = {}
     bracketed: dict[str, set[str]] = {}  # an alias only put in brackets → the terms it followed
     for document in documents:
-        for sentence in _SENTENCE.findall(document.text):
-            for alias, name, how in _candidates(sentence, corpus, lexicon):
+        for span in _SENTENCE.finditer(document.text):
+            sentence, before = span.group(), document.text[max(0, span.start() - _BEFORE) : span.start()]
+            for alias, name, how in (
+                *_candidates(sentence, corpus, lexicon),
+                *_given(sentence, before, corpus, lexicon),
+            ):
                 if alias == name or corpus[alias] < MIN_COUNT or corpus[name] < (1 if how == "defined" else MIN_COUNT):
                     continue
                 if how == "bracketed":

@@ -20,6 +20,7 @@ import logging
 import re
 import threading
 import unicodedata
+from collections import Counter
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -234,6 +235,18 @@ def _surname(name: str) -> str | None:
     if name[:2] in _COMPOUND_SURNAMES:
         return name[:2]
     return name[:1] if name[:1] in _SURNAMES else None
+
+
+def full_name(given: str, text: str) -> str | None:
+    """The full name `text` most often writes `given` with, a common surname before it (懿 → 司马懿, 权 →
+    孙权 in the novel), or None when it never does."""
+    counts: Counter[str] = Counter()
+    for found in re.finditer(re.escape(given), text):
+        before = text[max(0, found.start() - 2) : found.start()]
+        surname = before if before in _COMPOUND_SURNAMES else before[-1:] if before[-1:] in _SURNAMES else ""
+        if surname:
+            counts[surname + given] += 1
+    return counts.most_common(1)[0][0] if counts else None
 
 
 def given_name(name: str) -> str | None:

@@ -64,6 +64,26 @@ def test_each_naming_pattern_is_mined_with_its_sentence() -> None:
     assert not any(name == "此人" for _, name in pairs)  # a pronoun refers to someone, it names no one
 
 
+GIVEN = [
+    MinedFrom(
+        "g1",
+        "却说赵衡有三子：长子名昂，字伯起；次子名朗，字仲明。赵昂骑马，伯起大笑，赵朗读书，仲明不语，赵昂与赵朗同去。",
+        "第5回",
+    ),
+    MinedFrom("g2", "孙越回城，先见友人公良岳。岳字子高，北海人也。公良岳设宴，子高举杯，公良岳去了。", "第9回"),
+    MinedFrom("g3", "他参与数据整理，参与数据分析。数字可能出错，数字可能丢失。", "报告"),
+]
+
+
+def test_a_courtesy_name_of_a_given_name_alone_is_mined_with_the_full_name() -> None:
+    """「次子名朗，字仲明」 names 赵朗, whom the corpus writes in full; 「岳字子高」 names the one the text just
+    wrote ending in 岳 (公良岳: the corpus says where the name starts, no surname list needed). 数字 is a
+    word, not 与数 named 可能."""
+    pairs = {(a.alias, a.name) for a in mine([*GIVEN, *CORPUS], ChineseTokenizer())}
+    assert {("伯起", "赵昂"), ("仲明", "赵朗"), ("子高", "公良岳")} <= pairs
+    assert not any(alias == "可能" for alias, _ in pairs)
+
+
 MANUAL = MinedFrom(
     "manual",
     "本合同由甲方与乙方（以下简称“用户”）签订。用户应遵守以下条款，乙方应付款。"
