@@ -7,8 +7,8 @@ that claims a success for its subject (打败, 大胜, 守住, 治好, 病好, �
 premise is contradicted when a sentence of the part's sources names that subject (or another name
 the caller's aliases give it) and, within the same clause run, a setback (被擒, 所获, 兵败, 死于, 首级,
 归天, 放去 …). A passive clause claims the success for its agent: 「吕蒙在荆州被关羽斩杀后…」 takes 关羽's
-victory over 吕蒙 for granted, and 「云长父子遇害」 denies it. The part is then not answered: the answer quotes that sentence and says that the documents
-say otherwise (`retrieval.extractive.compose`).
+victory over 吕蒙 for granted, and 「云长父子遇害」 denies it. The part is then not answered: the answer
+quotes that sentence and says that the documents say otherwise (`retrieval.extractive.compose`).
 
 A part may also state a figure the documents give otherwise: 「陪产假延长到30天以后需要提交什么材料？」
 when the handbook says 男员工享有陪产假15天, 「试用期六个月结束后怎么转正？」 when it says 试用期为三个月
@@ -35,11 +35,13 @@ _PREMISE = re.compile(
 # Success claimed for the subject (the premise's first name: 关羽 in 关羽在麦城打败吕蒙).
 _SUCCESS = re.compile(
     r"打败|击败|击退|战胜|打赢|大胜|获胜|取胜|得胜|大破|攻进|攻入|攻下|攻破|攻占|夺回|夺取|守住|保住|"
-    r"治好|医好|治愈|病好|病愈|痊愈|康复|赦免|饶了|饶恕|救出|救活|救下|救回|脱险|逃脱|逃出|活了|生还|斩了|斩杀|杀了|杀死|擒住|擒获|活捉|收服|降服"
+    r"治好|医好|治愈|病好|病愈|痊愈|康复|赦免|饶了|饶恕|救出|救活|救下|救回|脱险|逃脱|逃出|活了|生还|"
+    r"斩了|斩杀|杀了|杀死|擒住|擒获|活捉|收服|降服"
 )
 # The subject ends where the clause before the claim turns to a place or a helper (关羽|在麦城).
 _SUBJECT_END = re.compile(r"在|于|让|被|把|将|从|到|率|带|用|与|和|同|跟")
-# With 被 the subject undergoes the claim: only these are a success for it (被曹操赦免, not 被张飞擒住).
+# With 被 the subject undergoes the claim: only these are a success for it (被曹操赦免); any other is
+# the agent's (严颜被张飞擒住: 张飞's).
 _SPARED = re.compile(r"赦免|饶了|饶恕|放了|救出|救活|救下|救回")
 # A setback for whom the sentence names just before it (the same clause run: no 。！？ between).
 _SETBACK = (
