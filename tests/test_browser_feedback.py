@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 from elasticsearch import Elasticsearch
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, Route, expect, sync_playwright
 
 from core.config import Settings
 from core.embeddings import Embedder
@@ -119,3 +119,28 @@ def test_ask_vote_down_accept_evaluate_and_undo(page_url: tuple[str, str], es: E
         answers: list[dict[str, Any]] = admin.get(f"/kbs/{kb}/answers?kind=down").json()["answers"]
         assert answers[0]["accepted"]["chunk_ids"] == [right] and answers[0]["owner"] == "alice"
         assert admin.get(f"/kbs/{kb}/fusion").status_code == 404  # undone: the default again
+
+
+def test_the_evaluation_tab_opened_before_the_bases_arrive_follows_the_base(page_url: tuple[str, str]) -> None:
+    """An admin who opens 评测 while the page still asks the server for its bases (held here) sees the
+    base's panel and review once the list arrives, not 「（未选择）」 for good."""
+    url, kb = page_url
+    held: list[Route] = []
+    errors: list[str] = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        context = browser.new_context(viewport={"width": 1280, "height": 900}, locale="zh-CN")
+        context.add_init_script(f"localStorage.setItem('rag-api-key', '{KEYS['admin']}')")
+        tab = context.new_page()
+        tab.on("pageerror", lambda err: errors.append(str(err)))
+        tab.route("**/kbs", lambda route: held.append(route))
+        tab.goto(url)
+        tab.wait_for_function("() => document.readyState === 'complete'")
+        tab.click("#tab-evaluation")
+        expect(tab.locator("#eval-base")).to_have_text("（未选择）")
+        assert len(held) == 1
+        held[0].continue_()
+        expect(tab.locator("#eval-base")).to_have_text(kb)
+        expect(tab.locator("#review-list li").first).to_be_visible()
+        browser.close()
+    assert errors == []

@@ -151,4 +151,7 @@ document.addEventListener("DOMContentLoaded", () => {
   fbEl("review-refresh").addEventListener("click", loadReview);
   fbEl("review-kind").addEventListener("change", loadReview);
   fbEl("tab-evaluation").addEventListener("click", loadReview);
+  document.getElementById("kb-select").addEventListener("change", () => {
+    if (!fbEl("evaluation-panel").hidden) loadReview();
+  });
 });

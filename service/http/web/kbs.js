@@ -24,6 +24,7 @@ function kbStatus(message, bad = false) {
 
 async function loadKbs() {
   const select = document.getElementById("kb-select");
+  const shown = select.value;
   const response = await fetch("kbs", { headers: kbHeaders() });
   if (!response.ok) { select.replaceChildren(); return; }
   const { kbs } = await response.json();
@@ -36,7 +37,10 @@ async function loadKbs() {
   }));
   if (kbs.some((kb) => kb.name === previous)) select.value = previous;
   else if (kbs.length) select.value = (kbs.find((kb) => kb.default) || kbs[0]).name;
-  await loadDocuments();
+  // A base newly chosen is announced, so panels opened before the list arrived (the evaluation tab,
+  // the review) follow it; the change listener loads its documents.
+  if (select.value !== shown) select.dispatchEvent(new Event("change"));
+  else await loadDocuments();
 }
 
 async function loadDocuments() {
