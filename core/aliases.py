@@ -220,7 +220,7 @@ def _last_written(given: str, before: str, corpus: _Counts) -> str | None:
     while at > 0:
         run = re.search(f"[{_CJK}]+$", before[max(0, at - 3) : at + len(given)])
         name = _best_suffix(run.group(), corpus) if run and len(run.group()) > len(given) else None
-        if name and len(name) > len(given) and name.endswith(given):
+        if name and len(name) > len(given):  # a suffix of the run: it ends with `given`
             return name
         at = before.rfind(given, 0, at)
     return None

@@ -243,9 +243,12 @@ def full_name(given: str, text: str) -> str | None:
     counts: Counter[str] = Counter()
     for found in re.finditer(re.escape(given), text):
         before = text[max(0, found.start() - 2) : found.start()]
-        surname = before if before in _COMPOUND_SURNAMES else before[-1:] if before[-1:] in _SURNAMES else ""
-        if surname:
-            counts[surname + given] += 1
+        # 司马懿 before 马懿: the longer name whose surname `_surname` reads is the one written.
+        name = next(
+            (name for name in (before + given, before[-1:] + given) if _surname(name) == name[: -len(given)]), None
+        )
+        if name:
+            counts[name] += 1
     return counts.most_common(1)[0][0] if counts else None
 
 
