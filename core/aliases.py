@@ -1,7 +1,8 @@
 """Aliases mined from a base's own documents: 玄德 is 刘备, 简称 and 全称, a term and its equivalent in brackets.
 
 People and things are named many ways (玄德, 孔明, 云长, 绰号黑旋风, 次子名权，字仲谋 …; 简称, 全称, 又称, 俗称,
-（以下简称“甲方”）, English abbreviations in brackets) and a keyword list knows one of them. While
+别名, 学名, 原名, 古称, 英文缩写, （以下简称“甲方”）, English abbreviations in brackets) and a keyword list knows
+one of them. While
 indexing, `mine` finds the naming patterns of classical and modern Chinese in the documents; a
 candidate is kept only when the corpus confirms it (both names occur elsewhere: co-occurrence, not
 a one-off phrase), and the name before the pattern is cut where the corpus says a name ends (刘备,
@@ -33,9 +34,22 @@ _COURTESY = re.compile(rf"([{_CJK}]{{2,4}}?)[，,]?(表字|字|绰号|浑号|诨
 # 号 and its kin name a sobriquet of 2 to 4 characters (卧龙, 及时雨, 豹子头); 字 a courtesy name of 2.
 _SOBRIQUET = re.compile(r"绰号|浑号|诨号|外号|道号|号")
 # 世界卫生组织，简称世卫组织 / 又名“冷艳锯”: modern and classical 又名, 又称, 简称, 全称, 俗称 …
+_ALSO_NAMED = "又名|又称|亦称|别称|俗称|简称|全称|又叫"
 _ALSO = re.compile(
-    rf"(?P<name>[{_CJK}A-Za-z0-9]{{2,12}})[，,]?(?:也|亦|又|通|一般)?(?:又名|又称|亦称|别称|俗称|简称|全称|又叫|俗名)"
+    rf"(?P<name>[{_CJK}A-Za-z0-9]{{2,12}})[，,]?(?:也|亦|又|通|一般)?(?:{_ALSO_NAMED})"
     + rf"(?:为|作)?[“\"「『《]?(?P<alias>[{_CJK}A-Za-z0-9]{{2,12}})"
+)
+# 鲁迅，原名周树人 / 北京，古称燕京 / 氯化钠的俗名叫食盐 / 中央处理器，英文缩写CPU: another name, an older
+# one, or the English one. These follow a clause as often as a name (本站在1900年启用时，原名糠之目), so the
+# name is the whole run from the sentence's start or its last punctuation, and the corpus must confirm it
+# as it stands; a Latin name runs to its last letter (Apple Inc., not Apple).
+_FORMERLY_NAMED = (
+    "别名|亦名|也叫|也称|俗名|学名|古称|古名|旧称|旧名|原名|本名|曾用名|正式名称|全名|"
+    "英文名称|英文名|英文全称|英文简称|英文缩写|缩写"
+)
+_FORMERLY = re.compile(
+    rf"(?<![{_CJK}A-Za-z0-9、])(?P<name>(?:(?!的)[{_CJK}A-Za-z0-9]){{2,12}})的?[，,]?(?P<marker>{_FORMERLY_NAMED})"
+    + rf"(?:为|作|是|叫)?[:：]?[“\"「『《]?(?P<alias>[{_CJK}]{{2,12}}|[A-Za-z][A-Za-z0-9.&\- ]{{0,40}}[A-Za-z0-9.])"
 )
 # 次子名权，字仲谋 / 懿字仲达 / 却说腾字寿成: a given name without its family name, which the text
 # writes in full elsewhere (孙权, 司马懿: `_given`).
@@ -50,6 +64,10 @@ _THEN_NICKNAMED = re.compile(rf"^[，,]?(?:{_SOBRIQUET.pattern})([{_CJK}]{{2,4}}
 _NAME_RUN = 12
 _BRACKETED = re.compile(
     rf"(?P<name>[{_CJK}]{{2,30}}|[A-Za-z][A-Za-z0-9\-]{{1,15}})[（(](?P<inner>[^（）()]{{1,60}})[)）]"
+)
+# 榅桲（又名木梨） / 老舍（原名：舒庆春）: another name in brackets (a Latin one is an abbreviation's: `_LABEL`).
+_MARKED = re.compile(
+    rf"^(?:也|亦|又)?(?:{_ALSO_NAMED}|{_FORMERLY_NAMED})(?:为|作|是|叫)?[:：]?(?P<alias>[{_CJK}]{{2,12}})$"
 )
 # 乙方（以下简称“用户”） / （下称本产品） / （简称：ECS）: a name the document defines for what precedes.
 _HEREINAFTER = re.compile(rf"^(?:以下|下文|下)?(?:简称|称)(?:为|作)?[:：]?(?P<alias>[{_CJK}A-Za-z0-9]{{2,12}})$")
@@ -190,6 +208,14 @@ def _candidates(sentence: str, corpus: _Counts, lexicon: Lexicon) -> Iterable[tu
     for match in _ALSO.finditer(sentence):
         if not _in_brackets(sentence, match.start()) and (name := _name_of(match["name"], corpus)):
             yield match["alias"], name, "stated"
+    for match in _FORMERLY.finditer(sentence):
+        english = "英" in match["marker"] or "缩写" in match["marker"]
+        if (
+            (not english or re.match("[A-Za-z]", match["alias"]))  # 英文名 names a Latin name (not 取为「Mercy…」)
+            and not _in_brackets(sentence, match.start())
+            and not lexicon.refers(match["name"])  # 本站原名…, 从前的旧名…
+        ):
+            yield match["alias"], match["name"], "stated"
     yield from _bracketed(sentence, corpus, lexicon)
 
 
@@ -262,6 +288,10 @@ def _bracketed(sentence: str, corpus: _Counts, lexicon: Lexicon) -> Iterable[tup
             labelled = _LABEL.sub("", segment.strip())
             if _ABBREVIATION.match(labelled):
                 yield labelled, name, "stated" if labelled != segment.strip() else "bracketed"
+            elif marked := _MARKED.match(segment.strip()):
+                # The whole name jieba reads before the brackets (山东女子学院, not the corpus's most used
+                # end, 学院), else where the corpus says it starts (榅桲, a word jieba does not know).
+                yield marked["alias"], lexicon.trailing_name(match["name"]) or name, "stated"
         if re.fullmatch(f"[{_CJK}]{{2,8}}", inner) and lexicon.trailing_name(inner) == inner:
             yield inner, name, "bracketed"
 

@@ -111,6 +111,44 @@ def test_a_manuals_definitions_are_mined_and_its_remarks_are_not() -> None:
     assert not {alias for alias, _ in pairs} & {"草案", "可选", "一线用药", "mg", "查询"}
 
 
+ENCYCLOPEDIA = MinedFrom(
+    "wiki",
+    "鲁迅，原名周树人，浙江绍兴人。周树人留学日本。鲁迅写了很多书。"
+    "南京旧称金陵。金陵十二钗。南京夏天很热。"
+    "土豆的学名是马铃薯。马铃薯耐寒。土豆丝好吃。"
+    "番茄，别名西红柿，原产南美洲。西红柿炒蛋很常见。番茄富含维生素。"
+    "榅桲（又名木梨）是一种水果。木梨味酸。榅桲原产中亚。"
+    "山东女子学院（原名中华女子学院山东分院）在济南。中华女子学院山东分院建于1995年。山东女子学院很大。"
+    "东华学院与西华学院相邻，学院众多。"
+    "本站在1900年启用时，原名糠之目。糠之目站很小。新线启用时人很多。"
+    "氯化钠的俗名叫食盐。食盐很咸。氯化钠易溶于水。"
+    "中央处理器，英文缩写CPU。CPU很热。中央处理器很贵。"
+    "苹果公司的正式名称为Apple Inc.。Apple Inc.总部在加州。苹果公司发布手机。"
+    "协会的英文名取为「Mercy」，取为此名。协会很大。",
+    "百科",
+)
+
+
+def test_an_encyclopedias_other_and_former_names_are_mined() -> None:
+    """别名, 学名, 旧称, 原名, 俗名, 英文缩写 (after a name, a comma, a 的, or in brackets) name what comes before; a clause
+    before them (本站在1900年启用时，原名…) names nothing, and a name in brackets is the whole one jieba
+    reads (山东女子学院), not the corpus's most used end of it (学院)."""
+    pairs = {(a.alias, a.name) for a in mine([ENCYCLOPEDIA], ChineseTokenizer())}
+    assert {
+        ("周树人", "鲁迅"),
+        ("金陵", "南京"),
+        ("马铃薯", "土豆"),
+        ("西红柿", "番茄"),
+        ("木梨", "榅桲"),
+        ("中华女子学院山东分院", "山东女子学院"),
+        ("食盐", "氯化钠"),
+        ("CPU", "中央处理器"),
+        ("Apple Inc.", "苹果公司"),  # a Latin name runs to its last letter
+    } <= pairs
+    assert not any(alias in {"糠之目", "取为"} for alias, _ in pairs)  # 英文名 names a Latin name
+    assert not any(name == "学院" for _, name in pairs)
+
+
 def test_a_latin_alias_is_expanded_in_any_letter_case() -> None:
     pairs = mine([MANUAL], ChineseTokenizer())
     found = expansions(pairs, "ecs怎么收费", DocumentAccess(everything=True))
