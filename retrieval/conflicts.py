@@ -35,6 +35,9 @@ DISAGREE = "资料之间有出入"
 CHECK_THE_ORIGINALS = "请对照原始资料核实，本回答不替资料做取舍"
 
 MIN_ANCHOR_OVERLAP = 0.5  # shared character bigrams / the smaller clause's
+# Clauses this alike say one thing, whatever words the question used (本机充满约需90分钟 against 120分钟 for
+# 「多长时间能充好」): no term of the part need be in them.
+SAME_STATEMENT = 0.8
 
 CN_DIGITS = "零〇一二两三四五六七八九十百千万亿"
 _UNITS = (
@@ -168,12 +171,13 @@ def _same_subject(a: Figure, b: Figure, part_terms: set[str], words: Callable[[F
         return False
     if not said_alike(a, b):
         return False
-    if len(a.anchor & b.anchor) < MIN_ANCHOR_OVERLAP * min(len(a.anchor), len(b.anchor)):
+    shared = len(a.anchor & b.anchor) / min(len(a.anchor), len(b.anchor))
+    if shared < MIN_ANCHOR_OVERLAP:
         return False
     codes_a, codes_b = set(_CODE.findall(a.sentence)), set(_CODE.findall(b.sentence))
     if codes_a and codes_b and not codes_a & codes_b:  # X200's power is not Y100's
         return False
-    return any(term in a.sentence and term in b.sentence for term in part_terms)
+    return shared >= SAME_STATEMENT or any(term in a.sentence and term in b.sentence for term in part_terms)
 
 
 def _qualified_apart(a: Figure, b: Figure, words: Callable[[Figure], set[str]]) -> bool:

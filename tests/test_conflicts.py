@@ -102,6 +102,8 @@ def quotes(part: str, *texts: str, same_document: bool = False) -> list[Quote]:
         ("张三哪年出生？", ["张三于1998年出生于苏州。", "张三出生于1997年。"], [(1998.0,), (1997.0,)]),
         ("图书馆哪天闭馆？", ["图书馆每周一闭馆。", "图书馆每周三闭馆，其余时间正常开放。"], [(1,), (3,)]),  # weekdays
         ("例会在星期几？", ["部门例会每周二上午召开。", "部门例会定于每星期四上午召开。"], [(2,), (4,)]),
+        # one statement, asked in other words than either source uses
+        ("多长时间能充好？", ["本机充满约需90分钟。", "本机充满约需120分钟。"], [(90.0,), (120.0,)]),
     ],
 )
 def test_documents_that_state_different_figures_on_one_point_conflict(
@@ -133,11 +135,14 @@ def test_documents_that_state_different_figures_on_one_point_conflict(
         # A condition with its own figure: another case, not a denial
         ("员工年假几天？", ["员工每年享有带薪年假10天。", "工作满十年的员工每年享有带薪年假15天。"], False),
         ("公司营收多少？", ["公司2023年营收12亿元。", "公司2024年营收15亿元。"], False),
-        # A lone character of the part (的) names no subject: the sentences are not about its point
-        ("A3 的 保修期？", ["本店的会员费为每年100元。", "本店的会员费为每年200元。"], False),
+        # A lone character of the part (的) names no subject: the sentences, alike but not one statement
+        # in the same words, are not about its point
+        ("A3 的 保修期？", ["本店的会员费为每年100元。", "本店会员费每年为200元。"], False),
         # Two days, each with its own fact: 供应 and 不供应, 闭馆 and 开放
         ("食堂周末开吗？", ["食堂周六照常供应午餐。", "食堂周日不供应午餐。"], False),
         ("图书馆哪天闭馆？", ["图书馆每周一闭馆。", "图书馆每周二开放。"], False),
+        # Alike but for what each measures, and asked in other words: still two things
+        ("跑多快？", ["这款电动车最高时速25公里。", "这款电动车续航里程45公里。"], False),
     ],
 )
 def test_no_conflict_is_invented(part: str, texts: list[str], same_document: bool) -> None:
@@ -157,16 +162,16 @@ def test_days_of_the_week_are_figures(text: str, days: list[tuple[int, ...]]) ->
 
 
 def test_the_made_up_pairs_get_no_invented_conflict() -> None:
-    """bench/data/conflict_pairs.jsonl (python -m bench.conflict_pairs): of the 29 pairs that do not
-    disagree none is reported; of the 24 that do, at most the three known misses (关公 against 关羽, a
-    part whose term neither sentence names, 充电 against 充满电)."""
+    """bench/data/conflict_pairs.jsonl (python -m bench.conflict_pairs): of the 33 pairs that do not
+    disagree none is reported; of the 31 that do, at most the two known misses (关公 against 关羽, a name
+    the code cannot tie; 寿命可达80年 against 100年, a figure under 100 read as a reign's year)."""
     invented: list[str] = []
     missed: list[str] = []
     for pair in read_jsonl(BENCH_DATA / "conflict_pairs.jsonl"):
         found = bool(figure_conflicts(quotes(pair["part"], pair["a"], pair["b"]), get_tokenizer()))
         if found != pair["conflict"]:
             (missed if pair["conflict"] else invented).append(pair["part"])
-    assert invented == [] and len(missed) <= 3, (invented, missed)
+    assert invented == [] and len(missed) <= 2, (invented, missed)
 
 
 # --- the workflow, with and without a model ---------------------------------------------
