@@ -81,6 +81,19 @@ def corpus_of(documents: list[Document], chunk_size: int, chunk_overlap: int) ->
     )
 
 
+def cmrc_answers(root: Path | None = None) -> dict[str, str]:
+    """Each CMRC 2018 question's first answer, verbatim (its span in the paragraph), by question id."""
+    root = root or shared_data() / "cmrc2018"
+    return {
+        qa["id"]: qa["answers"][0]["text"]
+        for split in ("dev", "trial")
+        for article in json.loads((root / f"cmrc2018_{split}.json").read_text(encoding="utf-8"))["data"]
+        for paragraph in article["paragraphs"]
+        for qa in paragraph["qas"]
+        if qa["answers"]
+    }
+
+
 def load_cmrc(root: Path | None = None) -> Dataset:
     """All of CMRC 2018 dev + trial; a paragraph's questions are all dev or all test (seeded by its id)."""
     root = root or shared_data() / "cmrc2018"

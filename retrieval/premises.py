@@ -48,6 +48,7 @@ _SETBACK = (
     r"被擒|被获|所获|被执|被捉|所擒|被杀|所杀|被斩|所斩|被害|遇害|身死|而死|死于|身亡|自刎|自杀|缢死|"
     r"首级|下狱|狱中|兵败|败走|败退|败回|大败而|败后|之败|退兵|不信|放去|放了|放过|不食|归天|而亡|而卒|病故|病亡"
 )
+_FIRST_CALENDAR_YEAR = 1000  # a figure in 年 from here on is a year, not a span
 _GAP = 12  # characters at most between the subject's name and the setback
 # A kinsman right after the name is whose setback it is (卓母亦被杀, 关羽子关平被擒); 父子 and 兄弟
 # include the subject (关公父子皆遇害).
@@ -131,8 +132,11 @@ def figure_premise(
 ) -> tuple[str, str, str] | None:
     """(the part's clause stating a figure, source id, sentence) when a sentence of `texts` ((id,
     text) pairs, best first) names a word the part puts before its figure (陪产假 in 陪产假延长到30天)
-    and states a figure of the same unit, none of them the part's value (15天, not 30天); of several,
-    the one sharing most of the clause's words. An ordinal (第二次) states no amount."""
+    and states a figure of the same unit, none of them the part's value (15天, not 30天), and no such
+    sentence states the part's value (新加坡1974年… is not denied by 新加坡1965年独立 when another
+    sentence says 新加坡于1974年…); of several, the one sharing most of the clause's words. An ordinal
+    (第二次), an asked count (哪两个) and a year of the calendar (新加坡1974年…: a subject has many)
+    state no amount."""
     asked_figures = figures_of(Quote(part, "", "", part))
     if not asked_figures:  # most parts state no figure: the sources are not read for one
         return None
@@ -140,17 +144,28 @@ def figure_premise(
     found: list[tuple[int, str, str, str]] = []
     for asked in asked_figures:
         before = asked.context.split("，", 1)[0]
-        if before.endswith("第"):
-            continue
+        if before.endswith(("第", "哪")) or _calendar(asked):
+            continue  # 第二次, 哪两个公司: no amount stated; 1974年: a time, of which a subject has many
         leading = {word for word in tokenizer.content_words(before) if len(word) > 1}
         words = leading | {word for word in tokenizer.content_words(asked.context) if len(word) > 1}
-        for (source_id, sentence), values in _values_by_sentence(stated, asked).items():
-            if any(word in sentence for word in leading) and asked.value not in values:
-                found.append((sum(word in sentence for word in words), asked.clause, source_id, sentence.strip()))
+        about = {
+            key: values
+            for key, values in _values_by_sentence(stated, asked).items()
+            if any(word in key[1] for word in leading)
+        }
+        if any(asked.value in values for values in about.values()):
+            continue  # the documents give the part's figure too: a premise they state
+        for source_id, sentence in about:
+            found.append((sum(word in sentence for word in words), asked.clause, source_id, sentence.strip()))
     if not found:
         return None
     best = max(found, key=lambda hit: hit[0])  # the first of the best: texts come best first
     return best[1], best[2], best[3]
+
+
+def _calendar(figure: Figure) -> bool:
+    """A date or a year of the calendar (1974年), not an amount (30天, 六个月)."""
+    return figure.unit == "date" or (figure.unit == "年" and figure.value[0] >= _FIRST_CALENDAR_YEAR)
 
 
 def _values_by_sentence(stated: Sequence[Figure], asked: Figure) -> dict[tuple[str, str], set[tuple[float, ...]]]:
@@ -166,7 +181,7 @@ def _values_by_sentence(stated: Sequence[Figure], asked: Figure) -> dict[tuple[s
 
 # A premise clause that sets a scene (放在浴室里用时, 过滤海水以后), and a prohibition in a document:
 # what follows the marker, up to the clause's end, is forbidden (请勿在浴室等潮湿环境中使用本机).
-_WHEN = re.compile(r"^(?P<premise>[^，,。？?]{2,30}?)(?:的时候|时|之后|以后)")
+_WHEN = re.compile(r"^(?P<premise>[^，,。？?]{2,30}?)(?:的时候|时(?!候)|之后|以后)")  # not 什么时候: it asks
 _FORBIDDEN = re.compile(r"(?:请勿|切勿|严禁|禁止|不得(?!已)|不适用于|不宜)(?P<forbidden>[^，,。；;！!？?：:“”]+)")
 
 

@@ -164,6 +164,25 @@ def test_a_figure_the_documents_also_give_or_none_is_no_premise(part: str) -> No
     assert premises.figure_premise(part, [*HANDBOOK, ("meng", "孟获一次被擒，不服。")], get_tokenizer()) is None
 
 
+ENCYCLOPEDIA = [
+    ("intern", "实习生试用期为一个月。"),  # another value, beside the handbook's 三个月
+    ("script", "新加坡曾于1969年自行简化汉字，在1976年后则改用简化字。"),
+    ("group", "昌明集团共有五个部门。"),
+]
+
+
+@pytest.mark.parametrize(
+    "part",
+    [
+        "试用期三个月结束后怎么转正",  # one sentence gives 一个月, another the part's 三个月
+        "新加坡1974年公布了什么文件",  # a year of the calendar: a subject has many (CMRC gave 170 such denials)
+        "昌明集团分成哪两个部门",  # the count asked, not stated
+    ],
+)
+def test_a_figure_some_sentence_gives_or_that_states_no_amount_is_no_premise(part: str) -> None:
+    assert premises.figure_premise(part, [*HANDBOOK, *ENCYCLOPEDIA], get_tokenizer()) is None
+
+
 MANUAL = [
     ("p5", "滤网寿命约为3000小时。请勿在浴室等潮湿环境中使用本机。"),
     ("a3", "设备工作时请勿断电，否则可能导致管路进气。本机不适用于处理海水或工业废水。"),
@@ -189,10 +208,12 @@ def test_a_scene_the_documents_forbid_is_a_denied_premise(part: str, sentence: s
         "净水器工作时突然断电会怎样",  # the forbidden act is asked about, not taken for granted
         "这台净水器能不能用来过滤海水",  # no scene
         "赵云取桂阳时，太守赵范想把谁许配给他",  # 擒不得赵云 forbids nothing; a name does not count
+        "平民禁止带刀的规定是什么时候宣布的",  # 什么时候 asks a time, it sets no scene
     ],
 )
 def test_a_question_about_what_is_forbidden_is_no_premise(part: str) -> None:
-    assert premises.forbidden_premise(part, MANUAL, get_tokenizer()) is None
+    ban = ("ban", "平民禁止带刀是在1871年宣布。")
+    assert premises.forbidden_premise(part, [*MANUAL, ban], get_tokenizer()) is None
 
 
 def test_a_denied_premise_is_quoted_and_not_answered() -> None:
