@@ -72,6 +72,10 @@ class Quote:
     source_id: str
     document: str
     text: str
+    # The whole text the quote is from (a chunk): which of the part's names it holds says what it is
+    # about when the quote does not (a paragraph naming its plant once, then 生长于海拔100米…). The
+    # quote itself when empty.
+    context: str = ""
 
 
 @dataclass(frozen=True)
@@ -193,7 +197,8 @@ def _qualified_apart(a: Figure, b: Figure, words: Callable[[Figure], set[str]]) 
 
 
 def figure_conflicts(quotes: Sequence[Quote], tokenizer: ChineseTokenizer) -> list[FigureConflict]:
-    """Per question part, the figures about one subject on which different documents disagree."""
+    """Per question part, the figures about one subject on which different documents disagree (their
+    whole texts naming the same of the part's words)."""
     conflicts: list[FigureConflict] = []
 
     def words(figure: Figure) -> set[str]:  # with their dictionary sub-words: 普通商品 names 普通
@@ -204,6 +209,7 @@ def figure_conflicts(quotes: Sequence[Quote], tokenizer: ChineseTokenizer) -> li
     for part in dict.fromkeys(quote.part for quote in quotes):
         # the part's words, and its character pairs where jieba cuts them apart (年假有几天: 年 / 假)
         terms = {term for term in [*tokenizer.query_terms(part), *bigram_terms(part)] if len(term) > 1}
+        names = {term for term in tokenizer.query_terms(part) if len(term) > 1}
         figures = [f for quote in quotes if quote.part == part for f in figures_of(quote)]
         reported: set[int] = set()
         for i, first in enumerate(figures):
@@ -212,7 +218,7 @@ def figure_conflicts(quotes: Sequence[Quote], tokenizer: ChineseTokenizer) -> li
             group = [first]
             for j in range(i + 1, len(figures)):
                 other = figures[j]
-                if j not in reported and _same_subject(first, other, terms, words):
+                if j not in reported and _same_subject(first, other, terms, words) and _same_topic(first, other, names):
                     group.append(other)
                     reported.add(j)
             documents = {f.quote.document for f in group}
@@ -220,6 +226,16 @@ def figure_conflicts(quotes: Sequence[Quote], tokenizer: ChineseTokenizer) -> li
             if len(documents) > 1 and len(values) > 1 and _split_by_document(group):
                 conflicts.append(FigureConflict(part, _one_per_value(group)))
     return conflicts
+
+
+def _same_topic(a: Figure, b: Figure, names: set[str]) -> bool:
+    """Whether the two figures' whole texts name the same of the part's words that neither sentence
+    does: a sentence that leaves its subject to its paragraph (生长于海拔100米至2,800米的地区) is about
+    the paragraph's (五月艾 in one, 蓍 in the other), however alike the two sentences are."""
+    unsaid = {name for name in names if name not in a.sentence and name not in b.sentence}
+    return {name for name in unsaid if name in (a.quote.context or a.quote.text)} == {
+        name for name in unsaid if name in (b.quote.context or b.quote.text)
+    }
 
 
 def _split_by_document(group: list[Figure]) -> bool:

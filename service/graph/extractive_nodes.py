@@ -146,9 +146,15 @@ def _disagreements(state: WorkflowState, answers: list[PartAnswer], tokenizer: C
     (`retrieval.conflicts`), each side cited with the number the answer gives it."""
     contexts, quoted = _numbered(state, answers)
     by_number = {context.number: context for context in contexts}
-    documents = {chunk_id: passage.source for chunk_id, passage in state.get("passages", {}).items()}
+    passages = state.get("passages", {})
     quotes = [
-        conflicts.Quote(answer.part, e.source_id, documents.get(e.source_id) or e.source_id, e.text)
+        conflicts.Quote(
+            answer.part,
+            e.source_id,
+            passages[e.source_id].source if e.source_id in passages else e.source_id,
+            e.text,
+            passages[e.source_id].text if e.source_id in passages else "",
+        )
         for answer in answers
         if answer.answered and not answer.wants_links
         for e in answer.extracts
