@@ -59,6 +59,7 @@ _CLAUSE_EDGE = re.compile(r"[，,；;。！!？?\n]")
 _ERA_CHARS = 2
 _CODE = re.compile(r"[A-Za-z]+-?\d[A-Za-z0-9-]*")  # model numbers: X200, GB-2760, iPhone15
 
+_ASKED = re.compile(r"几|多少|哪|什么|何|谁|怎")  # a question word, and what sits right before it is asked
 _FILLERS = "为是约有达共计在于的了仅只近逾超过不"  # 功率为5.5千瓦, 剂量不超过3克: what is measured is 功率, 剂量
 _WORD_CHAR = re.compile(r"[\w\u4e00-\u9fff]")
 
@@ -209,7 +210,7 @@ def figure_conflicts(quotes: Sequence[Quote], tokenizer: ChineseTokenizer) -> li
     for part in dict.fromkeys(quote.part for quote in quotes):
         # the part's words, and its character pairs where jieba cuts them apart (年假有几天: 年 / 假)
         terms = {term for term in [*tokenizer.query_terms(part), *bigram_terms(part)] if len(term) > 1}
-        names = {term for term in tokenizer.query_terms(part) if len(term) > 1}
+        names = _subject_words(part, tokenizer)
         figures = [f for quote in quotes if quote.part == part for f in figures_of(quote)]
         reported: set[int] = set()
         for i, first in enumerate(figures):
@@ -229,12 +230,21 @@ def figure_conflicts(quotes: Sequence[Quote], tokenizer: ChineseTokenizer) -> li
 
 
 def _same_topic(a: Figure, b: Figure, names: set[str]) -> bool:
-    """Whether the two figures' whole texts name the same of the part's words that neither sentence
-    does: a sentence that leaves its subject to its paragraph (生长于海拔100米至2,800米的地区) is about
-    the paragraph's (五月艾 in one, 蓍 in the other), however alike the two sentences are."""
-    unsaid = {name for name in names if name not in a.sentence and name not in b.sentence}
-    return {name for name in unsaid if name in (a.quote.context or a.quote.text)} == {
-        name for name in unsaid if name in (b.quote.context or b.quote.text)
+    """Whether the two figures' whole texts hold the same of the part's words: a sentence that leaves
+    its subject to its paragraph (生长于海拔100米至2,800米的地区) is about the paragraph's (雷公藤 in one,
+    五月艾 in the other), however alike the two sentences are."""
+    return {name for name in names if name in (a.quote.context or a.quote.text)} == {
+        name for name in names if name in (b.quote.context or b.quote.text)
+    }
+
+
+def _subject_words(part: str, tokenizer: ChineseTokenizer) -> set[str]:
+    """The part's words that name what it is about: not those of what it asks (星期 in 星期几, 海拔 in
+    海拔多少, 何时), which each source may word its own way."""
+    return {
+        word
+        for word in tokenizer.query_terms(part)
+        if len(word) > 1 and not _ASKED.search(word) and not re.search(f"{re.escape(word)}(?:{_ASKED.pattern})", part)
     }
 
 
