@@ -33,7 +33,7 @@ text. Its thresholds are the service's settings, not tuned on it: it checks the 
 `--set medical`: the retrieval set's 80 passages and 140 colloquial questions (「一饿就心慌冒冷汗，是不
 是血糖低了？」), all answerable and without verbatim evidence: only how many are admitted.
 `--set cmrc`: CMRC 2018's 1,104 Wikipedia paragraphs and 4,219 questions, each with its answer span as
-the evidence (about 9 minutes): every rule here was written on the novel and the made-up corpus, so
+the evidence (about 9 minutes with nothing cached): every rule here was written on the novel and the made-up corpus, so
 this is how they fare on questions and prose they were not written for.
 """
 

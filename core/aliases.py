@@ -1,9 +1,8 @@
 """Aliases mined from a base's own documents: 玄德 is 刘备, 简称 and 全称, a term and its equivalent in brackets.
 
 People and things are named many ways (玄德, 孔明, 云长, 绰号黑旋风, 次子名权，字仲谋 …; 简称, 全称, 又称, 俗称,
-别名, 学名, 原名, 古称, 英文缩写, （以下简称“甲方”）, English abbreviations in brackets) and a keyword list knows
-one of them. While
-indexing, `mine` finds the naming patterns of classical and modern Chinese in the documents; a
+别名, 学名, 原名, 古称, 英文缩写, （以下简称“甲方”）, English abbreviations in brackets) and a keyword list
+knows one of them. While indexing, `mine` finds the naming patterns of classical and modern Chinese in the documents; a
 candidate is kept only when the corpus confirms it (both names occur elsewhere: co-occurrence, not
 a one-off phrase), and the name before the pattern is cut where the corpus says a name ends (刘备,
 not 乃刘备), or, for a definition, where jieba's nouns end (北京蓝鲸科技有限公司, not 本合同由…).
