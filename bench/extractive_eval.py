@@ -110,8 +110,9 @@ def indexed_chunks(es: Elasticsearch, index: str) -> list[str]:
 
 
 def contains(answer: str, evidence: str) -> bool:
-    """The evidence, verbatim, in the answer's quotes (markup removed, so adjacent quotes join)."""
-    return evidence in _MARKUP.sub("", answer)
+    """The evidence, verbatim, in the answer's quotes (markup removed from both, so adjacent quotes join
+    and an evidence holding 「」 of its own, as CMRC's spans may, is still found)."""
+    return _MARKUP.sub("", evidence) in _MARKUP.sub("", answer)
 
 
 def run_all(retriever: Retriever, settings: Settings, questions: list[dict[str, Any]]) -> list[dict[str, Any]]:
