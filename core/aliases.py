@@ -42,10 +42,8 @@ _ALSO = re.compile(
 # one, or the English one. These follow a clause as often as a name (本站在1900年启用时，原名糠之目), so the
 # name is the whole run from the sentence's start or its last punctuation, and the corpus must confirm it
 # as it stands; a Latin name runs to its last letter (Apple Inc., not Apple).
-_FORMERLY_NAMED = (
-    "别名|亦名|也叫|也称|俗名|学名|古称|古名|旧称|旧名|原名|本名|曾用名|正式名称|全名|"
-    "英文名称|英文名|英文全称|英文简称|英文缩写|缩写"
-)
+_ENGLISH_NAMED = "英文名称|英文名|英文全称|英文简称|英文缩写|缩写"  # these name a Latin name
+_FORMERLY_NAMED = f"别名|亦名|也叫|也称|俗名|学名|古称|古名|旧称|旧名|原名|本名|曾用名|正式名称|全名|{_ENGLISH_NAMED}"
 _FORMERLY = re.compile(
     rf"(?<![{_CJK}A-Za-z0-9、])(?P<name>(?:(?!的)[{_CJK}A-Za-z0-9]){{2,12}})的?[，,]?(?P<marker>{_FORMERLY_NAMED})"
     + rf"(?:为|作|是|叫)?[:：]?[“\"「『《]?(?P<alias>[{_CJK}]{{2,12}}|[A-Za-z][A-Za-z0-9.&\- ]{{0,40}}[A-Za-z0-9.])"
@@ -208,9 +206,9 @@ def _candidates(sentence: str, corpus: _Counts, lexicon: Lexicon) -> Iterable[tu
         if not _in_brackets(sentence, match.start()) and (name := _name_of(match["name"], corpus)):
             yield match["alias"], name, "stated"
     for match in _FORMERLY.finditer(sentence):
-        english = "英" in match["marker"] or "缩写" in match["marker"]
+        english = re.fullmatch(_ENGLISH_NAMED, match["marker"])
         if (
-            (not english or re.match("[A-Za-z]", match["alias"]))  # 英文名 names a Latin name (not 取为「Mercy…」)
+            (not english or re.match("[A-Za-z]", match["alias"]))  # not 英文名取为「Mercy…」
             and not _in_brackets(sentence, match.start())
             and not lexicon.refers(match["name"])  # 本站原名…, 从前的旧名…
         ):

@@ -212,6 +212,7 @@ def figure_conflicts(quotes: Sequence[Quote], tokenizer: ChineseTokenizer) -> li
         terms = {term for term in [*tokenizer.query_terms(part), *bigram_terms(part)] if len(term) > 1}
         names = _subject_words(part, tokenizer)
         figures = [f for quote in quotes if quote.part == part for f in figures_of(quote)]
+        topic = {f.quote: _named(f.quote, names) for f in figures}  # each quote's whole text read once
         reported: set[int] = set()
         for i, first in enumerate(figures):
             if i in reported:
@@ -219,7 +220,9 @@ def figure_conflicts(quotes: Sequence[Quote], tokenizer: ChineseTokenizer) -> li
             group = [first]
             for j in range(i + 1, len(figures)):
                 other = figures[j]
-                if j not in reported and _same_subject(first, other, terms, words) and _same_topic(first, other, names):
+                # Whole texts naming different ones of the part's words are about different things.
+                same_topic = topic[first.quote] == topic[other.quote]
+                if j not in reported and same_topic and _same_subject(first, other, terms, words):
                     group.append(other)
                     reported.add(j)
             documents = {f.quote.document for f in group}
@@ -229,13 +232,11 @@ def figure_conflicts(quotes: Sequence[Quote], tokenizer: ChineseTokenizer) -> li
     return conflicts
 
 
-def _same_topic(a: Figure, b: Figure, names: set[str]) -> bool:
-    """Whether the two figures' whole texts hold the same of the part's words: a sentence that leaves
-    its subject to its paragraph (生长于海拔100米至2,800米的地区) is about the paragraph's (雷公藤 in one,
-    五月艾 in the other), however alike the two sentences are."""
-    return {name for name in names if name in (a.quote.context or a.quote.text)} == {
-        name for name in names if name in (b.quote.context or b.quote.text)
-    }
+def _named(quote: Quote, names: set[str]) -> frozenset[str]:
+    """Which of the part's words the quote's whole text holds: a sentence that leaves its subject to its
+    paragraph (生长于海拔100米至2,800米的地区) is about the paragraph's (雷公藤 in one, 五月艾 in the
+    other), however alike two such sentences are."""
+    return frozenset(name for name in names if name in (quote.context or quote.text))
 
 
 def _subject_words(part: str, tokenizer: ChineseTokenizer) -> set[str]:

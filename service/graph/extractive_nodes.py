@@ -13,11 +13,11 @@ from langgraph.runtime import Runtime
 from core.text import ChineseTokenizer
 from retrieval import conflicts, extractive
 from retrieval.conflicts import Conflict
-from retrieval.extractive import PartAnswer, Quoted, Source, Thresholds
+from retrieval.extractive import Extract, PartAnswer, Quoted, Source, Thresholds
 from service.graph.context import NumberedContext, citations, conflict_source, contexts_hash
 from service.graph.nodes import NodeResult, after_evaluation, log_verdict, state_contexts, traced
 from service.graph.schemas import MAX_MISSING, EvaluationStep
-from service.graph.state import RunContext, WorkflowState
+from service.graph.state import Passage, RunContext, WorkflowState
 
 ROUTE_REASON = "抽取式回答不做路由：每个问题都到知识库中找原文"
 WEB_DID_NOT_CONFIRM = "网络搜索结果也未能确认"
@@ -148,13 +148,7 @@ def _disagreements(state: WorkflowState, answers: list[PartAnswer], tokenizer: C
     by_number = {context.number: context for context in contexts}
     passages = state.get("passages", {})
     quotes = [
-        conflicts.Quote(
-            answer.part,
-            e.source_id,
-            passages[e.source_id].source if e.source_id in passages else e.source_id,
-            e.text,
-            passages[e.source_id].text if e.source_id in passages else "",
-        )
+        _conflict_quote(answer.part, e, passages.get(e.source_id))
         for answer in answers
         if answer.answered and not answer.wants_links
         for e in answer.extracts
@@ -169,6 +163,13 @@ def _disagreements(state: WorkflowState, answers: list[PartAnswer], tokenizer: C
         )
         for found in conflicts.figure_conflicts(quotes, tokenizer)
     ]
+
+
+def _conflict_quote(part: str, extract: Extract, passage: Passage | None) -> conflicts.Quote:
+    """An extract as the conflict check reads it: its document (a base passage's source, else the web
+    result's or client source's id) and the whole chunk it is from, when it is from the base."""
+    document = (passage.source if passage else "") or extract.source_id
+    return conflicts.Quote(part, extract.source_id, document, extract.text, passage.text if passage else "")
 
 
 def _numbered(state: WorkflowState, answers: list[PartAnswer]) -> tuple[list[NumberedContext], dict[str, Quoted]]:
