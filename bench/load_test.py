@@ -193,7 +193,7 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m bench.load_test", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -210,7 +210,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url", help="load-test this running service (serving --index) instead of starting one")
     parser.add_argument("--out", type=Path, default=RESULTS / "load_test")
     parser.add_argument("--update-docs", action="store_true", help="write the table into docs/scaling.md")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def http_runs(args: argparse.Namespace, questions: list[str], levels: list[int], modes: list[str]) -> list[Any]:
+    """Every concurrency level and mode against `--url`, or against a service started here on `--index`."""
+    service = None
+    if args.url:
+        url = args.url.rstrip("/")
+    else:
+        env = {**os.environ, "ES_INDEX": args.index, "API_KEYS": "", "LOG_LEVEL": "WARNING"}
+        log = REPO / ".cache" / "bench" / "load_test-service.log"
+        service = ServiceProcess(env, Path.cwd(), log, ready_path="/readyz")
+        service.start()
+        url = service.url
+    try:
+        return [
+            asyncio.run(
+                run_load(url, questions, mode, args.requests, concurrency, args.warmup, args.k, args.max_seconds)
+            )
+            for concurrency in levels
+            for mode in modes
+        ]
+    finally:
+        if service is not None:
+            service.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     if args.index == "kb":
         raise SystemExit("refusing to load-test the knowledge base `kb`: use a scratch alias")
     levels = [int(c) for c in args.concurrency.split(",")]
@@ -237,25 +265,8 @@ def main(argv: list[str] | None = None) -> int:
         "retriever": [
             time_retriever(args.index, questions, mode, args.requests, args.warmup, args.k) for mode in modes
         ],
-        "http": [],
+        "http": http_runs(args, questions, levels, modes),
     }
-    service = None
-    if args.url:
-        url = args.url.rstrip("/")
-    else:
-        env = {**os.environ, "ES_INDEX": args.index, "API_KEYS": "", "LOG_LEVEL": "WARNING"}
-        log = REPO / ".cache" / "bench" / "load_test-service.log"
-        service = ServiceProcess(env, Path.cwd(), log, ready_path="/readyz")
-        service.start()
-        url = service.url
-    try:
-        for concurrency in levels:
-            for mode in modes:
-                run = run_load(url, questions, mode, args.requests, concurrency, args.warmup, args.k, args.max_seconds)
-                report["http"].append(asyncio.run(run))
-    finally:
-        if service is not None:
-            service.stop()
     report["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     table = markdown(report)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -105,6 +105,46 @@ class WebUI:
         chat_id: str | None,
         files: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
+        user, body = self._completion(model, question, history, chat_id, files)
+        answer_id = body["id"]
+        self.events.clear()
+        sent = await self.http.post("/api/chat/completions", json=body)
+        reply = sent.json() if sent.headers.get("content-type", "").startswith("application/json") else {}
+        await self._settle()
+        chat = chat_id or (await self.http.get("/api/v1/chats/")).json()[0]["id"]
+        shown = (await self.http.get(f"/api/v1/chats/{chat}")).json()
+        message = shown["chat"]["history"]["messages"].get(answer_id, {})
+        content = message.get("content") or f"ERROR: {(message.get('error') or {}).get('content')}"
+        self.events.append(
+            {
+                "data": {
+                    "type": "shown",
+                    "data": {
+                        "title": shown["title"],
+                        "tags": shown["meta"].get("tags"),
+                        "follow_ups": message.get("followUps"),
+                    },
+                }
+            }
+        )
+        return {
+            "chat_id": chat,
+            "user": {**user, "content": question},
+            "answer": {"id": answer_id, "role": "assistant", "content": content},
+            "status": sent.status_code,
+            "reply": reply,
+            "events": list(self.events),
+        }
+
+    def _completion(
+        self,
+        model: dict[str, Any],
+        question: str,
+        history: list[dict[str, Any]],
+        chat_id: str | None,
+        files: list[dict[str, Any]] | None,
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The user message and the `/api/chat/completions` body, as the page sends them."""
         parent = history[-1]["id"] if history else None
         user_id, answer_id = str(uuid.uuid4()), str(uuid.uuid4())
         user = {
@@ -139,34 +179,7 @@ class WebUI:
             | ({"title_generation": True, "tags_generation": True} if parent is None else {}),
             **({"chat_id": chat_id} if chat_id else {}),
         }
-        self.events.clear()
-        sent = await self.http.post("/api/chat/completions", json=body)
-        reply = sent.json() if sent.headers.get("content-type", "").startswith("application/json") else {}
-        await self._settle()
-        chat = chat_id or (await self.http.get("/api/v1/chats/")).json()[0]["id"]
-        shown = (await self.http.get(f"/api/v1/chats/{chat}")).json()
-        message = shown["chat"]["history"]["messages"].get(answer_id, {})
-        content = message.get("content") or f"ERROR: {(message.get('error') or {}).get('content')}"
-        self.events.append(
-            {
-                "data": {
-                    "type": "shown",
-                    "data": {
-                        "title": shown["title"],
-                        "tags": shown["meta"].get("tags"),
-                        "follow_ups": message.get("followUps"),
-                    },
-                }
-            }
-        )
-        return {
-            "chat_id": chat,
-            "user": {**user, "content": question},
-            "answer": {"id": answer_id, "role": "assistant", "content": content},
-            "status": sent.status_code,
-            "reply": reply,
-            "events": list(self.events),
-        }
+        return user, body
 
     async def _settle(self, quiet_s: float = 8.0, most_s: float = 300.0) -> None:
         """Until no event came for `quiet_s` (the answer, then title, tags and follow-ups)."""

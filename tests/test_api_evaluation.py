@@ -82,6 +82,37 @@ def test_names_and_unknown_bases(base_url: str, bases: tuple[str, str]) -> None:
         assert client.post(f"/kbs/{bases[0]}/fusion").headers["allow"] == "DELETE, GET, PUT"
 
 
+def check_kept_across_a_restart(
+    status_url: str, status: dict[str, Any], medical: str, es_url: str, embedder: Embedder
+) -> None:
+    """The job is kept in Elasticsearch: another process (a restart) gives the same status and
+    plot, and lists it with the other jobs."""
+    settings = Settings(_env_file=None, es_url=es_url, jobs_index=JOBS, es_index=medical)
+    with serve(create_app(settings, embedder=embedder)) as restarted:
+        again = httpx.get(f"{restarted}{status_url}", timeout=60).json()
+        assert again == status
+        assert httpx.get(f"{restarted}{status['plot_url']}", timeout=60).content[:8] == b"\x89PNG\r\n\x1a\n"
+        listed = httpx.get(f"{restarted}/jobs", params={"kb": medical}, timeout=60).json()["jobs"]
+        assert [(job["id"], job["kind"], job["state"]) for job in listed][:1] == [(status["job"], "evaluation", "done")]
+
+
+def check_pin_and_reset(client: httpx.Client, medical: str) -> None:
+    """A person pins a fusion, then resets it."""
+    pin = {"method": "rrf", "rrf_k": 30, "depth": 20, "lists": ["vector", "bm25"], "weights": {"vector": 2}}
+    pinned = client.put(f"/kbs/{medical}/fusion", json=pin | {"note": "by hand"})
+    assert pinned.status_code == 200, pinned.text
+    assert pinned.json()["effective"] | {"origin": None} == pin | {"weights": {"vector": 2.0}, "origin": None}
+    found = client.post("/search", json={"query": "高血糖吃什么", "mode": "hybrid", "k": 3}).json()
+    assert (found["fusion"]["method"], found["fusion"]["origin"]) == ("rrf", "pinned")
+    assert set(found["hits"][0]["explain"]) == {"vector", "bm25"}
+    assert client.put(f"/kbs/{medical}/fusion", json={"method": "rrf", "lists": ["hybrid"]}).status_code == 422
+    assert client.put(f"/kbs/{medical}/fusion", json={"method": "nope"}).status_code == 422
+    reset = client.delete(f"/kbs/{medical}/fusion").json()
+    assert reset["stored"] is None and reset["effective"]["origin"] == "default"
+    found = client.post("/search", json={"query": "高血糖吃什么", "mode": "hybrid", "k": 3}).json()
+    assert found["fusion"]["origin"] == "default"
+
+
 def test_upload_evaluate_and_search_with_the_chosen_fusion(
     base_url: str, bases: tuple[str, str], es_url: str, embedder: Embedder
 ) -> None:
@@ -108,17 +139,7 @@ def test_upload_evaluate_and_search_with_the_chosen_fusion(
         plot = client.get(status["plot_url"])
         assert plot.status_code == 200 and plot.headers["content-type"] == "image/png"
 
-        # The job is kept in Elasticsearch: another process (a restart) gives the same status and
-        # plot, and lists it with the other jobs.
-        settings = Settings(_env_file=None, es_url=es_url, jobs_index=JOBS, es_index=medical)
-        with serve(create_app(settings, embedder=embedder)) as restarted:
-            again = httpx.get(f"{restarted}{status_url}", timeout=60).json()
-            assert again == status
-            assert httpx.get(f"{restarted}{status['plot_url']}", timeout=60).content[:8] == b"\x89PNG\r\n\x1a\n"
-            listed = httpx.get(f"{restarted}/jobs", params={"kb": medical}, timeout=60).json()["jobs"]
-            assert [(job["id"], job["kind"], job["state"]) for job in listed][:1] == [
-                (status["job"], "evaluation", "done")
-            ]
+        check_kept_across_a_restart(status_url, status, medical, es_url, embedder)
 
         chosen = report["chosen"]
         fusion = client.get(f"/kbs/{medical}/fusion").json()
@@ -135,20 +156,7 @@ def test_upload_evaluate_and_search_with_the_chosen_fusion(
         shown = client.get(f"/kbs/{medical}").json()["fusion"]
         assert (shown["origin"], shown["method"], shown["depth"]) == ("evaluation", chosen["method"], chosen["depth"])
 
-        # A person pins one, then resets it.
-        pin = {"method": "rrf", "rrf_k": 30, "depth": 20, "lists": ["vector", "bm25"], "weights": {"vector": 2}}
-        pinned = client.put(f"/kbs/{medical}/fusion", json=pin | {"note": "by hand"})
-        assert pinned.status_code == 200, pinned.text
-        assert pinned.json()["effective"] | {"origin": None} == pin | {"weights": {"vector": 2.0}, "origin": None}
-        found = client.post("/search", json={"query": "高血糖吃什么", "mode": "hybrid", "k": 3}).json()
-        assert (found["fusion"]["method"], found["fusion"]["origin"]) == ("rrf", "pinned")
-        assert set(found["hits"][0]["explain"]) == {"vector", "bm25"}
-        assert client.put(f"/kbs/{medical}/fusion", json={"method": "rrf", "lists": ["hybrid"]}).status_code == 422
-        assert client.put(f"/kbs/{medical}/fusion", json={"method": "nope"}).status_code == 422
-        reset = client.delete(f"/kbs/{medical}/fusion").json()
-        assert reset["stored"] is None and reset["effective"]["origin"] == "default"
-        found = client.post("/search", json={"query": "高血糖吃什么", "mode": "hybrid", "k": 3}).json()
-        assert found["fusion"]["origin"] == "default"
+        check_pin_and_reset(client, medical)
 
         # A dry run reports and stores nothing.
         status = finished(client, client.post(f"/kbs/{medical}/evaluate", json={"dry_run": True}).json()["status_url"])

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from elasticsearch import Elasticsearch
-from playwright.sync_api import Browser, Response, expect, sync_playwright
+from playwright.sync_api import Browser, Page, Response, expect, sync_playwright
 
 from core.config import Settings
 from core.documents import Document
@@ -39,6 +39,24 @@ def page_url(es: Elasticsearch, es_url: str, embedder: Embedder) -> Iterator[tup
             yield url, medical
         es.options(ignore_status=404).delete(index=TEST_INDICES["QUESTIONS_INDEX"], id=medical)
         es.options(ignore_status=404).indices.delete(index=JOBS)
+
+
+def check_report_shown(tab: Page, report: dict[str, Any]) -> None:
+    """The table is the server's report, to the third decimal; the intervals, the chosen fusion, the
+    plot and the misses are shown with it."""
+    rows = tab.locator("#eval-table tbody tr")
+    expect(rows).to_have_count(6)
+    for i, mode in enumerate(("vector", "bm25", "bigram", "standard", "hybrid")):
+        cells = rows.nth(i).locator("td").all_inner_texts()
+        assert cells == [f"{report['test'][mode][m]:.3f}" for m in ("R@1", "R@5", "R@10", "MRR@10", "nDCG@10")]
+    expect(tab.locator("#eval-intervals tbody tr")).to_have_count(4)
+    expect(tab.locator("#eval-chosen")).to_contain_text(report["chosen"]["label"])
+    expect(tab.locator("#eval-chosen")).to_contain_text("已保存")
+    expect(tab.locator("#eval-fusion-text")).to_contain_text("评测选出")
+    assert tab.locator("#eval-plot").evaluate("img => img.complete && img.naturalWidth") > 0
+    misses = tab.locator("#eval-misses li")
+    expect(misses).to_have_count(len(report["misses"]))
+    screenshot(tab, "evaluation.png")
 
 
 def test_upload_run_read_the_report_and_open_a_miss(page_url: tuple[str, str], tmp_path: Path) -> None:
@@ -81,20 +99,7 @@ def test_upload_run_read_the_report_and_open_a_miss(page_url: tuple[str, str], t
         report = next(s for s in statuses if s["status"] == "done")["report"]
         assert any(s["status"] in ("queued", "running") for s in statuses)  # progress was shown on the way
 
-        # The table is the server's report, to the third decimal.
-        rows = tab.locator("#eval-table tbody tr")
-        expect(rows).to_have_count(6)
-        for i, mode in enumerate(("vector", "bm25", "bigram", "standard", "hybrid")):
-            cells = rows.nth(i).locator("td").all_inner_texts()
-            assert cells == [f"{report['test'][mode][m]:.3f}" for m in ("R@1", "R@5", "R@10", "MRR@10", "nDCG@10")]
-        expect(tab.locator("#eval-intervals tbody tr")).to_have_count(4)
-        expect(tab.locator("#eval-chosen")).to_contain_text(report["chosen"]["label"])
-        expect(tab.locator("#eval-chosen")).to_contain_text("已保存")
-        expect(tab.locator("#eval-fusion-text")).to_contain_text("评测选出")
-        assert tab.locator("#eval-plot").evaluate("img => img.complete && img.naturalWidth") > 0
-        misses = tab.locator("#eval-misses li")
-        expect(misses).to_have_count(len(report["misses"]))
-        screenshot(tab, "evaluation.png")
+        check_report_shown(tab, report)
 
         wrong_miss = tab.locator("#eval-misses li[data-id=wrong]")
         expect(wrong_miss).to_contain_text("低血糖有哪些症状？")

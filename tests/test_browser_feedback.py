@@ -56,6 +56,32 @@ def _tab(browser: Browser, url: str, who: str, errors: list[str]) -> Page:
     return tab
 
 
+def admin_accepts_evaluates_and_undoes(admin_tab: Page, right: str, usable: int) -> None:
+    """The admin sees the vote with its comment and passage, adds it to the question set, runs an
+    evaluation that stores its fusion, and undoes that."""
+    admin_tab.click("#tab-evaluation")
+    item = admin_tab.locator("#review-list li.review-item").first
+    expect(item).to_contain_text(QUESTION)
+    expect(item).to_contain_text("备注：没有说主食怎么吃")
+    expect(item).to_contain_text(f"提问者指出的段落：{right}")
+    item.locator("button.pick-passage").click()
+    item.locator(f'li[data-id="{right}"] button.pick').click()
+    expect(admin_tab.locator("#review-status")).to_contain_text("已加入问题集")
+    expect(admin_tab.locator("#eval-questions")).to_contain_text(f"可用 {usable + 1} 条")
+    expect(admin_tab.locator("#review-list li.review-item").first).to_contain_text("已加入问题集")
+
+    admin_tab.click("#eval-run")  # not a dry run: the chosen fusion is stored (pinned to the base)
+    expect(admin_tab.locator("#eval-status")).to_have_text("评测完成", timeout=300_000)
+    expect(admin_tab.locator("#eval-change")).to_be_visible()
+    expect(admin_tab.locator("#eval-change-text")).to_contain_text("已生效")
+    expect(admin_tab.locator("#eval-change-table tbody tr")).to_have_count(5)
+    expect(admin_tab.locator("#eval-fusion-text")).to_contain_text("评测选出")
+    screenshot(admin_tab, "feedback-review.png")
+    admin_tab.click("#eval-undo")
+    expect(admin_tab.locator("#eval-change-text")).to_contain_text("已撤销")
+    expect(admin_tab.locator("#eval-fusion-text")).to_contain_text("服务默认")
+
+
 def test_ask_vote_down_accept_evaluate_and_undo(page_url: tuple[str, str], es: Elasticsearch) -> None:
     url, kb = page_url
     es.indices.refresh(index=kb)
@@ -91,28 +117,7 @@ def test_ask_vote_down_accept_evaluate_and_undo(page_url: tuple[str, str], es: E
         expect(reader.locator("#feedback-status")).to_contain_text("这段才是答案")
         screenshot(reader, "feedback-reader.png")
 
-        admin_tab = _tab(browser, url, "admin", errors)
-        admin_tab.click("#tab-evaluation")
-        item = admin_tab.locator("#review-list li.review-item").first
-        expect(item).to_contain_text(QUESTION)
-        expect(item).to_contain_text("备注：没有说主食怎么吃")
-        expect(item).to_contain_text(f"提问者指出的段落：{right}")
-        item.locator("button.pick-passage").click()
-        item.locator(f'li[data-id="{right}"] button.pick').click()
-        expect(admin_tab.locator("#review-status")).to_contain_text("已加入问题集")
-        expect(admin_tab.locator("#eval-questions")).to_contain_text(f"可用 {usable + 1} 条")
-        expect(admin_tab.locator("#review-list li.review-item").first).to_contain_text("已加入问题集")
-
-        admin_tab.click("#eval-run")  # not a dry run: the chosen fusion is stored (pinned to the base)
-        expect(admin_tab.locator("#eval-status")).to_have_text("评测完成", timeout=300_000)
-        expect(admin_tab.locator("#eval-change")).to_be_visible()
-        expect(admin_tab.locator("#eval-change-text")).to_contain_text("已生效")
-        expect(admin_tab.locator("#eval-change-table tbody tr")).to_have_count(5)
-        expect(admin_tab.locator("#eval-fusion-text")).to_contain_text("评测选出")
-        screenshot(admin_tab, "feedback-review.png")
-        admin_tab.click("#eval-undo")
-        expect(admin_tab.locator("#eval-change-text")).to_contain_text("已撤销")
-        expect(admin_tab.locator("#eval-fusion-text")).to_contain_text("服务默认")
+        admin_accepts_evaluates_and_undoes(_tab(browser, url, "admin", errors), right, usable)
         browser.close()
     assert errors == []
     with httpx.Client(base_url=url, headers={"X-API-Key": KEYS["admin"]}, timeout=60) as admin:

@@ -120,20 +120,25 @@ def test_the_split_is_fixed_by_a_seed() -> None:
 # --- the report from known lists ------------------------------------------------------------
 
 
-def test_report_figures_equal_hand_computed_ones() -> None:
-    # Four test questions and two dev questions; the relevant chunk of each is "r<n>".
-    def lists(vector: list[str], bm25: list[str]) -> dict[str, list[tuple[str, float]]]:
-        ranked = {"vector": vector, "bm25": bm25, "bigram": bm25, "standard": bm25}
-        return {name: [(id_, 10.0 - i) for i, id_ in enumerate(ids)] for name, ids in ranked.items()}
+def toy_lists(vector: list[str], bm25: list[str]) -> dict[str, list[tuple[str, float]]]:
+    """The vector list and one ranking shared by the three keyword lists, scored 10, 9, 8 …"""
+    ranked = {"vector": vector, "bm25": bm25, "bigram": bm25, "standard": bm25}
+    return {name: [(id_, 10.0 - i) for i, id_ in enumerate(ids)] for name, ids in ranked.items()}
 
-    found = {
-        "t1": lists(["r1", "x"], ["r1", "y"]),  # both lists: rank 1
-        "t2": lists(["x", "y", "r2"], []),  # vector rank 3; the keyword lists return nothing
-        "t3": lists(["x"], ["y", "r3"]),  # only the keyword lists find it, at rank 2
-        "t4": lists(["x"], ["y"]),  # nobody finds it
-        "d1": lists(["r5", "x"], ["x", "r5"]),
-        "d2": lists(["x", "r6"], ["r6"]),
-    }
+
+# Four test questions and two dev questions; the relevant chunk of each is "r<n>".
+TOY_FOUND = {
+    "t1": toy_lists(["r1", "x"], ["r1", "y"]),  # both lists: rank 1
+    "t2": toy_lists(["x", "y", "r2"], []),  # vector rank 3; the keyword lists return nothing
+    "t3": toy_lists(["x"], ["y", "r3"]),  # only the keyword lists find it, at rank 2
+    "t4": toy_lists(["x"], ["y"]),  # nobody finds it
+    "d1": toy_lists(["r5", "x"], ["x", "r5"]),
+    "d2": toy_lists(["x", "r6"], ["r6"]),
+}
+
+
+def test_report_figures_equal_hand_computed_ones() -> None:
+    found = TOY_FOUND
     lines = [
         json.dumps({"id": id_, "question": id_, "chunk_ids": [f"r{i}"], "split": "dev" if id_[0] == "d" else "test"})
         for i, id_ in enumerate(found, start=1)

@@ -283,88 +283,104 @@ def test_documents_and_jobs_follow_roles_and_document_groups(
             )
             assert clients["reader"].post(f"/kbs/{kb}/documents", json=restricted).status_code == 403
 
-            # The job: seen by its owner and the base's admins (its files may name restricted documents),
-            # a 404 like any unknown id to the others, readers of the base included.
-            for name in ("admin", "writer"):
-                assert clients[name].get(f"/jobs/{job['id']}").json()["state"] == "done"
-            for name in ("nurse", "reader"):
-                assert clients[name].get(f"/jobs/{job['id']}").status_code == 404
-            hidden = clients["outsider"].get(f"/jobs/{job['id']}")
-            unknown = clients["outsider"].get(f"/jobs/{'0' * 32}")
-            assert hidden.status_code == unknown.status_code == 404
-            assert hidden.json()["detail"].replace(job["id"], "0" * 32) == unknown.json()["detail"]
-            assert httpx.get(f"{url}/jobs/{job['id']}").status_code == 401  # no key
-
-            # The list follows the same rule.
-            es.indices.refresh(index=jobs)
-
-            def listed_jobs(name: str, **params: str) -> list[str]:
-                response = clients[name].get("/jobs", params=params)
-                assert response.status_code == 200, response.text
-                return [listed["id"] for listed in response.json()["jobs"]]
-
-            writers = listed_jobs("writer")
-            assert len(writers) == 2 and writers[1] == job["id"]  # newest first
-            assert listed_jobs("admin") == listed_jobs("admin", kb=kb, state="done") == writers
-            assert listed_jobs("writer", state="failed") == []
-            # `kb` is checked as every `?kb=`: a base the caller may not read (or none) is a 404.
-            assert clients["writer"].get("/jobs", params={"kb": "test-other"}).status_code == 404
-            assert listed_jobs("nurse") == listed_jobs("reader") == listed_jobs("outsider") == []
-            assert clients["writer"].get("/jobs", params={"state": "lost"}).status_code == 422
-
-            # A queued job (a record no worker will take) is cancelled by its owner; one that ended is not.
-            waiting = Job(
-                id=new_job_id(), kind="upload", kb=kb, owner="writer", params={"spool": str(tmp_path / "gone")}
-            )
-            JobStore(es, jobs).create(waiting)
-            assert clients["reader"].delete(f"/jobs/{waiting.id}").status_code == 404
-            cancelled = clients["writer"].delete(f"/jobs/{waiting.id}")
-            assert cancelled.status_code == 200 and cancelled.json()["state"] == "failed"
-            assert cancelled.json()["error"] == "cancelled by writer before it started"
-            assert clients["writer"].delete(f"/jobs/{waiting.id}").status_code == 409
-            assert clients["admin"].delete(f"/jobs/{job['id']}").status_code == 409
-
-            def listed(name: str) -> list[str]:
-                response = clients[name].get(f"/kbs/{kb}/documents")
-                assert response.status_code == 200, response.text
-                assert response.json()["total"] == len(response.json()["documents"])
-                return [document["doc_id"] for document in response.json()["documents"]]
-
-            assert listed("admin") == listed("nurse") == ["p1", "r1"]
-            assert listed("reader") == listed("writer") == ["p1"]  # r1 is invisible without its group
-            assert clients["outsider"].get(f"/kbs/{kb}/documents").status_code in (403, 404)
-
-            # The same text again with groups the writer holds nothing of: the groups change, and the
-            # text is embedded again (in the id space of what the writer cannot read: docs/api.md).
-            public = {"texts": [{"text": "公开的说明。", "id": "p1"}]}
-            regrouped = upload(clients["writer"], kb, json={**public, "access": ["medical"]})
-            assert (regrouped["counts"]["new"], regrouped["counts"]["unchanged"]) == (1, 0)
-            assert listed("reader") == [] and listed("nurse") == ["p1", "r1"]
-
-            # Neither is the writer's to replace, and nothing says they exist: the same names go in as
-            # documents of the writer's own, exactly as if the base had none, and the hidden ones stay.
-            forged = {"texts": [{"text": "伪造的病历。", "id": "r1"}]}
-            for attempt in (public, forged):
-                accepted = upload(clients["writer"], kb, json=attempt)
-                assert accepted["state"] == "done" and accepted["errors"] == [] and accepted["counts"]["new"] == 1
-            es.indices.refresh(index=kb)
-            texts = es.search(index=kb, query={"term": {"doc_id": "r1"}}, source_includes=["text", "access"])["hits"][
-                "hits"
-            ]
-            kept = {hit["_source"]["text"]: hit["_source"].get("access") or [] for hit in texts}
-            assert kept == {"病历：患者空腹血糖 7.8。": ["medical"], "伪造的病历。": []}
-            assert listed("reader") == listed("writer") == ["p1", "r1"]  # the writer's own two
-            assert upload(clients["admin"], kb, json=public)["counts"]["new"] == 1  # the admin replaces p1 whole
-            assert listed("reader") == ["p1", "r1"] and listed("nurse") == ["p1", "r1"]
-
-            assert clients["writer"].delete(f"/kbs/{kb}/documents/r1").json()["deleted"] == 1  # its own only
-            assert clients["nurse"].delete(f"/kbs/{kb}/documents/r1").status_code == 403  # read role only
-            assert clients["admin"].delete(f"/kbs/{kb}/documents/r1").json()["deleted"] == 1  # the hidden one
-            assert listed("nurse") == ["p1"]
+            check_job_visibility(clients, job, url)
+            check_job_list(es, clients, jobs, kb, job)
+            check_job_cancelling(es, clients, jobs, kb, job, tmp_path)
+            check_documents_follow_groups(es, clients, kb)
             for client in clients.values():
                 client.close()
     finally:
         es.options(ignore_status=404).indices.delete(index=jobs)
+
+
+Clients = dict[str, httpx.Client]
+
+
+def check_job_visibility(clients: Clients, job: dict[str, Any], url: str) -> None:
+    """The job: seen by its owner and the base's admins (its files may name restricted documents),
+    a 404 like any unknown id to the others, readers of the base included."""
+    for name in ("admin", "writer"):
+        assert clients[name].get(f"/jobs/{job['id']}").json()["state"] == "done"
+    for name in ("nurse", "reader"):
+        assert clients[name].get(f"/jobs/{job['id']}").status_code == 404
+    hidden = clients["outsider"].get(f"/jobs/{job['id']}")
+    unknown = clients["outsider"].get(f"/jobs/{'0' * 32}")
+    assert hidden.status_code == unknown.status_code == 404
+    assert hidden.json()["detail"].replace(job["id"], "0" * 32) == unknown.json()["detail"]
+    assert httpx.get(f"{url}/jobs/{job['id']}").status_code == 401  # no key
+
+
+def check_job_list(es: Elasticsearch, clients: Clients, jobs: str, kb: str, job: dict[str, Any]) -> None:
+    """The job list follows the same rule."""
+    es.indices.refresh(index=jobs)
+
+    def listed_jobs(name: str, **params: str) -> list[str]:
+        response = clients[name].get("/jobs", params=params)
+        assert response.status_code == 200, response.text
+        return [listed["id"] for listed in response.json()["jobs"]]
+
+    writers = listed_jobs("writer")
+    assert len(writers) == 2 and writers[1] == job["id"]  # newest first
+    assert listed_jobs("admin") == listed_jobs("admin", kb=kb, state="done") == writers
+    assert listed_jobs("writer", state="failed") == []
+    # `kb` is checked as every `?kb=`: a base the caller may not read (or none) is a 404.
+    assert clients["writer"].get("/jobs", params={"kb": "test-other"}).status_code == 404
+    assert listed_jobs("nurse") == listed_jobs("reader") == listed_jobs("outsider") == []
+    assert clients["writer"].get("/jobs", params={"state": "lost"}).status_code == 422
+
+
+def check_job_cancelling(
+    es: Elasticsearch, clients: Clients, jobs: str, kb: str, job: dict[str, Any], tmp_path: Path
+) -> None:
+    """A queued job (a record no worker will take) is cancelled by its owner; one that ended is not."""
+    waiting = Job(id=new_job_id(), kind="upload", kb=kb, owner="writer", params={"spool": str(tmp_path / "gone")})
+    JobStore(es, jobs).create(waiting)
+    assert clients["reader"].delete(f"/jobs/{waiting.id}").status_code == 404
+    cancelled = clients["writer"].delete(f"/jobs/{waiting.id}")
+    assert cancelled.status_code == 200 and cancelled.json()["state"] == "failed"
+    assert cancelled.json()["error"] == "cancelled by writer before it started"
+    assert clients["writer"].delete(f"/jobs/{waiting.id}").status_code == 409
+    assert clients["admin"].delete(f"/jobs/{job['id']}").status_code == 409
+
+
+def check_documents_follow_groups(es: Elasticsearch, clients: Clients, kb: str) -> None:
+    """Listing, re-uploading and deleting documents follow the caller's role and groups."""
+
+    def listed(name: str) -> list[str]:
+        response = clients[name].get(f"/kbs/{kb}/documents")
+        assert response.status_code == 200, response.text
+        assert response.json()["total"] == len(response.json()["documents"])
+        return [document["doc_id"] for document in response.json()["documents"]]
+
+    assert listed("admin") == listed("nurse") == ["p1", "r1"]
+    assert listed("reader") == listed("writer") == ["p1"]  # r1 is invisible without its group
+    assert clients["outsider"].get(f"/kbs/{kb}/documents").status_code in (403, 404)
+
+    # The same text again with groups the writer holds nothing of: the groups change, and the
+    # text is embedded again (in the id space of what the writer cannot read: docs/api.md).
+    public = {"texts": [{"text": "公开的说明。", "id": "p1"}]}
+    regrouped = upload(clients["writer"], kb, json={**public, "access": ["medical"]})
+    assert (regrouped["counts"]["new"], regrouped["counts"]["unchanged"]) == (1, 0)
+    assert listed("reader") == [] and listed("nurse") == ["p1", "r1"]
+
+    # Neither is the writer's to replace, and nothing says they exist: the same names go in as
+    # documents of the writer's own, exactly as if the base had none, and the hidden ones stay.
+    forged = {"texts": [{"text": "伪造的病历。", "id": "r1"}]}
+    for attempt in (public, forged):
+        accepted = upload(clients["writer"], kb, json=attempt)
+        assert accepted["state"] == "done" and accepted["errors"] == [] and accepted["counts"]["new"] == 1
+    es.indices.refresh(index=kb)
+    texts = es.search(index=kb, query={"term": {"doc_id": "r1"}}, source_includes=["text", "access"])["hits"]["hits"]
+    kept = {hit["_source"]["text"]: hit["_source"].get("access") or [] for hit in texts}
+    assert kept == {"病历：患者空腹血糖 7.8。": ["medical"], "伪造的病历。": []}
+    assert listed("reader") == listed("writer") == ["p1", "r1"]  # the writer's own two
+    assert upload(clients["admin"], kb, json=public)["counts"]["new"] == 1  # the admin replaces p1 whole
+    assert listed("reader") == ["p1", "r1"] and listed("nurse") == ["p1", "r1"]
+
+    assert clients["writer"].delete(f"/kbs/{kb}/documents/r1").json()["deleted"] == 1  # its own only
+    assert clients["nurse"].delete(f"/kbs/{kb}/documents/r1").status_code == 403  # read role only
+    assert clients["admin"].delete(f"/kbs/{kb}/documents/r1").json()["deleted"] == 1  # the hidden one
+    assert listed("nurse") == ["p1"]
 
 
 def test_a_job_over_its_time_budget_stops_between_files_with_nothing_indexed(

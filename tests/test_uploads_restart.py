@@ -49,17 +49,12 @@ def ended(service: ServiceProcess, job: str, timeout_s: float = 300) -> dict[str
     return status
 
 
-def test_a_job_killed_mid_way_is_resumed_without_duplicates_and_one_without_its_files_is_failed(
-    es: Elasticsearch, es_url: str, stub: EmbeddingStub, tmp_path: Path
-) -> None:
-    kb, jobs = f"test-restart-{uuid.uuid4().hex[:8]}", f"test-jobs-{uuid.uuid4().hex[:8]}"
-    spool, workdir = tmp_path / "spool", tmp_path / "cwd"
-    workdir.mkdir()
-    stub_settings = {"EMBEDDER": "openai:stub", "OPENAI_BASE_URL": stub.base_url, "OPENAI_API_KEY": "stub-key"}
-    embedder = load_embedder("openai:stub", Settings(_env_file=None, openai_base_url=stub.base_url, openai_api_key="k"))
-    create_kb(es, kb, embedder, chunk_size=CHUNK_SIZE, chunk_overlap=CHUNK_OVERLAP)
-    env = {
-        **stub_settings,
+def service_env(stub: EmbeddingStub, es_url: str, kb: str, jobs: str, spool: Path) -> dict[str, str]:
+    """A service embedding one chunk per request, so that a kill lands mid-way through a job."""
+    return {
+        "EMBEDDER": "openai:stub",
+        "OPENAI_BASE_URL": stub.base_url,
+        "OPENAI_API_KEY": "stub-key",
         "ES_URL": es_url,
         "ES_INDEX": kb,
         "UPLOAD_SPOOL": str(spool),
@@ -68,6 +63,16 @@ def test_a_job_killed_mid_way_is_resumed_without_duplicates_and_one_without_its_
         "JOB_PROGRESS_INTERVAL_S": "0.2",
         "LOG_LEVEL": "WARNING",
     }
+
+
+def test_a_job_killed_mid_way_is_resumed_without_duplicates_and_one_without_its_files_is_failed(
+    es: Elasticsearch, es_url: str, stub: EmbeddingStub, tmp_path: Path
+) -> None:
+    kb, jobs = f"test-restart-{uuid.uuid4().hex[:8]}", f"test-jobs-{uuid.uuid4().hex[:8]}"
+    spool, workdir = tmp_path / "spool", tmp_path / "cwd"
+    workdir.mkdir()
+    embedder = load_embedder("openai:stub", Settings(_env_file=None, openai_base_url=stub.base_url, openai_api_key="k"))
+    create_kb(es, kb, embedder, chunk_size=CHUNK_SIZE, chunk_overlap=CHUNK_OVERLAP)
     novel, other = tmp_path / "novel.txt", tmp_path / "other.txt"
     write_novel(novel, chapters=6, sentences=8)
     write_novel(other, chapters=1, sentences=2)
@@ -75,6 +80,7 @@ def test_a_job_killed_mid_way_is_resumed_without_duplicates_and_one_without_its_
         document.doc_id: {chunk.id for chunk in document_chunks(document, CHUNK_SIZE, CHUNK_OVERLAP)}
         for document in load_paths([novel], LOAD_LIMITS).documents
     }
+    env = service_env(stub, es_url, kb, jobs, spool)
     service = ServiceProcess(subprocess_env(PYTHONPATH=str(REPO_ROOT), **env), workdir, workdir / "service.log")
     try:
         service.start()

@@ -24,6 +24,76 @@ class Response:
     content_type: str = "application/json"
 
 
+class _Handler(BaseHTTPRequestHandler):
+    """Records each request on the server's fake and sends back what the fake scripted."""
+
+    server: "_RecordingServer"
+
+    def log_message(self, *args: Any) -> None:
+        return
+
+    def do_GET(self) -> None:
+        fake = self.server.fake
+        request = Recorded(self.path, {k.lower(): v for k, v in self.headers.items()}, None)
+        with fake.lock:
+            fake.gets.append(request)
+        self._send(fake.respond_get(request))
+
+    def do_POST(self) -> None:
+        fake = self.server.fake
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        try:
+            body: Any = json.loads(raw)
+        except ValueError:
+            body = raw.decode("utf-8", "replace")
+        request = Recorded(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+        with fake.lock:
+            fake.requests.append(request)
+        try:
+            response = fake.respond(request)
+        except Exception as err:  # a failing scripted reply: answer 500 and let the test report it
+            fake.errors.append(f"{type(err).__name__}: {err}")
+            response = Response(500, {"error": {"message": str(err)}})
+        if response.delay:
+            threading.Event().wait(response.delay)
+        try:
+            self._send(response)
+        except (BrokenPipeError, ConnectionResetError):
+            return  # the client gave up (a timeout test)
+
+    def _send(self, response: Response) -> None:
+        if response.sse:
+            self.send_response(response.status)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            for payload in response.body:
+                line = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
+                self.wfile.write(f"data: {line}\n\n".encode())
+                self.wfile.flush()
+            self.close_connection = True
+            return
+        data = (
+            response.body
+            if isinstance(response.body, bytes)
+            else json.dumps(response.body, ensure_ascii=False).encode()
+        )
+        self.send_response(response.status)
+        self.send_header("Content-Type", response.content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+class _RecordingServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, fake: "FakeServer") -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.fake = fake
+
+
 class FakeServer:
     """Subclasses implement `respond(request) -> Response` (POST) and may implement `respond_get`;
     GET requests (probes) are recorded apart in `gets`, so `requests` counts the real calls."""
@@ -32,66 +102,8 @@ class FakeServer:
         self.requests: list[Recorded] = []
         self.gets: list[Recorded] = []
         self.errors: list[str] = []
-        self._lock = threading.Lock()
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                return
-
-            def do_GET(self) -> None:
-                request = Recorded(self.path, {k.lower(): v for k, v in self.headers.items()}, None)
-                with fake._lock:
-                    fake.gets.append(request)
-                self._send(fake.respond_get(request))
-
-            def do_POST(self) -> None:
-                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                try:
-                    body: Any = json.loads(raw)
-                except ValueError:
-                    body = raw.decode("utf-8", "replace")
-                request = Recorded(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
-                with fake._lock:
-                    fake.requests.append(request)
-                try:
-                    response = fake.respond(request)
-                except Exception as err:  # a failing scripted reply: answer 500 and let the test report it
-                    fake.errors.append(f"{type(err).__name__}: {err}")
-                    response = Response(500, {"error": {"message": str(err)}})
-                if response.delay:
-                    threading.Event().wait(response.delay)
-                try:
-                    self._send(response)
-                except (BrokenPipeError, ConnectionResetError):
-                    return  # the client gave up (a timeout test)
-
-            def _send(self, response: Response) -> None:
-                if response.sse:
-                    self.send_response(response.status)
-                    self.send_header("Content-Type", "text/event-stream")
-                    self.send_header("Cache-Control", "no-cache")
-                    self.send_header("Connection", "close")
-                    self.end_headers()
-                    for payload in response.body:
-                        line = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
-                        self.wfile.write(f"data: {line}\n\n".encode())
-                        self.wfile.flush()
-                    self.close_connection = True
-                    return
-                data = (
-                    response.body
-                    if isinstance(response.body, bytes)
-                    else json.dumps(response.body, ensure_ascii=False).encode()
-                )
-                self.send_response(response.status)
-                self.send_header("Content-Type", response.content_type)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
+        self.lock = threading.Lock()
+        self._server = _RecordingServer(self)
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
     @property
