@@ -53,6 +53,8 @@ _GAP = 12  # characters at most between the subject's name and the setback
 # A kinsman right after the name is whose setback it is (卓母亦被杀, 关羽子关平被擒); 父子 and 兄弟
 # include the subject (关公父子皆遇害).
 _KIN = re.compile(r"[母父妻子女兄弟妾侄](?![子弟])")
+# Nor are those of the people under the subject (关羽部将…被擒, 孙越帐下之人…); its army's are its own.
+_UNDERLINGS = re.compile(r"(?:的|之)?(?:部将|部下|帐下|手下|麾下|家人|家小|老小)")
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,11 @@ class Premise:
     # A passive clause (吕蒙被关羽斩杀): the subject is the agent, whose setbacks are many and mostly of
     # other days, so only one said in the same clause (no comma between) denies it.
     passive: bool = False
+    loser: str = ""  # whom the claim is over, when a name (廖化 in 郑伦杀了廖化, 吕蒙 in 吕蒙被关羽斩杀)
+    # The event's other words (麦城, 吕蒙 in 关羽在麦城打败吕蒙): a setback denies the claim only in a
+    # passage about that event, not the subject's death in another (「后夏侯渊为黄忠所斩」 against
+    # 夏侯渊杀了龚都).
+    scene: tuple[str, ...] = ()
 
 
 def premise_of(part: str, tokenizer: ChineseTokenizer | None = None) -> Premise | None:
@@ -90,8 +97,30 @@ def premise_of(part: str, tokenizer: ChineseTokenizer | None = None) -> Premise 
     if passive >= 0 and not _SPARED.fullmatch(claim.group()):
         # 吕蒙在荆州被关羽斩杀: the success is the agent's (关羽), over the one the clause opens with.
         agent = before[passive + 1 :]
-        return Premise(clause, agent, claim.group(), subject, passive=True) if 2 <= len(agent) <= 4 else None
-    return Premise(clause, subject, claim.group(), clause[claim.end() :])
+        if not 2 <= len(agent) <= 4:
+            return None
+        scene = _scene(clause, agent, claim.group(), tokenizer)
+        return Premise(clause, agent, claim.group(), subject, passive=True, loser=subject, scene=scene)
+    target = clause[claim.end() :]
+    loser = _leading_name(target, tokenizer)
+    return Premise(
+        clause, subject, claim.group(), target, loser=loser, scene=_scene(clause, subject, claim.group(), tokenizer)
+    )
+
+
+def _scene(clause: str, subject: str, claim: str, tokenizer: ChineseTokenizer | None) -> tuple[str, ...]:
+    """The clause's words of two characters or more that are neither its subject nor its claim."""
+    if tokenizer is None:
+        return ()
+    words = tokenizer.content_words(clause.replace(subject, " ").replace(claim, " "))
+    return tuple(dict.fromkeys(word for word in words if len(word) > 1))
+
+
+def _leading_name(text: str, tokenizer: ChineseTokenizer | None) -> str:
+    """The name `text` opens with (廖化 in 廖化, 曹操 in 曹操的大军), or nothing."""
+    if tokenizer is not None:
+        return next((name for name in tokenizer.names(text)[:1] if text.startswith(name)), "")
+    return text if 2 <= len(text) <= 4 else ""
 
 
 def contradiction(
@@ -104,7 +133,48 @@ def contradiction(
     for forms in ((premise.subject, *names.get(premise.subject, ())), (given,) if given else ()):
         if forms and (found := _first_setback(forms, premise, texts)):
             return found
+    return _reversed(premise, texts, names) if premise.loser else None
+
+
+# The loser's hand on the subject: a kill, a capture or a defeat (被甘宁一刀斩于马下, 斩郑伦, 为陆逊所败).
+_OVERCOME = r"斩|杀|砍|刺|擒|捉|获|射|败|破"
+_CLAUSE_MARKS = "，,；;：:"
+
+
+def _reversed(
+    premise: Premise, texts: Sequence[tuple[str, str]], names: Mapping[str, Sequence[str]]
+) -> tuple[str, str] | None:
+    """The first sentence where the premise's loser overcomes its subject: 「马延正欲交锋，早被甘宁一刀斩于马下」
+    against 马延斩了甘宁, 「被廖化一刀，斩郑伦于马下」 against 郑伦杀了廖化, 「…为陆逊所败」 against a victory over
+    陆逊 (the loser's other names count, as the subject's do)."""
+    winner = "|".join(re.escape(form) for form in (premise.subject, *names.get(premise.subject, ())))
+    loser = "|".join(re.escape(form) for form in (premise.loser, *names.get(premise.loser, ())))
+    nearest = rf"(?:(?!{winner})[^。！？!?])"  # the clause after the subject's last mention before the 被
+    passive = re.compile(
+        rf"(?:{winner})(?P<before>{nearest}{{0,30}}?)被(?:{loser})[^。！？!?，,]{{0,6}}?(?:{_OVERCOME})"
+    )
+    active = re.compile(rf"(?:{loser})[^。！？!?]{{0,10}}?(?:{_OVERCOME})[了死杀于]?(?:{winner})")
+    undergone = re.compile(rf"(?:{winner})[^。！？!?]{{0,12}}?为(?:{loser})所(?:{_OVERCOME}|害)")
+    for source_id, text in texts:
+        for sentence in split_sentences(text):
+            undergoes = any(_nobody_else(found["before"]) for found in passive.finditer(sentence))
+            if undergoes or active.search(sentence) or undergone.search(sentence):
+                return source_id, sentence.strip()
     return None
+
+
+def _nobody_else(before: str) -> bool:
+    """Whether a 被 after the subject's name is said of the subject: at most two characters of its
+    clause come before it (「马延正欲交锋，早被甘宁…」, 「只一合，被云长砍死」), and the name is not
+    followed by a kinsman or someone under the subject (「马延部将周平正欲交锋，被甘宁…」)."""
+    last = max(before.rfind(mark) for mark in _CLAUSE_MARKS)
+    return len(before) - last - 1 <= 2 and not _someone_elses(before)
+
+
+def _someone_elses(after_name: str) -> bool:
+    """Whether what follows the subject's name makes it someone else's: a kinsman (卓母亦被杀) or
+    people under the subject (关羽部将…, 孙越帐下之人…)."""
+    return bool(_KIN.match(after_name) or _UNDERLINGS.match(after_name))
 
 
 def _first_setback(forms: Sequence[str], premise: Premise, texts: Sequence[tuple[str, str]]) -> tuple[str, str] | None:
@@ -113,18 +183,36 @@ def _first_setback(forms: Sequence[str], premise: Premise, texts: Sequence[tuple
     the head is 丁原's) nor a kinsman's (卓母亦被杀)."""
     names = "|".join(re.escape(form) for form in forms)
     stops = "。！？!?，,；;：:" if premise.passive else "。！？!?"
-    setback = re.compile(rf"(?:{names})(?P<between>[^{stops}]{{0,{_GAP}}}?)(?:{_SETBACK})")
+    setback = re.compile(rf"(?:{names})(?P<between>[^{stops}]{{0,{_GAP}}}?)(?P<setback>{_SETBACK})")
     targets = [premise.target[i : i + 2] for i in range(len(premise.target) - 1)]
-    for source_id, text in texts:
+    for source_id, text in _about_the_scene(premise, texts):
         for sentence in split_sentences(text):
-            if any(_subjects_own(found["between"], targets) for found in setback.finditer(sentence)):
+            if any(_subjects_own(found["between"], found["setback"], targets) for found in setback.finditer(sentence)):
                 return source_id, sentence.strip()
     return None
 
 
-def _subjects_own(between: str, targets: Sequence[str]) -> bool:
+def _about_the_scene(premise: Premise, texts: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The texts naming one of the premise's scene words (all of them when it has none). A longer word
+    counts by its first two characters too: a place's name without its kind (赤壁 of 赤壁之战, 落凤 of
+    落凤坡: 「操自赤壁败后」)."""
+    heads = {word[:2] for word in premise.scene}
+    return [(i, text) for i, text in texts if not heads or any(head in text for head in heads)]
+
+
+# Before a setback: it is wished, feared or refused, not undergone (「马超言：未成功，不可退兵」).
+_NEGATED = re.compile(r"(?:不可|不肯|不敢|不能|不得|不要|勿|莫|休|未)$")
+# 所杀, 所擒 …: undergone by the one named before the 为 or 被 that brings in its agent (龚都已被夏侯渊所杀).
+# Right after the name, the name is the agent (「龚都已被夏侯渊所杀」 for 夏侯渊); with no agent, the one
+# named last (「关公勇猛，颜良、文丑俱为所杀」: 颜良 and 文丑).
+_AGENT_BROUGHT_IN = re.compile(r"[为被][^为被]+$")
+
+
+def _subjects_own(between: str, setback: str, targets: Sequence[str]) -> bool:
     """Whether a setback after the subject's name, `between` characters on, is the subject's own."""
-    return not _KIN.match(between) and not any(t in between for t in targets)
+    if _someone_elses(between) or any(t in between for t in targets) or _NEGATED.search(between):
+        return False
+    return not setback.startswith("所") or _AGENT_BROUGHT_IN.search(between) is not None
 
 
 def figure_premise(

@@ -115,6 +115,64 @@ def test_a_setback_under_the_one_character_given_name_contradicts_after_the_full
     assert premises.contradiction(killer, [("d", "布向前，一刀砍下首级。")], {}) is not None
 
 
+@pytest.mark.parametrize(
+    "sentence",
+    [
+        "孙越正欲交锋，早被赵阳一刀斩于马下。",  # the subject of 被 is the one named before it
+        "两马交处，被赵阳一刀，斩孙越于马下。",  # the loser acts, the subject is its object
+        "孙越兵至城下，为赵阳所败。",
+        "孙越兵至城下，为子昂所败。",  # the loser by another of its names
+    ],
+)
+def test_the_losers_hand_on_the_subject_denies_its_victory(sentence: str) -> None:
+    """「夏侯存打败关羽之后…」 against 「夏侯存…只一合，被云长砍死」: the roles of the premise reversed."""
+    premise = premises.premise_of("孙越斩了赵阳之后去了哪里")
+    assert premise is not None and (premise.subject, premise.loser) == ("孙越", "赵阳")
+    assert premises.contradiction(premise, [("a", sentence)], {"赵阳": ["子昂"]}) == ("a", sentence)
+
+
+@pytest.mark.parametrize(
+    "sentence",
+    [
+        "孙越部将周平正欲交锋，被赵阳一刀斩于马下。",  # someone else undergoes it
+        "孙越见赵阳兵至，大笑。",  # both named, nothing overcome
+        "孙越帐下之人，多被赵阳部将周平所杀。",
+    ],
+)
+def test_the_losers_hand_on_someone_else_denies_nothing(sentence: str) -> None:
+    premise = premises.premise_of("孙越斩了赵阳之后去了哪里")
+    assert premise is not None and premises.contradiction(premise, [("a", sentence)], {}) is None
+
+
+@pytest.mark.parametrize(
+    "sentence",
+    [
+        "周平已被赵阳所杀。",  # right after the name, 所杀 makes it the agent
+        "孙越曰：“赵阳勇猛，周平、李通俱为所杀。”",  # no agent named: those named last undergo it
+        "赵阳言：未成功，不可退兵。",  # a setback refused is not undergone
+    ],
+)
+def test_a_setback_the_subject_does_not_undergo_denies_nothing(sentence: str) -> None:
+    """「龚都已被夏侯渊所杀」 is no setback of 夏侯渊's; 「马超言：…不可退兵」 none of 马超's."""
+    premise = premises.premise_of("赵阳杀了周平之后去了哪里")
+    assert premise is not None and premises.contradiction(premise, [("a", sentence)], {}) is None
+    undergone = "周平为赵阳所杀。赵阳后为孙越所杀。"
+    assert premises.contradiction(premise, [("b", undergone)], {}) == ("b", "赵阳后为孙越所杀。")
+
+
+def test_a_setback_in_a_passage_about_another_event_denies_nothing() -> None:
+    """Everyone in a chronicle dies at last: 「后夏侯渊为黄忠所斩」 does not deny 夏侯渊杀了龚都. With the
+    tokenizer the premise keeps its scene (青石岭, 孙越), and only a passage naming it can deny it."""
+    premise = premises.premise_of("赵阳在青石岭打败孙越之后去了哪里", get_tokenizer(None))
+    assert premise is not None and "孙越" in premise.scene
+    later = [("later", "数年后，赵阳出猎，为流矢所中，兵败身死。")]
+    assert premises.contradiction(premise, later, {}) is None
+    assert premises.contradiction(premise, [*later, ("report", REPORT)], {}) == (
+        "report",
+        "赵阳兵败被擒，押送孙越营中。",
+    )
+
+
 @pytest.mark.parametrize(("name", "given"), [("曹操", "操"), ("诸葛瞻", "瞻"), ("司马懿", "懿"), ("玄德", None)])
 def test_the_given_name_is_one_character_after_a_surname(name: str, given: str | None) -> None:
     assert given_name(name) == given
