@@ -183,11 +183,16 @@ def _first_setback(forms: Sequence[str], premise: Premise, texts: Sequence[tuple
     the head is 丁原's) nor a kinsman's (卓母亦被杀)."""
     names = "|".join(re.escape(form) for form in forms)
     stops = "。！？!?，,；;：:" if premise.passive else "。！？!?"
-    setback = re.compile(rf"(?:{names})(?P<between>[^{stops}]{{0,{_GAP}}}?)(?P<setback>{_SETBACK})")
+    # A lookahead, so that every mention of the subject is read (「魏延与杨柏交战，不十合，杨柏败走」)
+    setback = re.compile(rf"(?=(?P<name>{names})(?P<between>[^{stops}]{{0,{_GAP}}}?)(?P<setback>{_SETBACK}))")
     targets = [premise.target[i : i + 2] for i in range(len(premise.target) - 1)]
     for source_id, text in _about_the_scene(premise, texts):
         for sentence in split_sentences(text):
-            if any(_subjects_own(found["between"], found["setback"], targets) for found in setback.finditer(sentence)):
+            found = setback.finditer(sentence)
+            if any(
+                _subjects_own(one["between"], one["setback"], targets) and _named_here(premise, sentence, one)
+                for one in found
+            ):
                 return source_id, sentence.strip()
     return None
 
@@ -198,6 +203,22 @@ def _about_the_scene(premise: Premise, texts: Sequence[tuple[str, str]]) -> list
     落凤坡: 「操自赤壁败后」)."""
     heads = {word[:2] for word in premise.scene}
     return [(i, text) for i, text in texts if not heads or any(head in text for head in heads)]
+
+
+# Just before the name, what makes the setback not the named one's: a supposition (「倘布败回」), or a
+# wish, a verb between (「愿斩张郃首级」: not 「备若知云长父子遇害」, where 刘备 learning of it is
+# supposed); or the name is whom the clause's subject met or fought (「孟达…与张郃交锋，大败而回」,
+# 「姜叙、杨卓如何抵得马超，大败而走」): the setback is the subject's.
+_NOT_ITS_OWN = re.compile(r"(?:[倘若如假与和同跟及]|[愿欲誓必抵敌遇].)$")
+
+
+def _named_here(premise: Premise, sentence: str, found: re.Match[str]) -> bool:
+    """Whether the setback `found` after a name of the subject may be the subject's: the name is not a
+    given name inside the full one (张|郃, read with the full name), nor after what makes the setback
+    someone else's (`_NOT_ITS_OWN`)."""
+    if sentence[: found.end("name")].endswith(premise.subject) and found["name"] != premise.subject:
+        return False
+    return _NOT_ITS_OWN.search(sentence[max(0, found.start() - 2) : found.start()]) is None
 
 
 # Before a setback: it is wished, feared or refused, not undergone (「马超言：未成功，不可退兵」).

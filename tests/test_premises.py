@@ -150,6 +150,9 @@ def test_the_losers_hand_on_someone_else_denies_nothing(sentence: str) -> None:
         "周平已被赵阳所杀。",  # right after the name, 所杀 makes it the agent
         "孙越曰：“赵阳勇猛，周平、李通俱为所杀。”",  # no agent named: those named last undergo it
         "赵阳言：未成功，不可退兵。",  # a setback refused is not undergone
+        "倘阳败回，汝便闭门。",  # only supposed (by the given name)
+        "吾愿斩赵阳首级，献于麾下。",  # only wished for
+        "孙越与赵阳交锋，大败而回。",  # 赵阳 is whom the subject of the clause fought
     ],
 )
 def test_a_setback_the_subject_does_not_undergo_denies_nothing(sentence: str) -> None:
@@ -158,6 +161,8 @@ def test_a_setback_the_subject_does_not_undergo_denies_nothing(sentence: str) ->
     assert premise is not None and premises.contradiction(premise, [("a", sentence)], {}) is None
     undergone = "周平为赵阳所杀。赵阳后为孙越所杀。"
     assert premises.contradiction(premise, [("b", undergone)], {}) == ("b", "赵阳后为孙越所杀。")
+    again = "孙越与赵阳交战，不十合，赵阳败走。"  # every mention is read: the second one's setback is its own
+    assert premises.contradiction(premise, [("c", again)], {}) == ("c", again)
 
 
 def test_a_setback_in_a_passage_about_another_event_denies_nothing() -> None:
