@@ -6,9 +6,11 @@ a model this module reads the one form such a question takes: a premise clause e
 that claims a success for its subject (打败, 大胜, 守住, 治好, 病好, 赦免, 脱险 …), then what is asked. The
 premise is contradicted when a sentence of the part's sources names that subject (or another name
 the caller's aliases give it) and, within the same clause run, a setback (被擒, 所获, 兵败, 死于, 首级,
-归天, 放去 …). A passive clause claims the success for its agent: 「吕蒙在荆州被关羽斩杀后…」 takes 关羽's
-victory over 吕蒙 for granted, and 「云长父子遇害」 denies it. The part is then not answered: the answer
-quotes that sentence and says that the documents say otherwise (`retrieval.extractive.compose`).
+归天, 放去 …), in a passage about the premise's scene (麦城, 吕蒙), or when the roles are reversed: the
+loser overcomes the subject (「夏侯存…只一合，被云长砍死」 against 夏侯存打败关羽). A passive clause claims
+the success for its agent: 「吕蒙在荆州被关羽斩杀后…」 takes 关羽's victory over 吕蒙 for granted, and
+「云长父子遇害」 denies it. The part is then not answered: the answer quotes that sentence and says that
+the documents say otherwise (`retrieval.extractive.compose`).
 
 A part may also state a figure the documents give otherwise: 「陪产假延长到30天以后需要提交什么材料？」
 when the handbook says 男员工享有陪产假15天, 「试用期六个月结束后怎么转正？」 when it says 试用期为三个月
@@ -178,9 +180,10 @@ def _someone_elses(after_name: str) -> bool:
 
 
 def _first_setback(forms: Sequence[str], premise: Premise, texts: Sequence[tuple[str, str]]) -> tuple[str, str] | None:
-    """The first sentence where one of `forms` is followed, within the clause run (within the clause, for
-    a passive premise), by a setback that is neither the premise's target's (「布向前，一刀砍下丁原首级」:
-    the head is 丁原's) nor a kinsman's (卓母亦被杀)."""
+    """The first sentence, in a text about the premise's scene, where one of `forms` is followed, within
+    the clause run (within the clause, for a passive premise), by a setback that is the subject's own:
+    not the premise's target's (「布向前，一刀砍下丁原首级」: the head is 丁原's), a kinsman's (卓母亦被杀)
+    or the subject's men's, not supposed, wished for or refused, and not said after whom another fought."""
     names = "|".join(re.escape(form) for form in forms)
     stops = "。！？!?，,；;：:" if premise.passive else "。！？!?"
     # A lookahead, so that every mention of the subject is read (「魏延与杨柏交战，不十合，杨柏败走」)
