@@ -212,7 +212,7 @@ def figure_conflicts(quotes: Sequence[Quote], tokenizer: ChineseTokenizer) -> li
         terms = {term for term in [*tokenizer.query_terms(part), *bigram_terms(part)] if len(term) > 1}
         names = _subject_words(part, tokenizer)
         figures = [f for quote in quotes if quote.part == part for f in figures_of(quote)]
-        topic = {f.quote: _named(f.quote, names) for f in figures}  # each quote's whole text read once
+        topic = {quote: _named(quote, names) for quote in dict.fromkeys(f.quote for f in figures)}  # once a quote
         reported: set[int] = set()
         for i, first in enumerate(figures):
             if i in reported:
