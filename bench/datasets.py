@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from core.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE
-from core.config import Settings
 from core.documents import Document, document_chunks
 from evaluation.questions import Corpus, split_of
 from indexing.loaders import load_text
@@ -30,10 +29,7 @@ BENCH_DATA = Path(__file__).resolve().parent / "data"
 CMRC_CHUNK_SIZE = 1000  # longer than any CMRC paragraph: one paragraph, one chunk
 
 
-def shared_data() -> Path:
-    """The shared evaluation data: `SHARED_DATA`, else ../shared/data beside the repository."""
-    configured = Settings().shared_data
-    return Path(configured) if configured else Path(__file__).resolve().parents[2] / "shared" / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"  # the corpora the project carries (data/README.md)
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -42,8 +38,8 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def sanguo_book() -> Path:
-    """《三国演义》 in the shared data: the demo corpus and the 三国 evaluation's book."""
-    return shared_data() / "sanguo" / "sanguo_yanyi.txt"
+    """《三国演义》 in data/: the demo corpus and the 三国 evaluation's book."""
+    return DATA / "sanguo" / "sanguo_yanyi.txt"
 
 
 @dataclass
@@ -83,7 +79,7 @@ def corpus_of(documents: list[Document], chunk_size: int, chunk_overlap: int) ->
 
 def cmrc_answers(root: Path | None = None) -> dict[str, str]:
     """Each CMRC 2018 question's first answer, verbatim (its span in the paragraph), by question id."""
-    root = root or shared_data() / "cmrc2018"
+    root = root or DATA / "cmrc2018"
     return {
         qa["id"]: qa["answers"][0]["text"]
         for split in ("dev", "trial")
@@ -96,7 +92,7 @@ def cmrc_answers(root: Path | None = None) -> dict[str, str]:
 
 def load_cmrc(root: Path | None = None) -> Dataset:
     """All of CMRC 2018 dev + trial; a paragraph's questions are all dev or all test (seeded by its id)."""
-    root = root or shared_data() / "cmrc2018"
+    root = root or DATA / "cmrc2018"
     paragraphs = []
     for split in ("dev", "trial"):
         data = json.loads((root / f"cmrc2018_{split}.json").read_text(encoding="utf-8"))["data"]

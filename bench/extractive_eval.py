@@ -300,7 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--set", dest="question_set", choices=("sanguo", "handbook", "medical", "cmrc"), default="sanguo"
     )
     parser.add_argument("--index", help="alias (or index) holding the corpus (default: extractive-sanguo, eval-SET)")
-    parser.add_argument("--book", type=Path, help="the book (default: SHARED_DATA/sanguo/sanguo_yanyi.txt)")
+    parser.add_argument("--book", type=Path, help="the book (default: data/sanguo/sanguo_yanyi.txt)")
     parser.add_argument("--save", type=Path, help="write the report here instead of bench/results and the docs")
     return parser
 

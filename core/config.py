@@ -100,8 +100,6 @@ class Settings(BaseSettings):
     load_memory_mb: float = Field(2048, gt=0, description="most memory one file's parse may take")
     # Benchmarks' on-disk embedding cache (bench/embedding_cache.py); None: .cache/ in the repository.
     embedding_cache: str | None = None
-    # Evaluation data (CMRC 2018, 《三国演义》); None: ../shared/data beside the repository.
-    shared_data: str | None = None
 
     # Retrieval
     # Hybrid fusion (retrieval/fusion.py), chosen on the dev questions by bench/retrieval_eval.py.

@@ -6,7 +6,7 @@ and in a fresh data folder under /tmp, stopped and deleted at the end whatever t
 index an earlier run, the demo or a developer left can hide a failure or cause one, and the demo's
 node (9200) and its data are never touched.
 
-Isolation: the developer's shell and `.env` never reach a test. `ES_URL` and `SHARED_DATA` are
+Isolation: the developer's shell and `.env` never reach a test. `ES_URL` is
 read once, here, at import; then every project variable (each `Settings` field, upper-case)
 is removed for every test (but `TEST_INDICES`, the session's own service indices), tests build
 `Settings(_env_file=None, ...)`, and subprocesses get `subprocess_env(...)` and a temporary
@@ -29,7 +29,7 @@ from typing import Any, cast
 import pytest
 from elasticsearch import ApiError, Elasticsearch
 
-from bench.datasets import sanguo_book, shared_data
+from bench.datasets import sanguo_book
 from core.access import ALL_DOCUMENTS
 from core.config import Settings
 from core.documents import Document
@@ -45,7 +45,6 @@ from tests.es_local_nodes import REPO_ROOT, es_local, throwaway_node
 pytest_plugins = ["tests.protocols"]  # the protocol tests' fixtures
 
 __all__ = ["REPO_ROOT", "es_local"]  # re-exported: tests import them from here
-SHARED_DATA = shared_data()
 SANGUO_PATH = sanguo_book()
 # The workflow tests' small corpus: chapter -> how many of its first characters are indexed.
 SANGUO_SLICES = {1: 2700, 37: 1500}
@@ -80,10 +79,9 @@ def sanguo_slices() -> list[Document]:
 
 @pytest.fixture(autouse=True)
 def isolated_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No project variable from the developer's shell leaks into a test; the data folder stays known."""
+    """No project variable from the developer's shell leaks into a test."""
     for name in PROJECT_VARIABLES:
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("SHARED_DATA", str(SHARED_DATA))
     for name, index in TEST_INDICES.items():
         monkeypatch.setenv(name, index)
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from core.config import Settings
-from tests.conftest import PROJECT_VARIABLES, REPO_ROOT, SHARED_DATA, TEST_INDICES, subprocess_env
+from tests.conftest import PROJECT_VARIABLES, REPO_ROOT, TEST_INDICES, subprocess_env
 
 PROJECT_PACKAGES = {"core", "retrieval", "indexing", "evaluation", "service", "bench", "tests"}
 UPPER_PACKAGES = PROJECT_PACKAGES - {"core"}
@@ -108,7 +108,7 @@ def test_each_package_imports_only_what_is_below_it(package: str) -> None:
 
 def test_no_project_variable_reaches_a_test() -> None:
     assert "ES_INDEX" in PROJECT_VARIABLES and "OPENAI_API_KEY" in PROJECT_VARIABLES
-    ours = {"SHARED_DATA": str(SHARED_DATA), **TEST_INDICES}  # what conftest sets for every test
+    ours = dict(TEST_INDICES)  # what conftest sets for every test
     leaked = [name for name in PROJECT_VARIABLES if name in os.environ and os.environ[name] != ours.get(name)]
     assert leaked == [] and all(index.startswith("test-") for index in TEST_INDICES.values())
     # Every index of the service's own (jobs, judgements, question sets) has a test's name in tests.
