@@ -51,7 +51,7 @@ def first_chapters(book: Path, chapters: int, folder: Path) -> Path:
 def run_cli(path: Path, alias: str, env: dict[str, str], workdir: Path) -> dict[str, Any]:
     started = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "indexing", str(path), "--index", alias, "--no-progress"],
+        [sys.executable, "-m", "indexing", str(path), "--index", alias, "--no-progress", "--json"],
         cwd=workdir,
         env=env,
         capture_output=True,

@@ -1,6 +1,6 @@
 """`python -m indexing PATH... --index NAME` (console script `rag-index`).
 
-Progress goes to stderr, one JSON summary line to stdout; the exit status is 0 only when
+Progress goes to stderr, one summary line to stdout (JSON with `--json`); the exit status is 0 only when
 every file loaded and every chunk was written (1 otherwise, 2 for bad arguments). This module
 only parses: the options objects (indexing/options.py) check their values. `--sync`
 makes the index mirror the given folders: files whose content hash the index already holds
@@ -75,6 +75,7 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
         help="JSON lines of failed files/lines/chunks (default: .cache/indexing/<index>-errors.jsonl)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    parser.add_argument("--json", action="store_true", help="print the summary as one JSON line (for scripts)")
     return parser
 
 
@@ -255,10 +256,24 @@ def _index(
         error_file=error_file,
         progress=not args.no_progress,
     )
-    return _report(summary, loaded, sync, error_file)
+    return _report(summary, loaded, sync, error_file, as_json=args.json)
 
 
-def _report(summary: IndexSummary, loaded: LoadResult, sync: _Sync | None, error_file: Path) -> int:
+def summary_line(summary: IndexSummary) -> str:
+    """The summary as a person reads it: what went in, what changed, how long it took."""
+    line = (
+        f"{summary.alias}: {summary.documents} documents, {summary.chunks} chunks "
+        f"({summary.indexed} embedded, {summary.unchanged} unchanged, {summary.deleted} removed, "
+        f"{summary.failed} failed) in {summary.seconds:.0f} s"
+    )
+    if summary.load_errors:
+        line += f"; {summary.load_errors} files failed to load"
+    if summary.error_file:
+        line += f"; errors in {summary.error_file}"
+    return line
+
+
+def _report(summary: IndexSummary, loaded: LoadResult, sync: _Sync | None, error_file: Path, as_json: bool) -> int:
     failed_anything = summary.failed or loaded.errors
     summary = summary.model_copy(
         update={
@@ -268,7 +283,7 @@ def _report(summary: IndexSummary, loaded: LoadResult, sync: _Sync | None, error
             "files": sync.counts(loaded.loaded) if sync else None,
         }
     )
-    print(summary.model_dump_json(), flush=True)
+    print(summary.model_dump_json() if as_json else summary_line(summary), flush=True)
     return 1 if failed_anything else 0
 
 

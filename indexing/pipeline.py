@@ -89,7 +89,7 @@ class FileCounts(BaseModel):
 
 
 class IndexSummary(BaseModel):
-    """The job's outcome; the CLI prints it as one JSON line."""
+    """The job's outcome; the CLI prints it as one line (JSON with `--json`)."""
 
     index: str
     alias: str

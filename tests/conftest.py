@@ -102,10 +102,10 @@ def subprocess_env(**variables: str) -> dict[str, str]:
 
 def start_indexing(workdir: Path, *args: str | Path, **variables: str) -> subprocess.Popen[str]:
     """`python -m indexing ARGS` as users run it, in `workdir`, with only `variables` set (and
-    LOG_LEVEL=WARNING unless given: the JSON summary, warnings and errors)."""
+    LOG_LEVEL=WARNING unless given: the JSON summary (`--json`), warnings and errors)."""
     workdir.mkdir(parents=True, exist_ok=True)
     return subprocess.Popen(
-        [sys.executable, "-m", "indexing", *map(str, args)],
+        [sys.executable, "-m", "indexing", "--json", *map(str, args)],
         cwd=workdir,
         env=subprocess_env(**{"LOG_LEVEL": "WARNING", **variables}),
         stdout=subprocess.PIPE,
