@@ -108,7 +108,12 @@ def run_cli(es: Elasticsearch, args: list[str], env: dict[str, str] | None = Non
     before, es_before = resource.getrusage(resource.RUSAGE_CHILDREN), es_cpu_seconds(es)
     started = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "indexing", "--json", *args], cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=False
+        [sys.executable, "-m", "indexing", "--json", *args],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     seconds = time.perf_counter() - started
     after, es_cpu = resource.getrusage(resource.RUSAGE_CHILDREN), es_cpu_seconds(es) - es_before

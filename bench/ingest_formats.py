@@ -236,7 +236,17 @@ def share(chapters: int, alias: str) -> dict[str, Any]:
         fx.write_docx(root / "sanguo.docx", book, comment=False)
         fx.write_html(root / "sanguo.html", pages=book)
         per_file = _parse_per_file(sorted(root.iterdir()))
-        command = [sys.executable, "-m", "indexing", str(root), "--index", alias, "--recreate", "--no-progress", "--json"]
+        command = [
+            sys.executable,
+            "-m",
+            "indexing",
+            str(root),
+            "--index",
+            alias,
+            "--recreate",
+            "--no-progress",
+            "--json",
+        ]
         started = time.perf_counter()
         done = subprocess.run(command, capture_output=True, text=True, cwd=folder, env=os.environ, check=False)
         wall = time.perf_counter() - started
