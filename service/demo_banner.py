@@ -28,7 +28,7 @@ def wait_until_serving(url: str, timeout_s: float) -> bool:
     return False
 
 
-def banner(settings: Settings) -> str:
+def banner(settings: Settings, seconds: float | None = None) -> str:
     """The block: page, key, model, examples, stop, next steps (never a secret's value)."""
     url = f"http://{settings.host}:{settings.port}"
     key = (
@@ -43,8 +43,9 @@ def banner(settings: Settings) -> str:
         ".venv/bin/python -m service.llm check"
     )
     questions = "\n".join(f"    {question}" for question in EXAMPLE_QUESTIONS)
+    after = f" after {seconds:.0f} s" if seconds is not None else ""
     return f"""
-  Ready: {url}/   (API reference: {url}/docs)
+  Ready{after}: {url}/   (API reference: {url}/docs)
   Key:   {key}
   Model: {model}
   Try:
@@ -58,12 +59,13 @@ def banner(settings: Settings) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m service.demo_banner", description=__doc__)
     parser.add_argument("--wait", type=float, default=120, metavar="S", help="seconds to wait for the service")
+    parser.add_argument("--started", type=float, metavar="EPOCH", help="when the demo started (for its duration)")
     args = parser.parse_args()
     settings = Settings()
     if not wait_until_serving(f"http://{settings.host}:{settings.port}", args.wait):
         print(f"the service did not answer within {args.wait:.0f} s", file=sys.stderr)
         return 1
-    print(banner(settings), flush=True)
+    print(banner(settings, time.time() - args.started if args.started else None), flush=True)
     return 0
 
 

@@ -68,3 +68,17 @@ def test_nothing_tracked_names_a_folder_beside_the_repository(reference: str) ->
             continue
         named += [f"{name}:{n}" for n, line in enumerate(text.splitlines(), 1) if reference in line]
     assert named == []
+
+
+def test_the_demo_banner_says_where_and_what_to_ask_and_never_a_key() -> None:
+    from core.config import Settings
+    from service.demo_banner import EXAMPLE_QUESTIONS, banner
+
+    book = (REPO_ROOT / "data" / "sanguo" / "sanguo_yanyi.txt").read_text(encoding="utf-8")
+    first_chapter = book[: book.index("第2章")]
+    assert "桃园" in first_chapter and "青龙偃月刀" in first_chapter  # the examples are answered in chapter 1
+    open_text = banner(Settings(_env_file=None, port=8123), seconds=12)
+    assert "Ready after 12 s: http://127.0.0.1:8123/" in open_text and "Key:   none" in open_text
+    assert all(question in open_text for question in EXAMPLE_QUESTIONS)
+    keyed = banner(Settings(_env_file=None, api_keys=["s3cret-demo-key"]))
+    assert "required" in keyed and "s3cret-demo-key" not in keyed
