@@ -204,7 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.out.with_suffix(".md").write_text(table, encoding="utf-8")
     args.out.with_suffix(".json").write_text(json.dumps(report, ensure_ascii=False, indent=1), encoding="utf-8")
     if args.update_docs:
-        update_docs(table, DOCS_BEGIN, DOCS_END)
+        update_docs(table, DOCS_BEGIN, DOCS_END, RESULTS / "latency.md")
     print(table)
     return 0
 

@@ -21,7 +21,7 @@ For each dataset (bench/datasets.py; every question is fixed as `dev` or `test`)
 
 Embeddings come from the on-disk cache (`EMBEDDING_CACHE`, bench/embedding_cache.py); fill
 it first with `python -m bench.embedding_cache`. Outputs: bench/results/retrieval_eval.{md,json};
-`--update-docs` writes the tables into docs/retrieval.md.
+`--update-docs` writes the tables into bench/results/retrieval_eval.md.
 """
 
 import argparse
@@ -74,7 +74,7 @@ from retrieval.retriever import RetrievalParams, Retriever
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
-DOCS = REPO / "docs" / "retrieval.md"
+DOCS = REPO / "bench" / "results" / "retrieval_eval.md"  # the full tables; docs/retrieval.md quotes the service row
 DOCS_BEGIN, DOCS_END = "<!-- retrieval-eval:begin -->", "<!-- retrieval-eval:end -->"
 
 
@@ -289,7 +289,7 @@ def fusion_table(title: str, rows: list[dict[str, Any]], names: list[str], chose
 
 
 def update_docs(table: str, begin: str = DOCS_BEGIN, end: str = DOCS_END, path: Path = DOCS) -> None:
-    """Replace the block between `begin` and `end` in docs/retrieval.md (appended if missing)."""
+    """Replace the block between `begin` and `end` in `path` (appended if missing)."""
     text = path.read_text(encoding="utf-8") if path.exists() else ""
     block = f"{begin}\n{table}\n{end}"
     if begin in text and end in text:
