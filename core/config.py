@@ -85,6 +85,12 @@ class Settings(BaseSettings):
     # a query waits at most the window for others, and at most this many share one call.
     query_batch_window_ms: float = Field(3.0, ge=0, description="longest wait of a query for others to batch with")
     query_batch_max: int = Field(32, ge=1, description="most queries embedded in one call")
+    # The scheduler in front of the embedder (docs: "Fair shared work"): a query this short has a lane and a model
+    # of its own; other work is served principal by principal, at most this many tokens per call; one request may
+    # embed at most this many tokens in all (413 past it; /v1/embeddings: 400 before any embedding).
+    embed_express_tokens: int = Field(64, ge=1, description="a query this short (tokens) takes the express lane")
+    embed_slice_tokens: int = Field(2048, ge=512, description="most tokens in one call of the shared lane")
+    embed_request_tokens: int = Field(32_768, ge=512, description="most embedding tokens one request may spend")
     jieba_user_dict: str | None = None
     max_file_mb: float = Field(200, gt=0, description="largest file the indexing job reads")
     # Each file is parsed in a worker process that is killed after this long (indexing/loaders):
