@@ -204,6 +204,10 @@ class Settings(BaseSettings):
     allowed_origins: Annotated[list[str], NoDecode] = []
     max_question_chars: int = 2000
     max_request_bytes: int = 64 * 1024
+    # Slow clients (service/http/slow_clients.py): a request head must arrive within this, and every read of
+    # a body must bring something within that; else the service closes the connection (408 for a body).
+    header_timeout_s: float = Field(10.0, gt=0, description="longest time a request's headers may take")
+    body_read_timeout_s: float = Field(30.0, gt=0, description="longest wait for the next part of a body")
     # OpenAI's routes (/v1/chat/completions, /v1/embeddings) take larger bodies: a chat client sends
     # its tool definitions (Open WebUI: ~28, 20-25 KB), the history, attached files and batches to embed.
     max_openai_request_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="body limit of the /v1 routes")
@@ -230,6 +234,9 @@ class Settings(BaseSettings):
     job_time_budget_s: float = Field(1800.0, gt=0, description="the most time one job may take (checked between files)")
     upload_spool: str | None = None  # where uploaded files wait for their job; None: .cache/uploads/
     max_upload_mb: float = Field(50, gt=0, description="largest file one upload takes")
+    # Texts sent as JSON are held whole and parsed at once (a Python object ~10x the body): a smaller limit than
+    # files, which stream to disk. 8 MB is ~2.7M CJK characters, ~3,400 chunks of 800.
+    max_upload_json_mb: float = Field(8, gt=0, description="largest JSON body of texts one upload takes")
     max_upload_files: int = Field(20, ge=1, description="most files in one upload request")
     max_upload_texts: int = Field(1000, ge=1, description="most texts in one JSON upload request")
     max_job_chunks: int = Field(20_000, ge=1, description="most chunks one upload job may make")

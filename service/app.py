@@ -161,7 +161,9 @@ def _add_middleware(app: FastAPI, settings: Settings, metrics: Metrics, policy: 
     ]
     app.add_middleware(UnicodeText, larger=documents.upload_body_limits(settings))  # streamed to their route
     app.add_middleware(BodySizeLimit, limit=settings.max_request_bytes, larger=larger)
-    app.add_middleware(Tickets, budget=settings.embed_request_tokens)  # whose work, how much, still there?
+    app.add_middleware(
+        Tickets, budget=settings.embed_request_tokens, read_timeout_s=settings.body_read_timeout_s
+    )  # whose work, how much, still there?
     app.add_middleware(
         CORSMiddleware,
         allow_origins=settings.cors_origins,

@@ -1,5 +1,6 @@
 """Each request's claim on shared work (core.scheduling.Ticket): whose it is, what it may spend,
-and whether its client is still there.
+and whether its client is still there; and a deadline on each read of its body (a client that
+stops sending is answered 408 and let go, its work dropped).
 
 The principal is the credential the request carries (hashed), or the client's address without one:
 known before any route runs, for every protocol alike. A route doing bulk work (a `/v1/embeddings`
@@ -9,6 +10,7 @@ batch) marks the ticket itself.
 import asyncio
 import hashlib
 
+from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from core.scheduling import Ticket, holding
@@ -33,10 +35,11 @@ class _Watched:
     """The request's `receive`; once the body is read it waits for the next message, the hang-up,
     and marks the ticket gone when it comes (the work still queued for it is dropped)."""
 
-    def __init__(self, receive: Receive, ticket: Ticket) -> None:
-        self._receive, self._ticket = receive, ticket
+    def __init__(self, receive: Receive, ticket: Ticket, read_timeout_s: float) -> None:
+        self._receive, self._ticket, self._timeout_s = receive, ticket, read_timeout_s
         self._stash: list[Message] = []
         self._after: asyncio.Future[Message] | None = None
+        self.timed_out = False
 
     async def start(self, scope: Scope) -> None:
         if not _has_body(scope):  # the empty body is there at once: read it now, watch from here
@@ -47,7 +50,12 @@ class _Watched:
             return self._stash.pop(0)
         if self._after is not None:
             return await asyncio.shield(self._after)
-        return self._note(await self._receive())
+        try:
+            message = await asyncio.wait_for(self._receive(), self._timeout_s)
+        except TimeoutError:  # the body stalled: to the app, the client has gone
+            self.timed_out = True
+            message = {"type": "http.disconnect"}
+        return self._note(message)
 
     def _note(self, message: Message) -> Message:
         if message["type"] == "http.disconnect":
@@ -68,20 +76,31 @@ class _Watched:
 
 
 class Tickets:
-    """Every HTTP request runs holding its own ticket, budgeted `budget` embedding tokens."""
+    """Every HTTP request runs holding its own ticket, budgeted `budget` embedding tokens; a read of
+    its body that waits over `read_timeout_s` ends it (408 when nothing was answered yet)."""
 
-    def __init__(self, app: ASGIApp, budget: int) -> None:
-        self.app, self.budget = app, budget
+    def __init__(self, app: ASGIApp, budget: int, read_timeout_s: float) -> None:
+        self.app, self.budget, self.read_timeout_s = app, budget, read_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         ticket = Ticket(principal=principal_of(scope), budget=self.budget)
-        watched = _Watched(receive, ticket)
+        watched = _Watched(receive, ticket, self.read_timeout_s)
+        started = False
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            started = True
+            await send(message)
+
         try:
             await watched.start(scope)
             with holding(ticket):
-                await self.app(scope, watched, send)
+                await self.app(scope, watched, sending)
+            if watched.timed_out and not started:
+                detail = f"the request body stalled for BODY_READ_TIMEOUT_S={self.read_timeout_s:g} s"
+                await JSONResponse({"detail": detail}, 408, {"Connection": "close"})(scope, watched, send)
         finally:
             watched.stop()
