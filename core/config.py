@@ -143,6 +143,8 @@ class Settings(BaseSettings):
     evaluator_model_name: str | None = None
     generation_temperature: float = 0.3
     llm_timeout: float = 60.0
+    # Model calls one principal may have in flight at once (core.scheduling.PrincipalGates); more wait their turn.
+    llm_calls_per_principal: int = Field(4, ge=1, description="model calls in flight per principal")
     structured_output: StructuredOutput = "auto"  # auto: the first strategy the endpoint accepts, remembered
     show_reasoning: bool = True  # the model's reasoning as `reasoning` events and field (never in the answer)
 

