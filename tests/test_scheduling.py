@@ -118,13 +118,13 @@ def test_a_request_over_its_token_budget_is_refused_before_anything_is_embedded(
     gated = Gated(embedder)
     gated.gate.set()
     batching = BatchingEmbedder(gated, 0.0, 32)
-    ticket = Ticket("reader", budget=600)
+    ticket = Ticket("reader", budget=300)
     with holding(ticket):
         batching.embed_documents(["孟获"])
-        with pytest.raises(BudgetExceeded, match="EMBED_REQUEST_TOKENS=600"):
+        with pytest.raises(BudgetExceeded, match="EMBED_REQUEST_TOKENS=300"):
             batching.embed_documents([BOOK[:3000]])  # cut to 512 tokens, over what is left
     batching.close()
-    assert gated.calls == [["孟获"]] and ticket.spent < 600
+    assert gated.calls == [["孟获"]] and ticket.spent < 300
 
 
 def test_every_text_is_cut_to_the_models_window(embedder: Embedder) -> None:
