@@ -3,6 +3,7 @@ principal of another base while a victim searches its own base; the victim is me
 run, quiet and under attack, and the test asserts a ratio of its p95 and that none of its requests
 failed. The embedder's window (512 tokens) and the error shapes of its limits are checked too."""
 
+import contextlib
 import json
 import socket
 import statistics
@@ -24,6 +25,7 @@ from tests.serving import serve
 
 ATTACKER_KEY = "fairness-attacker-key"  # reads and writes another base, that base only
 HEADER_TIMEOUT_S = 2.0
+BODY_READ_TIMEOUT_S = 3.0
 SLOW_FACTOR = 5  # the victim's p95 under attack stays within this many times its quiet p95
 
 
@@ -40,7 +42,12 @@ def url(es_url: str, protocol_kb: str, other_kb: str, embedder: Embedder) -> Ite
         {"name": "attacker", "key": ATTACKER_KEY, "kbs": {other_kb: "write"}},
     ]
     settings = protocol_settings(
-        es_url, protocol_kb, None, keys_file=write_keys_file(principals), answer_mode="extractive"
+        es_url,
+        protocol_kb,
+        None,
+        keys_file=write_keys_file(principals),
+        answer_mode="extractive",
+        body_read_timeout_s=BODY_READ_TIMEOUT_S,
     )
     with serve(create_app(settings, embedder=embedder), header_timeout_s=HEADER_TIMEOUT_S) as base:
         yield base
@@ -146,15 +153,23 @@ def test_a_connection_that_never_finishes_its_headers_is_closed_by_the_service(u
 
 def test_slow_headers_do_not_slow_the_victim(url: str) -> None:
     def attack(client: httpx.Client) -> None:
-        for connection in [slow_headers(url) for _ in range(20)]:
-            connection.sendall(b"X-Slow: 1\r\n")
+        held = [slow_headers(url) for _ in range(20)]
+        for _ in range(int(HEADER_TIMEOUT_S * 3)):
+            time.sleep(0.5)
+            for connection in held:
+                with contextlib.suppress(OSError):  # closed by the service
+                    connection.sendall(b"X-Slow: 1\r\n")
+        for connection in held:
+            connection.close()
 
     quiet, loud = under_attack(url, attack, attackers=1)
     assert loud < SLOW_FACTOR * quiet, (quiet, loud)
 
 
 def test_a_body_that_stalls_is_answered_408_and_let_go(url: str, other_kb: str) -> None:
+    """A body that stops coming held its request (and its connection) until the client gave up."""
     host, port = url.removeprefix("http://").split(":")
+    started = time.monotonic()
     with socket.create_connection((host, int(port)), timeout=120) as connection:
         head = (
             f"POST /kbs/{other_kb}/documents HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {ATTACKER_KEY}\r\n"
@@ -162,7 +177,9 @@ def test_a_body_that_stalls_is_answered_408_and_let_go(url: str, other_kb: str) 
         )
         connection.sendall(head.encode())
         answer = connection.recv(4096)
-    assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+        closed = connection.recv(4096) == b""  # and the connection is let go
+    assert answer.startswith(b"HTTP/1.1 408") and b"BODY_READ_TIMEOUT_S=3" in answer, answer[:300]
+    assert closed and time.monotonic() - started < BODY_READ_TIMEOUT_S * 3
 
 
 def test_embeddings_over_the_window_are_refused_in_openais_shape_unless_cut(url: str, embedder: Embedder) -> None:

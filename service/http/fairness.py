@@ -10,6 +10,7 @@ batch) marks the ticket itself.
 import asyncio
 import hashlib
 
+from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -26,6 +27,14 @@ def principal_of(scope: Scope) -> str:
     return f"address:{client[0] if client else ''}"
 
 
+class BodyStalled(HTTPException):
+    """A read of the body brought nothing for BODY_READ_TIMEOUT_S: 408, and the connection closed."""
+
+    def __init__(self, timeout_s: float) -> None:
+        detail = f"the request body stalled: nothing came for BODY_READ_TIMEOUT_S={timeout_s:g} s"
+        super().__init__(408, detail, headers={"Connection": "close"})
+
+
 def _has_body(scope: Scope) -> bool:
     headers = dict(scope["headers"])
     return b"transfer-encoding" in headers or headers.get(b"content-length", b"0") not in (b"0", b"")
@@ -39,7 +48,6 @@ class _Watched:
         self._receive, self._ticket, self._timeout_s = receive, ticket, read_timeout_s
         self._stash: list[Message] = []
         self._after: asyncio.Future[Message] | None = None
-        self.timed_out = False
 
     async def start(self, scope: Scope) -> None:
         if not _has_body(scope):  # the empty body is there at once: read it now, watch from here
@@ -52,9 +60,9 @@ class _Watched:
             return await asyncio.shield(self._after)
         try:
             message = await asyncio.wait_for(self._receive(), self._timeout_s)
-        except TimeoutError:  # the body stalled: to the app, the client has gone
-            self.timed_out = True
-            message = {"type": "http.disconnect"}
+        except TimeoutError:  # the body stalled: its work is dropped, the request answered 408
+            self._ticket.gone.set()
+            raise BodyStalled(self._timeout_s) from None
         return self._note(message)
 
     def _note(self, message: Message) -> Message:
@@ -99,8 +107,9 @@ class Tickets:
             await watched.start(scope)
             with holding(ticket):
                 await self.app(scope, watched, sending)
-            if watched.timed_out and not started:
-                detail = f"the request body stalled for BODY_READ_TIMEOUT_S={self.read_timeout_s:g} s"
-                await JSONResponse({"detail": detail}, 408, {"Connection": "close"})(scope, watched, send)
+        except BodyStalled as stalled:  # met by a middleware's read (a route's is answered by the app)
+            if started:
+                raise
+            await JSONResponse({"detail": stalled.detail}, 408, stalled.headers)(scope, watched, send)
         finally:
             watched.stop()
