@@ -5,6 +5,7 @@ failed. The embedder's window (512 tokens) and the error shapes of its limits ar
 
 import contextlib
 import json
+import math
 import socket
 import statistics
 import threading
@@ -70,28 +71,36 @@ def victim_p95(url: str, searches: int = 16) -> float:
 
 
 def under_attack(url: str, attack: Callable[[httpx.Client], None], attackers: int = 2) -> tuple[float, float]:
-    """The victim's p95 quiet, then while `attackers` threads repeat `attack` without pause."""
+    """The victim's p95 quiet, then while `attackers` threads repeat `attack` without pause; an
+    attack's own failed assertion fails the test."""
     victim_p95(url, 4)  # warm: connections, caches
     quiet = victim_p95(url)
-    stop, attacked = threading.Event(), threading.Barrier(attackers + 1)
+    stop, attacked, errors = threading.Event(), threading.Barrier(attackers + 1), list[BaseException]()
 
     def attacker() -> None:
-        with httpx.Client(base_url=url, headers=auth(ATTACKER_KEY), timeout=300) as client:
-            attack(client)
-            attacked.wait()  # the first attack is in: the embedder knows its cost
-            while not stop.is_set():
+        try:
+            with httpx.Client(base_url=url, headers=auth(ATTACKER_KEY), timeout=300) as client:
                 attack(client)
+                attacked.wait()  # the first attack is in: the embedder knows its cost
+                while not stop.is_set():
+                    attack(client)
+        except BaseException as err:
+            errors.append(err)
+            attacked.abort()
 
     threads = [threading.Thread(target=attacker, daemon=True) for _ in range(attackers)]
     for thread in threads:
         thread.start()
-    attacked.wait(timeout=300)
     try:
+        attacked.wait(timeout=300)
         loud = victim_p95(url)
+    except threading.BrokenBarrierError:
+        loud = math.inf
     finally:
         stop.set()
         for thread in threads:
             thread.join(timeout=300)
+    assert not errors, errors[0]
     return quiet, loud
 
 
