@@ -100,8 +100,8 @@ ATTACKS: dict[str, Callable[[httpx.Client, str], int]] = {
     "12 KB /v1/embeddings input": long_embedding,
     "chat, 4,096-char attached text": attached_text,
     "four 2,000-char queries at once": long_queries,
-    "16 MB JSON upload": json_upload,
     "slowloris headers": slow_headers,
+    "16 MB JSON upload": json_upload,  # last: where it is accepted (before), its job embeds for the rest of the run
 }
 
 
