@@ -163,6 +163,7 @@ def environment(args: argparse.Namespace, victim_kb: str, attacker_kb: str) -> d
         "KEYS_FILE": keys,
         "ANSWER_MODE": "extractive",
         "QUESTIONS_INDEX": f"{prefix}-questions",
+        "UPLOAD_SPOOL": tempfile.mkdtemp(prefix="fairness-spool-"),  # never in the checkout run
         **{name: f"{prefix}-{suffix}" for name, suffix in names.items()},
     }
 
