@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     victim_kb, attacker_kb = f"{args.index}-victim", f"{args.index}-attacker"
     build_index(victim_kb, args.chapters)
     build_index(attacker_kb, 1)
-    log = RESULTS / f"fairness_{args.label}.log"
+    log = Path(tempfile.gettempdir()) / f"fairness_{args.label}.log"  # the service's log
     service = ServiceProcess(environment(args, victim_kb, attacker_kb), args.checkout, log, ready_path="/readyz")
     service.start()
     try:
