@@ -185,10 +185,11 @@ def test_a_body_that_stalls_is_answered_408_and_let_go(url: str, other_kb: str) 
             "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"
         )
         connection.sendall(head.encode())
-        answer = connection.recv(4096)
-        closed = connection.recv(4096) == b""  # and the connection is let go
+        answer = b""
+        while part := connection.recv(4096):  # until the service lets the connection go
+            answer += part
     assert answer.startswith(b"HTTP/1.1 408") and b"BODY_READ_TIMEOUT_S=3" in answer, answer[:300]
-    assert closed and time.monotonic() - started < BODY_READ_TIMEOUT_S * 3
+    assert time.monotonic() - started < BODY_READ_TIMEOUT_S * 3
 
 
 def test_embeddings_over_the_window_are_refused_in_openais_shape_unless_cut(url: str, embedder: Embedder) -> None:
