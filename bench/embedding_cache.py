@@ -22,7 +22,7 @@ import numpy as np
 from tqdm import tqdm
 
 from core.config import Settings
-from core.embeddings import Embedder, load_embedder
+from core.embeddings import Embedder, TokenWindow, load_embedder
 
 DEFAULT_CACHE = Path(__file__).resolve().parent.parent / ".cache" / "embeddings.sqlite"
 
@@ -56,7 +56,11 @@ class CachedEmbedder:
         return self.inner.dim
 
     def _key(self, role: str, text: str) -> str:
-        return f"{self.name}:{role}:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+        """Keyed by what the model reads: the text cut to its window (a vector cached for a longer text
+        before the window was enforced is never read back for it)."""
+        window: TokenWindow | None = getattr(self.inner, "window", None)
+        read = window.cut(text, role == "query") if window is not None else text
+        return f"{self.name}:{role}:" + hashlib.sha256(read.encode("utf-8")).hexdigest()
 
     def _get(self, keys: list[str]) -> dict[str, np.ndarray]:
         found: dict[str, np.ndarray] = {}

@@ -85,6 +85,12 @@ class Settings(BaseSettings):
     # a query waits at most the window for others, and at most this many share one call.
     query_batch_window_ms: float = Field(3.0, ge=0, description="longest wait of a query for others to batch with")
     query_batch_max: int = Field(32, ge=1, description="most queries embedded in one call")
+    # The scheduler in front of the embedder (docs: "Fair shared work"): a query this short has a lane and a model
+    # of its own; other work is served principal by principal, at most this many tokens per call; one request may
+    # embed at most this many tokens in all (413 past it; /v1/embeddings: 400 before any embedding).
+    embed_express_tokens: int = Field(64, ge=1, description="a query this short (tokens) takes the express lane")
+    embed_slice_tokens: int = Field(2048, ge=512, description="most tokens in one call of the shared lane")
+    embed_request_tokens: int = Field(32_768, ge=512, description="most embedding tokens one request may spend")
     jieba_user_dict: str | None = None
     max_file_mb: float = Field(200, gt=0, description="largest file the indexing job reads")
     # Each file is parsed in a worker process that is killed after this long (indexing/loaders):
@@ -137,6 +143,8 @@ class Settings(BaseSettings):
     evaluator_model_name: str | None = None
     generation_temperature: float = 0.3
     llm_timeout: float = 60.0
+    # Model calls one principal may have in flight at once (core.scheduling.PrincipalGates); more wait their turn.
+    llm_calls_per_principal: int = Field(4, ge=1, description="model calls in flight per principal")
     structured_output: StructuredOutput = "auto"  # auto: the first strategy the endpoint accepts, remembered
     show_reasoning: bool = True  # the model's reasoning as `reasoning` events and field (never in the answer)
 
@@ -198,6 +206,10 @@ class Settings(BaseSettings):
     allowed_origins: Annotated[list[str], NoDecode] = []
     max_question_chars: int = 2000
     max_request_bytes: int = 64 * 1024
+    # Slow clients (service/http/slow_clients.py): a request head must arrive within this, and every read of
+    # a body must bring something within that; else the service closes the connection (408 for a body).
+    header_timeout_s: float = Field(10.0, gt=0, description="longest time a request's headers may take")
+    body_read_timeout_s: float = Field(30.0, gt=0, description="longest wait for the next part of a body")
     # OpenAI's routes (/v1/chat/completions, /v1/embeddings) take larger bodies: a chat client sends
     # its tool definitions (Open WebUI: ~28, 20-25 KB), the history, attached files and batches to embed.
     max_openai_request_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="body limit of the /v1 routes")
@@ -224,6 +236,9 @@ class Settings(BaseSettings):
     job_time_budget_s: float = Field(1800.0, gt=0, description="the most time one job may take (checked between files)")
     upload_spool: str | None = None  # where uploaded files wait for their job; None: .cache/uploads/
     max_upload_mb: float = Field(50, gt=0, description="largest file one upload takes")
+    # Texts sent as JSON are held whole and parsed at once (a Python object ~10x the body): a smaller limit than
+    # files, which stream to disk. 8 MB is ~2.7M CJK characters, ~3,400 chunks of 800.
+    max_upload_json_mb: float = Field(8, gt=0, description="largest JSON body of texts one upload takes")
     max_upload_files: int = Field(20, ge=1, description="most files in one upload request")
     max_upload_texts: int = Field(1000, ge=1, description="most texts in one JSON upload request")
     max_job_chunks: int = Field(20_000, ge=1, description="most chunks one upload job may make")

@@ -4,6 +4,7 @@ requests at once) while a second pool analyses (jieba) and bulk-writes finished 
 Elasticsearch round trips hide behind embedding.
 """
 
+import contextvars
 import threading
 import time
 from collections import deque
@@ -101,7 +102,8 @@ def embed_and_write(chunks: list[Chunk], throughput: Throughput, embedding: Embe
 
         try:
             for batch in batched(chunks, throughput.batch_size):
-                embeds.append((batch, embed_pool.submit(embedding, batch)))
+                # in the caller's context: a job's embedding is its ticket's (core.scheduling), bulk work
+                embeds.append((batch, embed_pool.submit(contextvars.copy_context().run, embedding, batch)))
                 if len(embeds) >= concurrency:
                     hand_over()
             while embeds:

@@ -242,19 +242,33 @@ class Breaker:
             self._in_a_row = 0 if ok else self._in_a_row + 1
             if self._in_a_row >= self.failures:
                 self._until, self._in_a_row = self._clock() + self.pause_s, 0
-                logger.warning("reranker failed %d times in a row: paused for %.0f s", self.failures, self.pause_s)
+                logger.warning(
+                    "reranker failed %d times in a row: paused for %.0f s (one base)", self.failures, self.pause_s
+                )
 
 
 Listener = Callable[[Outcome, float], None]  # (outcome, seconds the stage took): /metrics
 
 
 class Reranker:
-    """The stage: a scorer, its limits, the breaker; `rerank` never raises for the scorer's sake."""
+    """The stage: a scorer, its limits, a breaker per base; `rerank` never raises for the scorer's sake.
+
+    One breaker per (base, endpoint): failures met searching one base (a tenant's requests the
+    endpoint refuses) pause reranking for that base only, never for every tenant (issue 58).
+    """
 
     def __init__(self, scorer: Scorer, limits: RerankLimits, clock: Callable[[], float] = time.monotonic) -> None:
-        self.scorer, self.limits = scorer, limits
-        self.breaker = Breaker(limits.breaker_failures, limits.breaker_pause_s, clock)
+        self.scorer, self.limits, self._clock = scorer, limits, clock
+        self._breakers: dict[str, Breaker] = {}
+        self._lock = threading.Lock()
         self.listeners: list[Listener] = []
+
+    def breaker(self, base: str) -> Breaker:
+        """The breaker of `base` on this stage's endpoint."""
+        with self._lock:
+            if base not in self._breakers:
+                self._breakers[base] = Breaker(self.limits.breaker_failures, self.limits.breaker_pause_s, self._clock)
+            return self._breakers[base]
 
     def score_hits(self, query: str, hits: Sequence[Hit]) -> list[float]:
         """The scorer's raw score of each hit (its excerpt); a `RerankFailure` otherwise."""
@@ -266,25 +280,28 @@ class Reranker:
         except Exception as err:  # a scorer's own bug or library error is a failure, not a failed query
             raise RerankFailure("error", f"{type(err).__name__}: {err}") from err
 
-    def rerank(self, query: str, hits: list[Hit], k: int, weight: float) -> tuple[list[Hit], RerankUsed]:
-        """The top `k` of `hits` (the fused candidates) reranked, or in fused order with a warning."""
+    def rerank(
+        self, query: str, hits: list[Hit], k: int, weight: float, base: str = ""
+    ) -> tuple[list[Hit], RerankUsed]:
+        """The top `k` of `hits` (the fused candidates of `base`) reranked, or in fused order with a warning."""
         used = RerankUsed(reranker=self.scorer.name, weight=weight, candidates=len(hits))
+        breaker = self.breaker(base)
         if not hits or weight <= 0:
             return hits[:k], used
         started = time.perf_counter()
         outcome: Outcome = "paused"
         try:
-            if self.breaker.open():
+            if breaker.open():
                 return hits[:k], used.model_copy(update={"warning": warning_of("paused")})
             try:
                 scores = self.score_hits(query, hits)
             except RerankFailure as failure:
                 outcome = failure.reason
                 logger.warning("reranking failed (%s: %s): fused order kept", failure.reason, failure)
-                self.breaker.record(False)
+                breaker.record(False)
                 return hits[:k], used.model_copy(update={"warning": warning_of(failure.reason)})
             outcome = "applied"
-            self.breaker.record(True)
+            breaker.record(True)
             took = (time.perf_counter() - started) * 1000
             return combine(hits, scores, weight)[:k], used.model_copy(update={"applied": True, "took_ms": took})
         finally:

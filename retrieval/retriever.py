@@ -255,7 +255,7 @@ class Retriever:
             hits = self._hybrid(reader, query, k, filters, vector, params, top, found)
             fusion = fusion_used(params, setting)
             if reranker is not None:
-                hits, reranked = reranker.rerank(query, hits, k, weight)
+                hits, reranked = reranker.rerank(query, hits, k, weight, reader.scope.kb)
         else:
             terms = [expansion.expansion for expansion in found]
             body = self._body(reader.scope, mode, query, k, _clauses(filters), vector, source=True, expansions=terms)

@@ -7,6 +7,7 @@ import uvicorn
 
 from core.config import Settings
 from service.app import create_app
+from service.http import slow_clients
 
 
 def main() -> None:
@@ -25,6 +26,7 @@ def main() -> None:
         port=args.port,
         log_level=settings.log_level.lower(),
         timeout_graceful_shutdown=10,  # open answer streams do not hold Ctrl-C for long
+        http=slow_clients.protocol(settings.header_timeout_s),  # slowloris: headers have a deadline
     )
 
 

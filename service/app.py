@@ -19,7 +19,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.routing import Route
 
 from core.config import Settings
-from core.embeddings import BatchingEmbedder, Embedder, load_embedder
+from core.embeddings import BatchingEmbedder, Embedder, Sharing, load_embedder
 from core.redact import redact_url
 from core.store import create_client
 from retrieval.rerank import Reranker, build_reranker
@@ -28,6 +28,7 @@ from service.answers import AnswerLog
 from service.deps import Services
 from service.graph import build_deps
 from service.http.errors import add_error_handlers
+from service.http.fairness import Tickets
 from service.http.metrics import Metrics, MetricsMiddleware
 from service.http.middleware import BodySizeLimit, OneCredential, OriginPolicy, TrustedOrigin, UnicodeText
 from service.http.openapi import document_statuses
@@ -67,7 +68,9 @@ async def open_services(
     (the HTTP service: the stdio MCP server never takes a job another process may be running)."""
     es = create_client(settings)
     loaded = embedder if embedder is not None else await run_in_threadpool(load_embedder, settings.embedder, settings)
-    batching = BatchingEmbedder(loaded, settings.query_batch_window_ms / 1000, settings.query_batch_max)
+    window_s, most = settings.query_batch_window_ms / 1000, settings.query_batch_max
+    sharing = Sharing(window_s, most, settings.embed_express_tokens, settings.embed_slice_tokens)
+    batching = BatchingEmbedder(loaded, window_s, most, sharing)
     retriever = build_retriever(settings, es, batching, build_stage(settings, metrics))
     # Load jieba's dictionary and run the embedder once now, not on the first user's query.
     await run_in_threadpool(retriever.tokenizer.query_terms, "预热")
@@ -158,6 +161,9 @@ def _add_middleware(app: FastAPI, settings: Settings, metrics: Metrics, policy: 
     ]
     app.add_middleware(UnicodeText, larger=documents.upload_body_limits(settings))  # streamed to their route
     app.add_middleware(BodySizeLimit, limit=settings.max_request_bytes, larger=larger)
+    app.add_middleware(
+        Tickets, budget=settings.embed_request_tokens, read_timeout_s=settings.body_read_timeout_s
+    )  # whose work, how much, still there?
     app.add_middleware(
         CORSMiddleware,
         allow_origins=settings.cors_origins,

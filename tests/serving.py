@@ -12,12 +12,18 @@ import uvicorn
 from fastapi import FastAPI
 
 from bench.service_process import free_port
+from core.config import Settings
+from service.http import slow_clients
 
 
 @contextmanager
-def serve(app: FastAPI) -> Iterator[str]:
-    """Run `app` (lifespan included) on 127.0.0.1:<free port> in a thread; yields its base URL."""
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"))
+def serve(app: FastAPI, header_timeout_s: float = Settings.model_fields["header_timeout_s"].default) -> Iterator[str]:
+    """Run `app` (lifespan included) on 127.0.0.1:<free port> in a thread, with the service's own
+    protocol (`python -m service`'s deadline on headers); yields its base URL."""
+    http = slow_clients.protocol(header_timeout_s)
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on", http=http)
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 60

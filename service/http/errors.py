@@ -1,7 +1,7 @@
 """How every failure becomes a JSON answer that says what to fix (never a bare 500).
 
 Malformed JSON → 400 saying where it breaks; validation → 422 naming the field; missing index → 404 with the build command; embedder
-mismatch → 409; the LLM unreachable → 503 naming it; its 429 → 429 with `Retry-After`; its other HTTP errors → 502.
+mismatch → 409; a request over its embedding budget → 413; the LLM unreachable → 503 naming it; its 429 → 429 with `Retry-After`; its other HTTP errors → 502.
 
 Elasticsearch: unreachable, a time-out, or an answer that means "not now" (no shard
 available, all shards failed, a red index, a cluster block, 429/503/504) → 503 with
@@ -34,6 +34,7 @@ from core.failures import log_failure
 from core.kbs import InvalidKnowledgeBaseName, KnowledgeBaseExists
 from core.redact import redact_url
 from core.retry import es_api_transient
+from core.scheduling import BudgetExceeded, ClientGone
 from core.store import EmbedderMismatchError, IndexNotFoundError, SearchError
 from service.http.metrics import endpoint_label
 from service.inputs import InvalidText
@@ -239,6 +240,14 @@ async def _llm_failed(request: Request, err: openai.APIError) -> JSONResponse:
     return _error(request, 503, "llm_unreachable", f"the LLM endpoint at {url} is unreachable ({name}); retry later")
 
 
+async def _over_budget(request: Request, err: BudgetExceeded) -> JSONResponse:
+    return _error(request, 413, "embedding_budget", str(err))
+
+
+async def _client_gone(request: Request, err: ClientGone) -> JSONResponse:
+    return _error(request, 499, "client_gone", str(err))  # nobody reads it: nginx's "client closed request"
+
+
 # Exception type → its answer; Starlette picks the handler of the nearest class in the MRO.
 _HANDLERS: list[tuple[type[Exception], Callable[[Request, Any], Awaitable[JSONResponse]]]] = [
     (RequestValidationError, _validation),
@@ -256,6 +265,8 @@ _HANDLERS: list[tuple[type[Exception], Callable[[Request, Any], Awaitable[JSONRe
     (ApiError, _es_api_error),
     (LLMNotConfiguredError, _llm_not_configured),
     (openai.APIError, _llm_failed),
+    (BudgetExceeded, _over_budget),
+    (ClientGone, _client_gone),
 ]
 
 

@@ -24,7 +24,6 @@ evaluations (service/jobs/evaluation.py) share the store, the runner and the job
 Only the HTTP service runs jobs (`service.app.open_services(run_jobs=True)`); `python -m service.mcp` does not.
 """
 
-import collections
 import logging
 import os
 import socket
@@ -37,6 +36,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from core.config import Settings
+from core.scheduling import Ticket, Turns, holding
 from service.jobs.store import Job, JobError, JobFailed, JobState, JobStore, new_job_id
 
 logger = logging.getLogger(__name__)
@@ -109,7 +109,7 @@ class FairQueue:
     """Job ids waiting for a worker, served owner by owner in turn (oldest first within an owner)."""
 
     def __init__(self) -> None:
-        self._waiting: collections.OrderedDict[str, collections.deque[str]] = collections.OrderedDict()
+        self._waiting: Turns[str] = Turns()
         self._queued: set[str] = set()
         self._ready = threading.Condition()
 
@@ -118,7 +118,7 @@ class FairQueue:
             if job_id in self._queued:
                 return
             self._queued.add(job_id)
-            self._waiting.setdefault(owner, collections.deque()).append(job_id)
+            self._waiting.put(owner, job_id)
             self._ready.notify()
 
     def get(self, timeout_s: float) -> str | None:
@@ -128,10 +128,7 @@ class FairQueue:
                 return None
             if not self._waiting:
                 return None
-            owner, jobs = self._waiting.popitem(last=False)
-            job_id = jobs.popleft()
-            if jobs:
-                self._waiting[owner] = jobs  # back at the end: every other owner goes first
+            job_id = self._waiting.pop()
             self._queued.discard(job_id)
             return job_id
 
@@ -259,7 +256,8 @@ class JobRunner:
         try:
             if kind is None:
                 raise JobFailed(f"this service does not run jobs of kind {job.kind!r}")
-            kind.run(job, progress)
+            with holding(Ticket(principal=f"owner:{job.owner}", bulk=True)):  # after every request's
+                kind.run(job, progress)
         except Exception as err:
             if self._stopping.is_set():
                 logger.warning("job %s interrupted by the shutdown (%s): resumed later", job.id, err)

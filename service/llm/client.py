@@ -35,6 +35,7 @@ from pydantic import SecretStr
 from core.config import Settings, StructuredOutput
 from core.redact import redact_url
 from core.retry import OPENAI, async_retrying
+from core.scheduling import PrincipalGates
 from service.llm.reasoning import ReasoningForm, ReasoningStream, split_reasoning
 from service.llm.structured import (
     STRATEGIES,
@@ -84,8 +85,9 @@ class ChatModel:
     client: BaseChatOpenAI
     name: str
     endpoint: str  # redacted, for logs and reports
-    structured_output: StructuredOutput = "auto"
-    habits: Habits = field(default_factory=Habits)
+    structured_output: StructuredOutput
+    habits: Habits
+    gates: PrincipalGates  # calls in flight per principal (LLM_CALLS_PER_PRINCIPAL)
 
     def strategy(self) -> Strategy:
         if self.structured_output != "auto":
@@ -141,7 +143,8 @@ def chat_model(
         max_retries=0,  # the retry layer is `core.retry`'s policy, around each call
         stream_usage=True,  # a streamed answer's token counts too (`QueryResult.usage`)
     )
-    return ChatModel(client, model, redact_url(base), settings.structured_output, habits or Habits())
+    gates = PrincipalGates(settings.llm_calls_per_principal)
+    return ChatModel(client, model, redact_url(base), settings.structured_output, habits or Habits(), gates)
 
 
 def build_llms(settings: Settings) -> tuple[ChatModel | None, ChatModel | None]:
@@ -212,7 +215,8 @@ async def ask_structured(
 
 async def _ask(model: ChatModel, strategy: Strategy, schema: type[SchemaT], messages: list[BaseMessage]) -> Reply:
     runnable = request(model.client, strategy, schema)
-    message: BaseMessage = await async_retrying(OPENAI, f"{schema.__name__} call")(runnable.ainvoke, messages)
+    async with model.gates.turn():
+        message: BaseMessage = await async_retrying(OPENAI, f"{schema.__name__} call")(runnable.ainvoke, messages)
     return read_reply(message, strategy)
 
 
@@ -230,7 +234,8 @@ async def ask_plain(model: ChatModel | None, messages: list[BaseMessage]) -> Pla
     task prompt, answered as the client parses it."""
     if model is None:
         raise LLMNotConfiguredError()
-    message: BaseMessage = await async_retrying(OPENAI, "plain call")(model.client.ainvoke, messages)
+    async with model.gates.turn():
+        message: BaseMessage = await async_retrying(OPENAI, "plain call")(model.client.ainvoke, messages)
     text, _, form = split_reasoning(message.text)
     model.saw_reasoning("field" if message.additional_kwargs.get("reasoning_content") else form)
     usage = message.usage_metadata if isinstance(message, AIMessage) else None
@@ -257,14 +262,17 @@ class AnswerStream:
         return self._split.reasoning
 
     async def __aiter__(self) -> AsyncIterator[Piece]:
-        opened: Opened = await async_retrying(OPENAI, "answer stream")(_open_stream, self._model.client, self._messages)
-        stream, first = opened
-        if first is not None:
-            for piece in self._pieces(first):
-                yield piece
-            async for chunk in stream:
-                for piece in self._pieces(chunk):
+        async with self._model.gates.turn():  # the whole stream is one call in flight
+            opened: Opened = await async_retrying(OPENAI, "answer stream")(
+                _open_stream, self._model.client, self._messages
+            )
+            stream, first = opened
+            if first is not None:
+                for piece in self._pieces(first):
                     yield piece
+                async for chunk in stream:
+                    for piece in self._pieces(chunk):
+                        yield piece
         for piece in self._split.close():
             yield piece
         self._model.saw_reasoning(self._split.form)

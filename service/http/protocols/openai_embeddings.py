@@ -10,6 +10,14 @@ Open WebUI sends with `RAG_EMBEDDING_QUERY_PREFIX` / `RAG_EMBEDDING_CONTENT_PREF
 field `input_type` (`query`, or `passage`/`document`; Open WebUI's `RAG_EMBEDDING_PREFIX_FIELD_NAME`),
 picks the side; an input without either is embedded as a passage. Token arrays (what LangChain sends
 unless `check_embedding_ctx_length=False`) are refused with that advice: the service reads text.
+
+The model reads a window of tokens (e5-small: 512, in its own tokenizer, prefix and specials
+included). An input longer than that is refused with a 400 (`code: context_length_exceeded`), as
+OpenAI refuses an input over its model's context, unless the request asks for it to be cut: TEI's
+`truncate: true` (then only the window's head is embedded, as TEI does). A request also embeds at
+most `EMBED_REQUEST_TOKENS` tokens in all (400, `code: too_many_tokens`); `usage` counts the model's
+own tokens. A request of more than one input is bulk work for the shared embedder
+(core.embeddings.BatchingEmbedder): searches go first, and principals take turns.
 """
 
 import base64
@@ -20,9 +28,9 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
-from core.embeddings import Embedder
+from core.embeddings import Embedder, TokenWindow
+from core.scheduling import current_ticket
 from service.deps import CallerDep, ServicesDep, get_caller
-from service.graph.context import estimate_tokens
 from service.http.openapi import error_responses
 from service.http.protocols.errors import protocol_route
 from service.http.protocols.openai_wire import OpenAIError, OpenAIErrorBody, render_error
@@ -50,6 +58,7 @@ class EmbeddingRequest(BaseModel):
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = Field(None, ge=1)
     input_type: str | None = None
+    truncate: bool = False  # TEI's: cut an input over the model's window instead of refusing it
 
 
 class Embedding(BaseModel):
@@ -100,19 +109,48 @@ def _invalid(message: str) -> OpenAIError:
     return OpenAIError(400, message, param="input")
 
 
-def _embed(embedder: Embedder, texts: list[str], input_type: str | None) -> np.ndarray:
-    """Each text on its side (query or passage), the passages in one call."""
+def _sides(texts: list[str], input_type: str | None) -> list[tuple[bool, str]]:
+    """Each text as (is a query, the text without its side's prefix)."""
     default = "query" if (input_type or "").lower() in _QUERY_TYPES else "passage"
     sides = []
     for text in texts:
         prefix = next((p for p in _SIDES if text.startswith(p)), None)
-        sides.append((_SIDES[prefix], text[len(prefix) :]) if prefix else (default, text))
-    vectors = np.zeros((len(texts), embedder.dim), dtype=np.float32)
-    passages = [i for i, (side, _) in enumerate(sides) if side == "passage"]
+        side, bare = (_SIDES[prefix], text[len(prefix) :]) if prefix else (default, text)
+        sides.append((side == "query", bare))
+    return sides
+
+
+def _tokens(window: TokenWindow | None, sides: list[tuple[bool, str]], body: EmbeddingRequest, budget: int) -> int:
+    """The tokens the model will read (characters without a window): an input over the window is a 400
+    unless `truncate`; so is a request over EMBED_REQUEST_TOKENS. Checked before anything is embedded."""
+    if window is None:
+        return sum(len(text) for _, text in sides)
+    total = 0
+    for index, (query, text) in enumerate(sides):
+        tokens = window.tokens(text, query)
+        if tokens > window.size and not body.truncate:
+            raise OpenAIError(
+                400,
+                f"input[{index}] is {tokens} tokens, more than the model's window of {window.size}: "
+                'shorten it, or send "truncate": true to embed its first tokens only',
+                param="input",
+                code="context_length_exceeded",
+            )
+        total += min(tokens, window.size)
+    if total > budget:
+        message = f"the inputs are {total} tokens, more than EMBED_REQUEST_TOKENS={budget}: send smaller batches"
+        raise OpenAIError(400, message, param="input", code="too_many_tokens")
+    return total
+
+
+def _embed(embedder: Embedder, sides: list[tuple[bool, str]]) -> np.ndarray:
+    """Each text on its side (query or passage), the passages in one call."""
+    vectors = np.zeros((len(sides), embedder.dim), dtype=np.float32)
+    passages = [i for i, (query, _) in enumerate(sides) if not query]
     if passages:
         vectors[passages] = embedder.embed_documents([sides[i][1] for i in passages])
-    for i, (side, text) in enumerate(sides):
-        if side == "query":
+    for i, (query, text) in enumerate(sides):
+        if query:
             vectors[i] = embedder.embed_query(text)
     return vectors
 
@@ -143,7 +181,10 @@ async def create_embeddings(body: EmbeddingRequest, services: ServicesDep, calle
         raise OpenAIError(
             400, f"{name} makes {embedder.dim}-dimensional vectors, not {body.dimensions}", param="dimensions"
         )
-    vectors = await run_in_threadpool(_embed, embedder, texts, body.input_type)
-    tokens = sum(estimate_tokens(text) for text in texts)  # no tokenizer of the embedder's: an estimate
+    sides = _sides(texts, body.input_type)
+    window: TokenWindow | None = getattr(embedder, "window", None)
+    tokens = await run_in_threadpool(_tokens, window, sides, body, services.settings.embed_request_tokens)
+    current_ticket().bulk = len(texts) > 1  # a batch waits behind searches
+    vectors = await run_in_threadpool(_embed, embedder, sides)
     data = [Embedding(index=i, embedding=_encoded(v, body.encoding_format)) for i, v in enumerate(vectors)]
     return EmbeddingList(data=data, model=name, usage=EmbeddingUsage(prompt_tokens=tokens, total_tokens=tokens))

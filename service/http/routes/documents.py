@@ -59,17 +59,23 @@ router = APIRouter(
 
 def upload_body_limits(settings: Settings) -> list[LargerBody]:
     """The upload route's own body limits, by media type: files, every file at its largest plus a
-    small form's worth; texts (JSON), MAX_UPLOAD_MB."""
+    small form's worth; texts (JSON), MAX_UPLOAD_JSON_MB (held whole and parsed at once)."""
     path = re.compile(r"/kbs/[^/]+/documents")
     files = int(settings.max_upload_files * settings.max_upload_mb * _MB) + settings.max_request_bytes
     named = (
         f"MAX_UPLOAD_FILES × MAX_UPLOAD_MB ({settings.max_upload_files} × {settings.max_upload_mb:g} MB) "
         f"+ MAX_REQUEST_BYTES = {files}"
     )
-    texts = int(settings.max_upload_mb * _MB)
+    texts = int(settings.max_upload_json_mb * _MB)
     return [
         LargerBody("POST", path, "multipart/form-data", files, named),
-        LargerBody("POST", path, "application/json", texts, f"MAX_UPLOAD_MB ({settings.max_upload_mb:g} MB) = {texts}"),
+        LargerBody(
+            "POST",
+            path,
+            "application/json",
+            texts,
+            f"MAX_UPLOAD_JSON_MB ({settings.max_upload_json_mb:g} MB) = {texts}",
+        ),
     ]
 
 
@@ -118,7 +124,7 @@ async def _spool_form(request: Request, settings: Settings, folder: Path) -> Upl
 
 
 def _texts(body: bytes, settings: Settings) -> TextsUpload:
-    """The JSON body (at most MAX_UPLOAD_MB: `upload_body_limits`) as texts: 400 when it is not JSON
+    """The JSON body (at most MAX_UPLOAD_JSON_MB: `upload_body_limits`) as texts: 400 when it is not JSON
     (or nests past the parser's limit), 422 naming the field, 413 over the limits."""
     try:
         data = parse_json(body)
@@ -145,7 +151,7 @@ def _check_texts(kbs: KnowledgeBases, kb: str, upload: TextsUpload, settings: Se
 async def _spool_texts(
     request: Request, settings: Settings, kbs: KnowledgeBases, kb: str, folder: Path
 ) -> UploadParams:
-    upload = _texts(await request.body(), settings)
+    upload = await run_in_threadpool(_texts, await request.body(), settings)  # parsing megabytes: off the loop
     await run_in_threadpool(_check_texts, kbs, kb, upload, settings)
     await run_in_threadpool(save_texts, folder, upload)
     return UploadParams(spool=str(folder), texts=True)
