@@ -74,8 +74,9 @@ class KnowledgeBases:
 
     An unknown name is answered from the registry: it never makes the service read every index's
     mappings (180 requests naming bases that do not exist took another tenant's median from 45 to
-    322 ms, issue 58). Only a name that exists on the cluster (one cheap existence check, a base the
-    indexing job created a moment ago) reads the registry again, at most once every `refresh_s`.
+    322 ms, issue 58). Only a name that exists on the cluster (one cheap existence check: a base the
+    indexing job created a moment ago) reads the registry again; a listing reads it at most once
+    every `refresh_s`.
     """
 
     def __init__(
@@ -104,7 +105,7 @@ class KnowledgeBases:
             return True
         if not (self.es.indices.exists_alias(name=name) or self.es.indices.exists(index=name)):
             return False
-        return name in self.names(older_than=self._refresh_s)
+        return name in self.names(older_than=0.0)
 
     def readable(self, caller: Caller, *, listing: bool = True) -> list[str]:
         """The bases `caller` may read, the default base first: for a `listing`, as read at most

@@ -30,7 +30,13 @@ from tests.protocols import write_keys_file
 from tests.serving import serve
 from tests.test_uploads import upload
 
-KEYS = {"admin": "budget-admin", "reader": "budget-reader", "writer": "budget-writer", "stranger": "budget-none"}
+KEYS = {
+    "admin": "budget-admin",
+    "reader": "budget-reader",
+    "writer": "budget-writer",
+    "auditor": "budget-auditor",
+    "stranger": "budget-none",
+}
 COMPANY = "青禾智能科技有限公司"
 DOCUMENTS = [
     Document(
@@ -58,6 +64,8 @@ def url(es: Elasticsearch, es_url: str, base: str, embedder: Embedder) -> Iterat
         {"name": "admin", "key": KEYS["admin"], "kbs": {base: "admin"}},
         {"name": "reader", "key": KEYS["reader"], "kbs": {base: "read"}},
         {"name": "writer", "key": KEYS["writer"], "kbs": {base: "write"}},  # no group: the secret is hidden
+        # A group of its own: its first search aggregates which dictionary terms its chunks hold.
+        {"name": "auditor", "key": KEYS["auditor"], "kbs": {base: "read"}, "groups": ["audit"]},
         {"name": "stranger", "key": KEYS["stranger"]},  # no role anywhere
     ]
     jobs = f"test-budget-jobs-{uuid.uuid4().hex[:8]}"
@@ -143,13 +151,13 @@ def test_a_tripped_circuit_breaker_is_a_503_with_retry_after_for_that_request_al
 ) -> None:
     """Elasticsearch's 429 circuit_breaking_exception: 503 and Retry-After, not a 502; the next request is served."""
     limit = {"indices.breaker.request.limit": "1b"}
-    with client(url, "writer") as writer:  # a scoped reader: its keyword lists aggregate its dictionary
+    with client(url, "auditor") as auditor:
         es.cluster.put_settings(transient=limit)
         try:
-            tripped = writer.post("/search", json={"query": "白鹭资本的工资", "kb": base, "mode": "hybrid"})
+            tripped = auditor.post("/search", json={"query": "白鹭资本的工资", "kb": base, "mode": "hybrid"})
         finally:
             es.cluster.put_settings(transient={"indices.breaker.request.limit": None})
-        served = writer.post("/search", json={"query": "白鹭资本的工资", "kb": base, "mode": "hybrid"})
+        served = auditor.post("/search", json={"query": "白鹭资本的工资", "kb": base, "mode": "hybrid"})
     assert tripped.status_code == 503, tripped.text
     assert tripped.headers["retry-after"].isdigit() and "circuit_breaking" in tripped.text
     assert served.status_code == 200, served.text
