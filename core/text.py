@@ -174,6 +174,7 @@ class ChineseTokenizer:
 
     def word_tag(self, word: str) -> str | None:
         """jieba's part of speech of `word` in its dictionaries (None: not one of their words)."""
+        self._ensure_ready()
         tag = self._tagger().word_tag_tab.get(word)
         return str(tag) if tag is not None else None
 
