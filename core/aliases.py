@@ -12,13 +12,16 @@ alias mined only from documents a caller may not read is neither used nor shown 
 (`visible`). At query time `expansions` gives, for a query naming one side, the other.
 """
 
+import logging
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from core.access import DocumentAccess
-from core.text import full_name
+from core.access import ALL_DOCUMENTS, DocumentAccess
+from core.text import NAME_TAGS, full_name
+
+logger = logging.getLogger(__name__)
 
 Origin = Literal["mined", "admin", "removed"]
 # How a sentence names a pair: said in words (字, 简称 …), defined for what precedes (（以下简称“甲方”）),
@@ -88,6 +91,22 @@ _COMMON_WORD = 100
 _BEFORE = 200  # characters before a sentence stating a given name's courtesy name, read for the full name
 MIN_COUNT = 2  # each side must occur at least this often in the corpus (the defining sentence included)
 MAX_SOURCES = 3  # sentences kept per pair (the first documents that define it)
+# Budgets (issue 58): one document names at most so many pairs (a glossary, not 2,000 names for one word),
+# a base keeps at most so many (an admin's first), and a query term gets at most so many expansions
+# (the best attested first), a query at most `MAX_EXPANSIONS` in all.
+MAX_PER_DOCUMENT = 64
+MAX_PER_BASE = 5000
+MAX_PER_TERM = 4
+MAX_EXPANSIONS = 12
+# Words that name a role, not someone: every contract has its 甲方, every handbook its 用户 and 患者. The
+# other generic words are found, not listed: a word jieba knows as a common word (not tagged a proper
+# noun) this often (公司 45,604, 用户 7,103, 患者 3,932, against 高血压 876, 土豆 493), or such a word
+# after a deictic 本/该/此 … (本公司, 本产品).
+GENERIC_REFERENTS = frozenset({"甲方", "乙方", "丙方", "丁方", "买方", "卖方", "患者", "本人", "用户"})
+_GENERIC_FREQUENCY = 2000
+_DEICTIC = "本该此其贵我"
+# A preposition or conjunction a definition's name may be cut with (适用于青禾智能科技有限公司 → 于…).
+_LEADING_FUNCTION = "于对向在从由与和及被把将给为自以按经凡"
 
 
 @dataclass(frozen=True)
@@ -156,6 +175,8 @@ class Lexicon(Protocol):
     def trailing_name(self, text: str) -> str: ...
 
     def refers(self, text: str) -> bool: ...
+
+    def word_tag(self, word: str) -> str | None: ...
 
 
 class _Counts(dict[str, int]):
@@ -298,38 +319,87 @@ def _best_prefix(run: str, corpus: _Counts) -> str | None:
     return _longest_used([run[: i + 1] for i in range(1, len(run))], corpus)
 
 
+def generic(word: str, lexicon: Lexicon) -> bool:
+    """Whether `word` names a role or a kind (公司, 本公司, 患者, 本人, 用户, 本产品), not someone or something."""
+    if word in GENERIC_REFERENTS:
+        return True
+    if word[0] in _DEICTIC and len(word) > 2 and (lexicon.frequency(word[1:]) > 0 or generic(word[1:], lexicon)):
+        return True  # 本公司, 该产品, 本合同: "this" and a word
+    tag = lexicon.word_tag(word)
+    return tag is not None and not tag.startswith(NAME_TAGS) and lexicon.frequency(word) >= _GENERIC_FREQUENCY
+
+
+def _bare(name: str, lexicon: Lexicon) -> str:
+    """`name` after a preposition or conjunction it was cut with (适用于青禾智能科技有限公司 → 于青禾…, 本协议由
+    青禾… → 协议由青禾…: jieba glues 于青禾 as a name): the last such character that is no part of a word
+    (共和国, 和平) and leaves three characters or more. A short name (于禁, 于夫罗) is left whole."""
+    # `around`: the words of two to four characters the character could belong to (以色列, 共和国).
+    for at in range(len(name) - 4, -1, -1):
+        around = (name[start:end] for start in range(max(0, at - 3), at + 1) for end in range(at + 1, at + 5))
+        if name[at] in _LEADING_FUNCTION and not any(len(word) > 1 and lexicon.frequency(word) for word in around):
+            return name[at + 1 :]
+    return name
+
+
+def _stated(document: MinedFrom, corpus: _Counts, lexicon: Lexicon) -> Iterable[tuple[str, str, str, Naming]]:
+    """(sentence, alias, name, how) of every candidate pair the document states, both sides bare."""
+    for span in _SENTENCE.finditer(document.text):
+        sentence, before = span.group(), document.text[max(0, span.start() - _BEFORE) : span.start()]
+        for alias, name, how in (*_candidates(sentence, corpus, lexicon), *_given(sentence, before, corpus, lexicon)):
+            yield sentence, _bare(alias, lexicon), _bare(name, lexicon), how
+
+
+def _named(documents: Sequence[MinedFrom], lexicon: Lexicon) -> Iterable[tuple[MinedFrom, str, str, str, Naming]]:
+    """(document, sentence, alias, name, how) of every pair the corpus confirms, neither side generic, at
+    most `MAX_PER_DOCUMENT` distinct pairs a document."""
+    corpus = _Counts("\n".join(document.text for document in documents))
+    for document in documents:
+        pairs: set[tuple[str, str]] = set()
+        for sentence, alias, name, how in _stated(document, corpus, lexicon):
+            if alias == name or corpus[alias] < MIN_COUNT or corpus[name] < (1 if how == "defined" else MIN_COUNT):
+                continue
+            if generic(alias, lexicon) or generic(name, lexicon):
+                continue
+            if (alias, name) not in pairs and len(pairs) >= MAX_PER_DOCUMENT:
+                logger.warning("document %r names over %d aliases: the rest are ignored", document.doc_id, len(pairs))
+                break
+            pairs.add((alias, name))
+            yield document, sentence, alias, name, how
+
+
 def mine(documents: Sequence[MinedFrom], lexicon: Lexicon) -> list[Alias]:
     """Every pair the documents state and the corpus confirms (each side at least `MIN_COUNT` times; a
     name defined for what precedes it is often written out once, its short name is what recurs), with
     up to `MAX_SOURCES` defining sentences, in the order first found. A pair only put in brackets is
-    dropped when the same brackets follow another term too (（草案）, （可选）: a remark, not a name)."""
-    corpus = _Counts("\n".join(document.text for document in documents))
+    dropped when the same brackets follow another term too (（草案）, （可选）: a remark, not a name); a
+    generic word (`generic`) is no side of a pair."""
     found: dict[tuple[str, str], list[AliasSource]] = {}
     bracketed: dict[str, set[str]] = {}  # an alias only put in brackets → the terms it followed
-    for document in documents:
-        for span in _SENTENCE.finditer(document.text):
-            sentence, before = span.group(), document.text[max(0, span.start() - _BEFORE) : span.start()]
-            for alias, name, how in (
-                *_candidates(sentence, corpus, lexicon),
-                *_given(sentence, before, corpus, lexicon),
-            ):
-                if alias == name or corpus[alias] < MIN_COUNT or corpus[name] < (1 if how == "defined" else MIN_COUNT):
-                    continue
-                if how == "bracketed":
-                    bracketed.setdefault(alias, set()).add(name)
-                sources = found.setdefault((alias, name), [])
-                if len(sources) < MAX_SOURCES and all(s.doc_id != document.doc_id for s in sources):
-                    sources.append(AliasSource(sentence.strip(), document.doc_id, document.label, document.access))
+    for document, sentence, alias, name, how in _named(documents, lexicon):
+        if how == "bracketed":
+            bracketed.setdefault(alias, set()).add(name)
+        sources = found.setdefault((alias, name), [])
+        if len(sources) < MAX_SOURCES and all(s.doc_id != document.doc_id for s in sources):
+            sources.append(AliasSource(sentence.strip(), document.doc_id, document.label, document.access))
     remarks = {alias for alias, names in bracketed.items() if len(names) > 1}
     return [Alias(alias, name, tuple(sources)) for (alias, name), sources in found.items() if alias not in remarks]
 
 
-def merged(stored: Sequence[Alias], mined: Sequence[Alias], doc_ids: set[str]) -> list[Alias]:
-    """A base's aliases after a run over `doc_ids`: an admin's pairs (added or removed) kept, other
-    documents' sources kept, the run's documents' sources replaced by what was mined from them now."""
+def merged(
+    stored: Sequence[Alias], mined: Sequence[Alias], doc_ids: set[str], visible: DocumentAccess = ALL_DOCUMENTS
+) -> list[Alias]:
+    """A base's aliases after a run over `doc_ids` that sees `visible`: an admin's pairs (added or removed)
+    kept, other documents' sources kept, the run's documents' sources it may read replaced by what was
+    mined from them now. A source the run may not read stays: an upload under a hidden document's id
+    changes nothing of that document's. At most `MAX_PER_BASE` pairs, an admin's first, then the
+    stored ones, then the new."""
     pairs: dict[tuple[str, str], Alias] = {}
     for entry in stored:
-        kept = entry.sources if entry.origin != "mined" else tuple(s for s in entry.sources if s.doc_id not in doc_ids)
+        kept = tuple(
+            source
+            for source in entry.sources
+            if entry.origin != "mined" or source.doc_id not in doc_ids or not visible.allows(list(source.access))
+        )
         if kept or entry.origin != "mined":
             pairs[(entry.alias, entry.name)] = Alias(entry.alias, entry.name, kept, entry.origin)
     for entry in mined:
@@ -338,7 +408,10 @@ def merged(stored: Sequence[Alias], mined: Sequence[Alias], doc_ids: set[str]) -
             pairs[(entry.alias, entry.name)] = entry
         elif old.origin == "mined":
             pairs[(entry.alias, entry.name)] = Alias(entry.alias, entry.name, (*old.sources, *entry.sources))
-    return list(pairs.values())
+    ordered = sorted(pairs.values(), key=lambda entry: entry.origin == "mined")  # stable: an admin's first
+    if len(ordered) > MAX_PER_BASE:
+        logger.warning("%d aliases, more than MAX_PER_BASE=%d: the last mined are dropped", len(ordered), MAX_PER_BASE)
+    return ordered[:MAX_PER_BASE]
 
 
 def corrected(stored: Sequence[Alias], wanted: Sequence[tuple[str, str]]) -> list[Alias]:
@@ -374,15 +447,25 @@ class Expansion:
 
 def expansions(aliases: Sequence[Alias], query: str, access: DocumentAccess) -> list[Expansion]:
     """For each pair the caller may see whose one side the query names (and not the other), the other side.
-    Letters match in any case (ecs asked, ECS defined)."""
-    found: dict[str, Expansion] = {}
+    Letters match in any case (ecs asked, ECS defined). At most `MAX_PER_TERM` a term (an admin's, then
+    the most attested first) and `MAX_EXPANSIONS` in all: no base's aliases can make a query too big."""
     asked = query.casefold()
+    offered: list[tuple[Alias, str, str]] = []
     for entry in aliases:
         seen = entry.visible(access)
-        if seen is None:
+        if seen is not None:
+            offered += [
+                (seen, term, other)
+                for term, other in ((seen.alias, seen.name), (seen.name, seen.alias))
+                if term.casefold() in asked and other.casefold() not in asked
+            ]
+    offered.sort(key=lambda found: (found[0].origin != "admin", -len(found[0].sources)))  # stable
+    found: dict[str, Expansion] = {}
+    per_term: dict[str, int] = {}
+    for seen, term, other in offered:
+        if other in found or per_term.get(term, 0) >= MAX_PER_TERM or len(found) >= MAX_EXPANSIONS:
             continue
+        per_term[term] = per_term.get(term, 0) + 1
         source = f"{seen.sources[0].label}: {seen.sources[0].sentence}" if seen.sources else "管理员添加"
-        for term, other in ((entry.alias, entry.name), (entry.name, entry.alias)):
-            if term.casefold() in asked and other.casefold() not in asked and other not in found:
-                found[other] = Expansion(term, other, source)
+        found[other] = Expansion(term, other, source)
     return list(found.values())

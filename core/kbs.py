@@ -155,8 +155,14 @@ def read_kb(es: Elasticsearch, name: str, settings: Settings) -> KnowledgeBase:
 
 def list_kb_names(es: Elasticsearch) -> list[str]:
     """Every knowledge base: aliases (and bare indices) whose index carries a chunk mapping's `_meta`."""
-    # One request for mappings and aliases: indices come and go between two requests.
-    indices = es.indices.get(index="*", features=["aliases", "mappings"], expand_wildcards="open").body
+    # One request for mappings and aliases: indices come and go between two requests. Only the one field
+    # of each mapping that tells a base is sent back (a cluster's mappings are large).
+    indices = es.indices.get(
+        index="*",
+        features=["aliases", "mappings"],
+        expand_wildcards="open",
+        filter_path=["*.aliases", "*.mappings._meta.embedder"],
+    ).body
     names: set[str] = set()
     for index, body in indices.items():
         if "embedder" not in body.get("mappings", {}).get("_meta", {}):

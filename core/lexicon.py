@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from core.text import CJK_CHARS
+from core.text import CJK_CHARS, stopwords
 
 _CJK_RUN = re.compile(rf"[{CJK_CHARS}]+")
 _BOUNDARY = ""  # no neighbour: whitespace or the start or end of a text
@@ -107,3 +107,9 @@ def discover_terms(
         if min(_entropy(left), _entropy(right)) >= params.min_entropy
     ]
     return sorted(terms, key=lambda term: (-counts[term], term))[: params.max_terms]
+
+
+def corpus_terms(texts: Iterable[str]) -> list[str]:
+    """A corpus dictionary as the indexing job learns it: `discover_terms` with the one-character stop
+    words (的, 了, 于 …) as edge stops."""
+    return discover_terms(texts, edge_stop=frozenset(word for word in stopwords() if len(word) == 1))

@@ -15,8 +15,12 @@ from elasticsearch import Elasticsearch, NotFoundError, helpers
 
 from core.access import Scope
 from core.kbs import KnowledgeBaseStats
-from core.retry import ES_SEARCH, retrying
+from core.retry import ES_SEARCH, SEARCH_TIMED_OUT, retrying
 from core.store import IndexNotFoundError, SearchError
+
+# Elasticsearch's own time budget of a search (issue 58): a search over it stops on every shard and
+# fails with a 503 and Retry-After (never partial results). Below the client's ES_REQUEST_TIMEOUT.
+SEARCH_TIMEOUT = "10s"
 
 
 def scoped_body(body: dict[str, Any], scope: Scope) -> dict[str, Any]:
@@ -47,11 +51,12 @@ def _msearch(es: Elasticsearch, index: str, bodies: list[dict[str, Any]]) -> lis
     policy: connection errors, time-outs and 429/5xx answers are retried by the client's
     transport on another node; a search item that fails transiently (a shard copy lost with
     its node between the query and fetch phases) is re-sent once, after 0.5 s, when the
-    cluster has moved on to the surviving copies. Raises `IndexNotFoundError` or `SearchError`.
+    cluster has moved on to the surviving copies; one refused for its cost (its `SEARCH_TIMEOUT`
+    spent, a circuit breaker tripped) is not. Raises `IndexNotFoundError` or `SearchError`.
     """
     searches: list[dict[str, Any]] = []
     for body in bodies:
-        searches += [{"index": index, "allow_partial_search_results": False}, body]
+        searches += [{"index": index, "allow_partial_search_results": False}, {"timeout": SEARCH_TIMEOUT} | body]
 
     def once() -> list[dict[str, Any]]:
         try:
@@ -63,6 +68,8 @@ def _msearch(es: Elasticsearch, index: str, bodies: list[dict[str, Any]]) -> lis
                 if response["error"].get("type") == "index_not_found_exception":
                     raise IndexNotFoundError(index)
                 raise SearchError(index, response["error"], response.get("status"))
+            if response.get("timed_out"):
+                raise SearchError(index, {"type": SEARCH_TIMED_OUT, "reason": f"over its {SEARCH_TIMEOUT} budget"}, 504)
         return responses
 
     return retrying(ES_SEARCH, f"search of {index!r}")(once)
@@ -79,7 +86,7 @@ class Reader:
         """One search (hits, aggregations) of the scope."""
         try:
             response: dict[str, Any] = self.es.search(
-                index=self.scope.kb, **_kwargs(scoped_body(body, self.scope))
+                index=self.scope.kb, **_kwargs({"timeout": SEARCH_TIMEOUT} | scoped_body(body, self.scope))
             ).body
         except NotFoundError as err:
             raise IndexNotFoundError(self.scope.kb) from err

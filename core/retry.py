@@ -73,6 +73,17 @@ def marked_transient(error: BaseException) -> bool:
     return getattr(error, "transient", False) is True
 
 
+# A search Elasticsearch refused for its cost (a tripped circuit breaker, its time budget spent,
+# core/reader.py) is not sent again at once: it would cost as much again. The caller gets 503 and Retry-After.
+SEARCH_TIMED_OUT = "search_timeout_exception"
+COSTLY_TYPES = frozenset({"circuit_breaking_exception", SEARCH_TIMED_OUT})
+
+
+def es_search_transient(error: BaseException) -> bool:
+    """A failed search item worth re-sending once: transient, and not refused for its cost."""
+    return marked_transient(error) and getattr(error, "type", None) not in COSTLY_TYPES
+
+
 def es_write_transient(error: BaseException) -> bool:
     """A write worth re-sending: a lost connection, a time-out, a transient answer or item."""
     if isinstance(error, ESConnectionError | ConnectionTimeout):
@@ -104,7 +115,7 @@ OPENAI = Policy(
 )  # 0.5 s, 1 s + jitter
 # A shard copy lost with its node between the query and fetch phases: once more, when the
 # cluster has moved on to the surviving copies.
-ES_SEARCH = Policy(2, wait_fixed(0.5), marked_transient)
+ES_SEARCH = Policy(2, wait_fixed(0.5), es_search_transient)
 # 1, 2, 4, 8, 16 s (31 s in all): time for a node to restart or a primary to move.
 ES_BULK = Policy(6, wait_exponential(multiplier=1, max=16), es_write_transient)
 # One retry on a time-out or a 5xx; none on 4xx (429 means slow down) nor on a refused connection.

@@ -34,7 +34,7 @@ CJK_CHARS = r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"  # a regex character rang
 # A CJK run, or a run of other letters/digits (without CJK, so 1型 gives "1" then "型").
 _CJK_RUN_OR_WORD = re.compile(rf"[{CJK_CHARS}]+|[^\W_{CJK_CHARS}]+", re.UNICODE)
 _IS_CJK = re.compile(rf"[{CJK_CHARS}]")
-_NAME_TAGS = ("nr", "ns", "nt", "nz")  # jieba's parts of speech of proper nouns
+NAME_TAGS = ("nr", "ns", "nt", "nz")  # jieba's parts of speech of proper nouns
 _REFERRING_TAGS = frozenset({"r", "t"})  # pronouns (此人, 其), times (当时, 今日)
 _NOUN_TAGS = ("n", "vn", "j", "eng")  # nouns and names (n, nr, ns …), verbal nouns (服务), abbreviations (j), Latin
 # A dictionary word jieba tags as a person is taken for one only when it starts with a common
@@ -163,7 +163,7 @@ class ChineseTokenizer:
         found = [
             pair.word
             for pair in self._tagger().cut(text)
-            if len(pair.word) > 1 and (pair.word in corpus or pair.flag.startswith(_NAME_TAGS))
+            if len(pair.word) > 1 and (pair.word in corpus or pair.flag.startswith(NAME_TAGS))
         ]
         return list(dict.fromkeys(found))
 
@@ -171,6 +171,12 @@ class ChineseTokenizer:
         """How common jieba's dictionaries say `word` is (0: not one of their words)."""
         self._ensure_ready()
         return int(self._jieba.FREQ.get(word, 0))
+
+    def word_tag(self, word: str) -> str | None:
+        """jieba's part of speech of `word` in its dictionaries (None: not one of their words)."""
+        self._ensure_ready()
+        tag = self._tagger().word_tag_tab.get(word)
+        return str(tag) if tag is not None else None
 
     def trailing_name(self, text: str) -> str:
         """The longest end of `text` whose every word is tagged a noun or a name: 本合同由北京蓝鲸科技有限公司 →

@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from elasticsearch import Elasticsearch
 
 from core.documents import Document
-from core.lexicon import discover_terms
+from core.lexicon import corpus_terms
 from core.store import read_index_meta, write_corpus_terms
-from core.text import ChineseTokenizer, stopwords
+from core.text import ChineseTokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -27,8 +27,7 @@ def corpus_tokenizer(
         return base
     terms = read_index_meta(es, index).corpus_terms
     if terms is None and fresh:
-        edge_stop = frozenset(word for word in stopwords() if len(word) == 1)
-        terms = tuple(discover_terms((document.text for document in documents), edge_stop=edge_stop))
+        terms = tuple(corpus_terms(document.text for document in documents))
         write_corpus_terms(es, index, list(terms))
         logger.info("corpus dictionary of %s: %d terms", index, len(terms))
     return base.with_corpus_terms(terms or ())

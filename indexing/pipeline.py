@@ -28,7 +28,7 @@ from elasticsearch import Elasticsearch
 from pydantic import BaseModel
 from tqdm import tqdm
 
-from core.access import DocumentAccess, Scope
+from core.access import ALL_DOCUMENTS, DocumentAccess, Scope
 from core.aliases import Alias, MinedFrom, merged, mine
 from core.documents import Chunk, Document, source_label
 from core.embeddings import Embedder
@@ -181,7 +181,8 @@ def _write(run: _Run, documents: list[Document], tokenizer: ChineseTokenizer) ->
     # Whether the base is empty is the base's own fact (its corpus dictionary is made anew then).
     empty = run.scope.recreate or Reader(es, Scope.whole(index)).count() == 0
     tokenizer = corpus_tokenizer(es, index, documents, tokenizer, fresh=empty)
-    learn_aliases(es, index, documents, tokenizer, admins_aliases(es, run.alias) if run.scope.recreate else ())
+    carried = admins_aliases(es, run.alias) if run.scope.recreate else ()
+    learn_aliases(es, index, documents, tokenizer, carried, run.visible)
     # The index's own passages (a base built before passage vectors keeps one vector per chunk).
     windows = read_index_meta(es, index).passages
     plan = plan_chunks(reader, documents, run.options.chunking, empty, rewrite_outdated=windows is not None)
@@ -238,9 +239,11 @@ def learn_aliases(
     documents: list[Document],
     tokenizer: ChineseTokenizer,
     carried: Sequence[Alias] = (),
+    visible: DocumentAccess = ALL_DOCUMENTS,
 ) -> None:
     """Mine the documents' aliases (core/aliases.py) into the base's, replacing what these documents said
-    before; `carried`: an admin's pairs from the index a rebuild replaces."""
+    before as far as the run sees them (`visible`); `carried`: an admin's pairs from the index a rebuild
+    replaces."""
     mined = mine(
         [
             MinedFrom(document.doc_id, document.text, document_label(document), tuple(document.access))
@@ -250,7 +253,7 @@ def learn_aliases(
     )
     stored = (*read_index_meta(es, index).aliases, *carried)
     if mined or stored:
-        write_aliases(es, index, merged(stored, mined, {document.doc_id for document in documents}))
+        write_aliases(es, index, merged(stored, mined, {document.doc_id for document in documents}, visible))
 
 
 def document_label(document: Document) -> str:

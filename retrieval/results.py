@@ -112,12 +112,15 @@ class SearchResult(BaseModel):
     hits: list[Hit]
     fusion: FusionUsed | None = None  # hybrid only
     rerank: RerankUsed | None = None  # hybrid with a reranker configured and not turned off
+    # What else went wrong without failing the search (alias expansions left out), shown in `warnings`.
+    notices: list[str] = Field(default_factory=list, exclude=True)
 
     @computed_field  # type: ignore[prop-decorator]
     @property
     def warnings(self) -> list[str]:
         """What went wrong without failing the search (a reranker's failure: the fused order was kept)."""
-        return [self.rerank.warning] if self.rerank and self.rerank.warning else []
+        reranking = [self.rerank.warning] if self.rerank and self.rerank.warning else []
+        return reranking + self.notices
 
     # The query's alias expansions (keyword lists and hybrid; only those the caller may see).
     expansions: list[QueryExpansion] = Field(default_factory=list)

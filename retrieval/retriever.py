@@ -24,6 +24,7 @@ a term learned from a hidden document would otherwise change how its text is cut
 tasks' titles, tags and follow-ups would confirm codenames it may not read.
 """
 
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -37,9 +38,10 @@ from core.aliases import Expansion, expansions
 from core.config import FusionMethod, Settings
 from core.embeddings import Embedder, cosine_similarities
 from core.kbs import FusionSetting
+from core.lexicon import corpus_terms
 from core.reader import Reader
 from core.schema import HIT_SOURCE_FIELDS, LIST_MODES, Mode, chunk_id_from_fields
-from core.store import IndexMeta, check_embedder_meta, read_index_meta
+from core.store import IndexMeta, SearchError, check_embedder_meta, read_index_meta
 from core.text import ChineseTokenizer, get_tokenizer
 from retrieval import lists
 from retrieval.compare import Comparison, relate
@@ -48,6 +50,10 @@ from retrieval.lists import SearchFilter
 from retrieval.rerank import Reranker, build_reranker
 from retrieval.results import FusionUsed, Hit, PassageMatch, QueryExpansion, SearchResult
 
+logger = logging.getLogger(__name__)
+
+# Chunks a caller who may not read everything has its own dictionary learnt from (`readable_tokenizer`).
+_READ_FOR_TERMS = 500
 _META_TTL_S = 30.0  # how long an index's embedder and dictionary are trusted before re-reading
 
 
@@ -142,6 +148,7 @@ class Retriever:
         self.reranker = reranker  # hybrid's last stage (retrieval/rerank.py); None: RERANKER=none
         self._indices: dict[str, tuple[float, IndexMeta, ChineseTokenizer]] = {}
         self._scoped: dict[tuple[str, str], tuple[float, ChineseTokenizer]] = {}
+        self._readable: dict[tuple[str, str], tuple[float, ChineseTokenizer]] = {}
 
     def search(
         self,
@@ -240,10 +247,36 @@ class Retriever:
         vector: _QueryVector,
         rerank: bool = True,
     ) -> SearchResult:
+        """The search with the query's alias expansions; when Elasticsearch refuses it with them (a
+        pair no cap foresaw), the same search without them and a warning: never a failed query."""
         _validate(query, k)
+        found = self.expansions(reader.scope, query) if mode != Mode.VECTOR else []
+        try:
+            return self._expanded(reader, query, mode, k, filters, vector, rerank, found)
+        except SearchError as err:
+            if not found or err.transient:
+                raise
+            names = "、".join(expansion.expansion for expansion in found)
+            logger.warning(
+                "alias expansions %s of %r made the search fail (%s): searched without them", names, query, err
+            )
+            result = self._expanded(reader, query, mode, k, filters, vector, rerank, [])
+            result.notices.append(f"别名扩展（{names}）使检索失败，已忽略")
+            return result
+
+    def _expanded(
+        self,
+        reader: Reader,
+        query: str,
+        mode: Mode,
+        k: int,
+        filters: SearchFilter | None,
+        vector: _QueryVector,
+        rerank: bool,
+        found: Sequence[Expansion],
+    ) -> SearchResult:
         started = time.perf_counter()
         fusion = reranked = None
-        found = self.expansions(reader.scope, query) if mode != Mode.VECTOR else []
         if mode == Mode.HYBRID:
             setting = self.fusion_of(reader.scope.kb)
             params = self.params.with_fusion(setting)
@@ -383,6 +416,23 @@ class Retriever:
             held = Reader(self.es, scope).holding("tokens", list(meta.corpus_terms))
             cached = (time.monotonic(), self.tokenizer.with_corpus_terms([t for t in meta.corpus_terms if t in held]))
             self._scoped[key] = cached
+        return cached[1]
+
+    def readable_tokenizer(self, scope: Scope) -> ChineseTokenizer:
+        """A tokenizer of what `scope` may read alone (the chat clients' title and tags tasks): for a caller
+        who reads everything the base's, else the base dictionaries plus the terms found in the first
+        `_READ_FOR_TERMS` chunks it may read. The stored dictionary was learnt from every document: which
+        of its terms a writer's own upload holds would tell what the hidden ones say (issue 58)."""
+        if scope.documents.everything or not self.tokenizer.learn_corpus_terms:
+            return self._index(scope.kb)[1]
+        key = (scope.kb, scope.documents.key)
+        cached = self._readable.get(key)
+        if cached is None or time.monotonic() - cached[0] > _META_TTL_S:
+            body = {"size": _READ_FOR_TERMS, "_source": ["text"], "sort": ["_doc"], "track_total_hits": False}
+            hits = Reader(self.es, scope).search(body)["hits"]["hits"]
+            terms = corpus_terms(str(hit["_source"].get("text", "")) for hit in hits)
+            cached = (time.monotonic(), self.tokenizer.with_corpus_terms(terms))
+            self._readable[key] = cached
         return cached[1]
 
     def _index(self, index: str) -> tuple[IndexMeta, ChineseTokenizer]:

@@ -10,7 +10,18 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from core.access import DocumentAccess, Scope
-from core.aliases import Alias, AliasSource, MinedFrom, expansions, merged, mine
+from core.aliases import (
+    MAX_PER_BASE,
+    MAX_PER_DOCUMENT,
+    MAX_PER_TERM,
+    Alias,
+    AliasSource,
+    MinedFrom,
+    expansions,
+    generic,
+    merged,
+    mine,
+)
 from core.documents import Document
 from core.embeddings import Embedder
 from core.schema import Mode
@@ -102,7 +113,8 @@ MANUAL = MinedFrom(
 def test_a_manuals_definitions_are_mined_and_its_remarks_are_not() -> None:
     """Modern documents put definitions and remarks alike in brackets, and use 字 and 号 in words."""
     pairs = {(a.alias, a.name) for a in mine([MANUAL], ChineseTokenizer())}
-    assert ("用户", "乙方") in pairs  # （以下简称“用户”）: not 以下
+    # （以下简称“用户”）: 用户 and 乙方 name roles every contract has, not a party (issue 59 point 6)
+    assert not {word for pair in pairs for word in pair} & {"用户", "乙方", "以下"}
     assert ("个保法", "中华人民共和国个人信息保护法") in pairs  # the whole name, though written out once
     assert ("ECS", "云服务器") in pairs  # an English name, then its abbreviation
     assert ("土豆", "马铃薯") in pairs  # a noun in brackets, after one term only
@@ -154,6 +166,46 @@ def test_a_latin_alias_is_expanded_in_any_letter_case() -> None:
     found = expansions(pairs, "ecs怎么收费", DocumentAccess(everything=True))
     assert [(e.term, e.expansion) for e in found] == [("ECS", "云服务器")]
     assert expansions(pairs, "云服务器和ecs的区别", DocumentAccess(everything=True)) == []  # both named
+
+
+def test_a_pair_is_kept_only_when_both_sides_are_names_and_without_a_leading_preposition() -> None:
+    """「适用于青禾智能科技有限公司（以下简称“公司”）」 gave 于青禾智能科技有限公司 ↔ 公司 (issue 59 point 6)."""
+    handbook = MinedFrom(
+        "handbook",
+        "本办法适用于青禾智能科技有限公司（以下简称“公司”）全体员工。公司按月发放工资，公司提供培训。"
+        "本协议由蓝鲸数据服务有限公司（以下简称“蓝鲸数据”）与员工签订。蓝鲸数据负责体检，蓝鲸数据每年调薪。"
+        "服务对象为慢性病人群（以下简称“患者”）。患者应按时服药，患者定期复查。"
+        "本店（以下简称“本公司”）出售本产品（以下简称“产品”）。本公司承诺，产品保修，本公司负责。",
+        "员工手册",
+    )
+    tokenizer = ChineseTokenizer()
+    pairs = {(a.alias, a.name) for a in mine([handbook], tokenizer)}
+    assert pairs == {("蓝鲸数据", "蓝鲸数据服务有限公司")}  # 由 cut off; 公司, 患者, 本公司, 产品 are roles
+    assert [generic(word, tokenizer) for word in ("公司", "本公司", "患者", "本人", "用户", "本产品")] == [True] * 6
+    assert not any(generic(word, tokenizer) for word in ("刘备", "玄德", "番茄", "高血压", "世卫组织", "ECS"))
+
+
+def test_aliases_are_capped_per_document_per_base_and_per_term() -> None:
+    """One text declaring 2,000 names for one word (the attack of issue 58) gives at most the caps."""
+    planted = "".join(f"青禾智能科技有限公司（以下简称“青禾{n}”）。青禾{n}，青禾{n}。" for n in range(300))
+    pairs = mine([MinedFrom("planted", planted, "x")], ChineseTokenizer())
+    assert len(pairs) == MAX_PER_DOCUMENT
+    many = [Alias(f"别名{n}", "糖化血红蛋白", (AliasSource("句", f"d{n}", "x"),)) for n in range(MAX_PER_BASE + 50)]
+    admin = Alias("HbA1c", "糖化血红蛋白", (), origin="admin")
+    kept = merged([*many, admin], [], set())
+    assert len(kept) == MAX_PER_BASE and kept[0] == admin  # an admin's pair is never the one dropped
+    found = expansions(kept, "糖化血红蛋白高怎么办", DocumentAccess(everything=True))
+    assert len(found) == MAX_PER_TERM and found[0].expansion == "HbA1c"
+
+
+def test_an_upload_under_a_hidden_documents_id_leaves_its_aliases() -> None:
+    """A run that may not read a document's sources (its groups) neither replaces nor removes them."""
+    hidden = Alias("孔明", "诸葛亮", (AliasSource("字孔明", "secret", "第40回", ("strategists",)),))
+    public = Alias("玄德", "刘备", (AliasSource("字玄德", "intro", "第1回"),))
+    writer = DocumentAccess()  # reads only documents without groups
+    kept = merged([hidden, public], [], {"secret", "intro"}, writer)
+    assert [(a.alias, a.sources) for a in kept] == [("孔明", hidden.sources)]  # intro was the writer's to replace
+    assert merged([hidden], [], {"secret"}, DocumentAccess(frozenset({"strategists"}))) == []
 
 
 def test_a_rerun_replaces_its_documents_aliases_and_keeps_an_admins() -> None:

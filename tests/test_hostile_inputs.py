@@ -215,7 +215,7 @@ def condition(name: str, operator: str, value: Any) -> dict[str, Any]:
     [
         (condition("indexed_at", "before", "yesterday"), "'before' needs a date"),
         (condition("source", "contains", "赤" * 20_000), "at most 1024 characters"),
-        (condition("source", "contains", "赤" * 600), "'contains' takes at most 256 characters, got 600"),
+        (condition("source", "contains", "赤" * 600), "'contains' takes at most 64 characters, got 600"),
         (condition("category", "in", ",".join(map(str, range(200)))), "'in' takes at most 100 values, got 200"),
         (condition("chapter", "=", 2.5), "'=' needs a whole number here, got 2.5"),
         (condition("page", ">", 1e300), "'>' needs a number from -2147483647 to 2147483647"),

@@ -149,6 +149,32 @@ def _as_if_absent(client: httpx.Client, world: World, method: str, path: str, **
     return texts
 
 
+def _over_budget(client: httpx.Client, world: World) -> list[str]:
+    """Dify's request over Elasticsearch's pattern budget (issue 58), for base A and for a base that does
+    not exist: refused alike, naming neither."""
+    conditions = [{"name": [f"k{n}" for n in range(16)], "comparison_operator": "start with", "value": "x"}]
+    key = client.headers.get("X-API-Key")
+    bearer = {"Authorization": f"Bearer {key}"} if key else {}
+    answers = []
+    for name in (world.kb, ABSENT_BASE):
+        body = {
+            "knowledge_id": name,
+            "query": QUESTION,
+            "retrieval_setting": {"top_k": 3},
+            "metadata_condition": {"conditions": conditions},
+        }
+        answers.append(httpx.post(f"{world.url}/retrieval", json=body, headers=bearer, timeout=60))
+    texts = [as_text(answer, world) for answer in answers]
+    views = [
+        (answer.status_code, answer.text.replace(name, "…"))
+        for answer, name in zip(answers, (world.kb, ABSENT_BASE), strict=True)
+    ]
+    return texts if views[0] == views[1] else [*texts, f"{world.kb} is answered apart from an absent base: {views}"]
+
+
+ABSENT_BASE = "test-leaks-no-such-base"
+
+
 def _evaluations(client: httpx.Client, world: World) -> list[str]:
     """The admin's jobs asked for as evaluations, and their plots."""
     paths = ("/kbs/{kb}/evaluations/{job}", "/kbs/{kb}/evaluations/{job}/report.png")
@@ -253,11 +279,14 @@ PROBES: dict[str, Probe] = {
         + _one("POST", "/v1/chat/completions", json=CHAT | {"stream": True})(c, w)
         + _one("POST", "/v1/chat/completions", json=CHAT | {"model": "rag"})(c, w)
     ),
-    "POST /retrieval": _one(
-        "POST",
-        "/retrieval",
-        json={"knowledge_id": "{kb}", "query": QUESTION, "retrieval_setting": {"top_k": 10, "score_threshold": 0}},
-    ),
+    "POST /retrieval": lambda c, w: [
+        *_one(
+            "POST",
+            "/retrieval",
+            json={"knowledge_id": "{kb}", "query": QUESTION, "retrieval_setting": {"top_k": 10, "score_threshold": 0}},
+        )(c, w),
+        *_over_budget(c, w),
+    ],
     "MCP /mcp": lambda c, w: [as_text(c.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}), w)],
 }
 
@@ -569,6 +598,40 @@ def test_a_dictionary_term_only_in_hidden_chunks_is_never_returned(world: World,
         )
         write_corpus_terms(es, index, list(kept or ()))
     assert shown == {"reader": (False, False), "doctor": (True, True)} and CODENAME in admin_terms
+
+
+def test_a_writers_own_upload_does_not_make_the_housekeeping_tasks_name_a_hidden_term(
+    world: World, es: Elasticsearch
+) -> None:
+    """A writer confirmed a term found only in hidden documents: it uploaded the candidate, and the tags
+    and title tasks named it (its chunks held a term of the dictionary learnt from every document).
+    They now read only a dictionary learnt from what the caller may read (issue 58)."""
+    index = next(iter(es.indices.get_mapping(index=world.kb).body))
+    kept = read_index_meta(es, world.kb).corpus_terms
+    write_corpus_terms(es, index, [*(kept or ()), CODENAME])
+    hidden = {"texts": [{"text": f"行动记录：{CODENAME}于三号出发。", "id": "leak-codename"}], "access": ["doctors"]}
+    candidate = {"texts": [{"text": f"我猜是{CODENAME}吗？", "id": "writer-candidate"}]}
+    retriever = build_retriever(Settings(_env_file=None), es, world.embedder)
+    conversation = [f"{CODENAME}是什么意思"]
+    writer = Scope(world.kb, DocumentAccess())
+    try:
+        with (
+            httpx.Client(base_url=world.url, headers={"X-API-Key": world.keys["admin"]}, timeout=120) as admin,
+            httpx.Client(base_url=world.url, headers={"X-API-Key": world.keys["writer"]}, timeout=120) as upload_as,
+        ):
+            assert upload(admin, world.kb, json=hidden)["state"] == "done"
+            assert upload(upload_as, world.kb, json=candidate)["state"] == "done"
+        held = CODENAME in retriever.index_tokenizer(writer).corpus_terms  # the oracle the tasks read before
+        tokenizer = retriever.readable_tokenizer(writer)
+        named = [*tags(conversation, [], tokenizer), title(conversation[0], tokenizer)]
+    finally:
+        for doc_id, key in (("leak-codename", "admin"), ("writer-candidate", "writer")):
+            httpx.delete(
+                f"{world.url}/kbs/{world.kb}/documents/{doc_id}", headers={"X-API-Key": world.keys[key]}, timeout=60
+            )
+        write_corpus_terms(es, index, list(kept or ()))
+    assert held  # the writer's own chunk holds the hidden term as a dictionary word
+    assert CODENAME not in tokenizer.corpus_terms and CODENAME not in named, named
 
 
 PRIVATE_QUESTION = "员工王小明的艾滋病检测结果"  # a missing aspect quotes the question it was asked for

@@ -95,6 +95,11 @@ def test_contexts_hash_and_judgement_cache() -> None:
     # A verdict is never served for another base, nor to readers of other documents.
     assert memory.cached(VerdictScope("other", "*"), "问", contexts_hash(one)) is None
     assert memory.cached(VerdictScope("kb", "doctors"), "问", contexts_hash(one)) is None
+    # Nor to another principal reading the same documents: its `source: "cache"` would tell that someone
+    # else asked exactly this within the hour (issue 58).
+    memory.remember(VerdictScope("kb", "*", "alice"), "问", contexts_hash(one), verdict)
+    assert memory.cached(VerdictScope("kb", "*", "alice"), "问", contexts_hash(one)) == verdict
+    assert memory.cached(VerdictScope("kb", "*", "bob"), "问", contexts_hash(one)) is None
     memory.remember(kb, "问", contexts_hash(two), verdict)
     assert memory.cached(kb, "问", contexts_hash(one)) is None  # least recently used, evicted
 

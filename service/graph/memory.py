@@ -1,8 +1,9 @@
 """Memory of judgements: a verdict cache, an Elasticsearch log of every verdict, the gap report.
 
-The cache key is (knowledge base, the caller's document scope, question, hash of the contexts
-shown): the same evidence gets the same verdict without another model call, and a verdict made for
-one base or one group of readers is never served to another, for `JUDGEMENT_CACHE_TTL_S` seconds (then it is asked again:
+The cache key is (knowledge base, the caller's document scope, the asking principal, question, hash
+of the contexts shown): the same evidence gets the same verdict without another model call, and a
+verdict made for one base, one group of readers or one principal is never served to another (its
+`source: "cache"` would tell that someone else asked exactly this, issue 58), for `JUDGEMENT_CACHE_TTL_S` seconds (then it is asked again:
 a better model or prompt deserves a fresh look). The log (`JUDGEMENTS_INDEX`) keeps one document per
 evaluation; aggregated, it tells the knowledge-base owner what the base is missing and how
 often questions had to go to the web. Both are per knowledge base (`knowledge_base`), and the
@@ -101,7 +102,7 @@ class JudgementMemory:
 
     @staticmethod
     def _key(scope: "VerdictScope", question: str, contexts_hash: str) -> str:
-        parts = (scope.knowledge_base, scope.access_scope, question, contexts_hash)
+        parts = (scope.knowledge_base, scope.access_scope, scope.asker, question, contexts_hash)
         return hashlib.sha256("\x00".join(parts).encode()).hexdigest()
 
     def cached(self, scope: "VerdictScope", question: str, contexts_hash: str) -> Judgement | None:

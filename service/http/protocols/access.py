@@ -16,4 +16,4 @@ def open_base(kbs: KnowledgeBases, caller: Caller, name: str | None) -> BaseAcce
     try:
         return kbs.open(caller, name)
     except InvalidKnowledgeBaseName:
-        raise UnknownKnowledgeBase(str(name), kbs.readable(caller)) from None
+        raise UnknownKnowledgeBase(str(name), kbs.readable(caller, listing=False)) from None

@@ -165,7 +165,7 @@ async def answer(task: ChatTask, workflow: WorkflowDeps) -> TaskAnswer:
         content = as_parsed(task, reply.text) if reply is not None else None
         if reply is not None and content is not None:
             return TaskAnswer(content, "model", reply.prompt_tokens, reply.completion_tokens)
-    tokenizer = await asyncio.to_thread(workflow.retriever.index_tokenizer, workflow.scope)
+    tokenizer = await asyncio.to_thread(workflow.retriever.readable_tokenizer, workflow.scope)  # no hidden terms
     return TaskAnswer(local_answer(task, tokenizer), "local")
 
 

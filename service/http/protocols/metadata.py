@@ -17,6 +17,11 @@ an outage): a date is an ISO 8601 date or date-time, or epoch milliseconds; a nu
 whole where the field holds whole numbers; a text is at most MAX_VALUE_CHARS characters, a
 `contains` or `end with` pattern at most MAX_PATTERN_CHARS; at most MAX_VALUES values in a list and
 MAX_CONDITIONS conditions, and at most MAX_CLAUSES clauses in all (names × values, summed).
+
+Elasticsearch's cost budget (issue 58): a pattern (`contains`, `not contains`, `start with`, `end
+with` on a keyword field: a wildcard or prefix query) walks every term of the field in every shard,
+so a request holds at most MAX_PATTERN_CLAUSES of them (names × conditions). 1,024 of them in a
+10.7 KB request kept the shared cluster busy for 15-22 s and tripped its request circuit breaker.
 """
 
 import math
@@ -53,8 +58,10 @@ Operator = Literal[
 ]
 # A keyword longer than this is not indexed (`ignore_above` of `metadata_terms`): it matches nothing.
 MAX_VALUE_CHARS = 1024
-# A wildcard pattern is an automaton; from about 500 characters Elasticsearch refuses to build it.
-MAX_PATTERN_CHARS = 256
+# A wildcard pattern is an automaton, built per shard; from about 500 characters Elasticsearch refuses it.
+MAX_PATTERN_CHARS = 64
+MAX_PATTERN_CLAUSES = 8
+PATTERN_OPERATORS = frozenset({"contains", "not contains", "start with", "end with"})
 MAX_VALUES = 100
 MAX_CONDITIONS = 32
 # Names × values, summed over the conditions: the filter clauses one request may make (a 3.7 KB
@@ -111,6 +118,16 @@ class MetadataCondition(BaseModel):
         if clauses > MAX_CLAUSES:
             raise ValueError(
                 f"{clauses} filter clauses (names × values, summed over the conditions), more than {MAX_CLAUSES}"
+            )
+        patterns = sum(
+            len(condition.name)
+            for condition in self.conditions or []
+            if condition.comparison_operator in PATTERN_OPERATORS
+        )
+        if patterns > MAX_PATTERN_CLAUSES:
+            raise ValueError(
+                f"{patterns} pattern clauses (contains, start with, end with: names × conditions), more than "
+                f"{MAX_PATTERN_CLAUSES}: each scans every term of its field"
             )
         self.to_es()
         return self

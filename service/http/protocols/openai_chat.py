@@ -111,7 +111,7 @@ def knowledge_base(settings: Settings, kbs: KnowledgeBases, caller: Caller, mode
     name = None if model == settings.chat_default_model else model.removeprefix(KB_PREFIX)
     try:
         if name is not None and not model.startswith(KB_PREFIX):
-            raise UnknownKnowledgeBase(model, kbs.readable(caller))
+            raise UnknownKnowledgeBase(model, kbs.readable(caller, listing=False))
         return open_base(kbs, caller, name)
     except UnknownKnowledgeBase as err:
         models = ", ".join(model_names(settings, err.readable))
