@@ -6,9 +6,9 @@ every chunk (core/documents.py), and every row keeps its number as the sheet sho
 says 「工作表「住宿」第 35-52 行」. Merged cells are expanded (each cell of the range holds the
 value), formulas are read as the values the file stores for them (openpyxl `data_only`), dates as
 dates (2026-03-01), empty rows and columns are dropped. A first row holding one value across
-the whole width (a merged title) is the sheet's heading, not its header. A table wider than
-`_MAX_COLUMNS` columns or `_MAX_HEADER_CHARS` characters of header is cut into column groups,
-each keeping the key (first) column, each its own section (「列 E–H」).
+the whole width (a merged title) is the section of the sheet's chunks, not its header. A table wider
+than `_MAX_COLUMNS` columns or `_MAX_HEADER_CHARS` characters of header is cut into column groups,
+each keeping the key (first) column, each its own section (「列 A、E–H」).
 
 A sheet of more than MAX_SHEET_ROWS rows is refused, counted on a streaming read before the
 workbook is loaded (a sheet claiming a million rows costs nothing; one holding them costs a pass).
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, time
 from typing import Any
 
-from core.documents import Document
+from core.documents import SECTION_SEPARATOR, Document
 from indexing.loaders.base import BadFileError, LoadLimits
 from indexing.loaders.structure import CELL_SEPARATOR, Block, build_document
 from indexing.loaders.text import decode_bytes
@@ -177,20 +177,20 @@ def _row_text(cells: Sequence[str], columns: Sequence[int]) -> str:
     return CELL_SEPARATOR.join(cells[index] for index in columns).rstrip(" |")
 
 
-def _blocks(grid: Grid) -> Iterator[Block]:
-    """The title rows as headings, then the table (in column groups when wide)."""
+def _title_rows(rows: list[list[str]]) -> int:
+    """How many first rows hold one value across a table wider than one column (merged titles)."""
+    count = 0
+    while count < len(rows) - 1 and len(rows[count]) > 1 and len({cell for cell in rows[count] if cell}) == 1:
+        count += 1
+    return count
+
+
+def _blocks(grid: Grid, start: int, groups: list[list[int]]) -> Iterator[Block]:
+    """The table from row `start` (its header), once per column group."""
     rows, numbers = grid.rows, grid.numbers
-    start = 0
-    while start < len(rows) - 1 and len({cell for cell in rows[start] if cell}) == 1 and len(rows[start]) > 1:
-        yield Block(next(cell for cell in rows[start] if cell), level=1)  # a title across the table
-        start += 1
-    header = rows[start] if start < len(rows) else []
-    groups = _column_groups(header)
     for number, columns in enumerate(groups):
-        if len(groups) > 1:
-            yield Block(f"列 {_letter(columns[0])}、{_letter(columns[1])}–{_letter(columns[-1])}", level=2)
         key = f"{grid.name}:{number}"
-        yield Block(_row_text(header, columns), table=key, row=numbers[start] if numbers else None)
+        yield Block(_row_text(rows[start], columns), table=key, row=numbers[start])
         for cells, row in zip(rows[start + 1 :], numbers[start + 1 :], strict=True):
             text = _row_text(cells, columns)
             if text.strip(" |"):
@@ -198,12 +198,21 @@ def _blocks(grid: Grid) -> Iterator[Block]:
 
 
 def grid_document(grid: Grid, source: str, stem: str) -> Document | None:
-    """One sheet's document (None when the sheet is empty)."""
+    """One sheet's document (None when the sheet is empty); its title rows and column group are the
+    sections of its chunks, not text of their own (a chunk holding only a title would answer nothing)."""
     if not grid.rows:
         return None
+    start = _title_rows(grid.rows)
+    titles = [next(cell for cell in row if cell) for row in grid.rows[:start]]
+    groups = _column_groups(grid.rows[start])
     doc_id = f"{source}#{grid.name}" if grid.name is not None else source
-    document = build_document(_blocks(grid), doc_id=doc_id, source=source, title=stem)
+    document = build_document(_blocks(grid, start, groups), doc_id=doc_id, source=source, title=stem)
     document.sheet = grid.name
+    for table, columns in zip(document.tables, groups, strict=True):
+        group = f"列 {_letter(columns[0])}、{_letter(columns[1])}–{_letter(columns[-1])}" if len(groups) > 1 else ""
+        section = SECTION_SEPARATOR.join(part for part in (*titles, group) if part)
+        if section:
+            document.section_starts.append((table.start, section))
     return document
 
 
