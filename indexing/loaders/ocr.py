@@ -71,7 +71,7 @@ def _get_engine() -> Any:
         from rapidocr import RapidOCR
 
         # No angle classifier: pages are upright (a 1-2° skew is read without it) and it costs time.
-        _engine = RapidOCR(params={"Global.log_level": "warning", "Global.use_cls": False})
+        _engine = RapidOCR(params={"Global.log_level": "error", "Global.use_cls": False})
     return _engine
 
 
