@@ -91,12 +91,11 @@ def _xlsx_grids(data: bytes) -> Iterator[Grid]:
 
     book = openpyxl.load_workbook(io.BytesIO(data), data_only=True)
     for sheet in book.worksheets:
-        if not hasattr(sheet, "merged_cells"):
-            continue  # a chart sheet holds no cells
+        # The cells the sheet holds (`iter_rows` would make every empty cell of the rectangle between
+        # A1 and the farthest one: a cell at XFD100000 would cost 1.6 billion of them).
         texts = {
             (cell.row, cell.column): cell_text(cell.value, cell.number_format)
-            for row in sheet.iter_rows()
-            for cell in row
+            for cell in sheet._cells.values()
             if cell.value is not None
         }
         for merged in sheet.merged_cells.ranges:
