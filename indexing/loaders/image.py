@@ -36,7 +36,9 @@ def parse_image(data: bytes, source: str, stem: str, limits: LoadLimits) -> list
             ocr.check_pixels(*image.size, limits)
             pages.append(ocr.read_page(ImageOps.exif_transpose(image), index + 1))
     except Image.DecompressionBombError as err:
-        raise BadFileError("too_many_pixels", f"{err}: scale it down or raise MAX_IMAGE_PIXELS") from err
+        raise BadFileError(
+            "too_many_pixels", f"{err} (MAX_IMAGE_PIXELS={limits.max_image_pixels}): scale it down or raise it"
+        ) from err
     except (UnidentifiedImageError, OSError, SyntaxError) as err:
         raise BadFileError("corrupt", f"unreadable image: {type(err).__name__}: {err}") from err
     blocks = [Block(line.text, page=page.number) for page in pages for line in page.lines]

@@ -10,7 +10,7 @@
   lines clearly larger than the body text, the largest size being level 1.
 - Ruled tables become one line per row, cells separated by ` | ` (pdfplumber, only on pages
   that draw lines: it is ten times slower than PDFium at reading characters); the first row is
-  the header every chunk of the table repeats.
+  the header every chunk of the table repeats, also on the pages a table goes on to.
 
 - A page without a text layer (a scan) is rendered at 200 dpi and read by OCR (indexing/loaders/
   ocr.py, the `ocr` extra), page by page: a mixed PDF keeps its text layer where it has one. The
@@ -120,7 +120,7 @@ def parse_pdf(data: bytes, source: str, stem: str, limits: LoadLimits) -> list[D
     blank = [number for number, lines in enumerate(pages, start=1) if not lines]
     if blank:
         logger.warning("%s: pages %s have no text, OCR included; they are skipped", source, blank)
-    pages = _drop_running_lines(pages)
+    pages = _join_tables(_drop_running_lines(pages))
     pages = _mark_headings(pages, outline)
     title = _title(meta_title, pages, stem)
     document = build_document(_blocks(pages), doc_id=source, source=source, title=title)
@@ -352,6 +352,37 @@ def _drop_running_lines(pages: list[list[_Line]]) -> list[list[_Line]]:
             ]
         )
     return kept
+
+
+def _join_tables(pages: list[list[_Line]]) -> list[list[_Line]]:
+    """A table that goes on over a page break (its rows open the page, as many cells as the rows that
+    ended the last one) stays one table, its header kept once (a repeated header row is dropped)."""
+    headers: dict[str, str] = {}  # a table's key: its header row
+    continued: dict[str, str] = {}  # a page's piece of a table: the key of the table
+    joined: list[list[_Line]] = []
+    previous: _Line | None = None
+    for lines in pages:
+        kept = []
+        for line in lines:
+            key = line.table_key
+            if key is not None and key not in headers and key not in continued:
+                if (
+                    previous is not None
+                    and previous.table_key
+                    and previous.page != line.page
+                    and (previous.text.count(CELL_SEPARATOR) == line.text.count(CELL_SEPARATOR))
+                ):
+                    continued[key] = previous.table_key
+                else:
+                    headers[key] = line.text
+            if key in continued:
+                if line.text == headers[continued[key]]:
+                    continue
+                line = replace(line, table_key=continued[key])
+            kept.append(line)
+            previous = line
+        joined.append(kept)
+    return joined
 
 
 def _body_size(pages: list[list[_Line]]) -> float:

@@ -203,6 +203,8 @@ def grid_document(grid: Grid, source: str, stem: str) -> Document | None:
         return None
     start = _title_rows(grid.rows)
     titles = [next(cell for cell in row if cell) for row in grid.rows[:start]]
+    used = [column for column in range(len(grid.rows[0])) if any(row[column] for row in grid.rows[start:])]
+    grid = Grid(grid.name, grid.numbers, [[row[column] for column in used] for row in grid.rows])  # a title's columns
     groups = _column_groups(grid.rows[start])
     doc_id = f"{source}#{grid.name}" if grid.name is not None else source
     document = build_document(_blocks(grid, start, groups), doc_id=doc_id, source=source, title=stem)
