@@ -168,6 +168,27 @@ def write_pptx(path: Path) -> Path:
     return path
 
 
+def write_deck(path: Path, slides: int) -> Path:
+    """`slides` slides, each a title, two bullets, a 4-row table and notes (throughput)."""
+    from pptx import Presentation
+    from pptx.util import Inches
+
+    deck = Presentation()
+    for number in range(1, slides + 1):
+        slide = deck.slides.add_slide(deck.slide_layouts[1])
+        slide.shapes.title.text = f"第{number}项议题"
+        slide.placeholders[1].text = f"目标：完成第{number}阶段\n风险：进度与预算"
+        table = slide.shapes.add_table(4, 3, Inches(1), Inches(4), Inches(7), Inches(1.5)).table
+        for r, row in enumerate(
+            [("事项", "负责人", "截止"), *((f"任务{r}", f"小组{r}", f"{r}月") for r in range(1, 4))]
+        ):
+            for c, value in enumerate(row):
+                table.cell(r, c).text = value
+        slide.notes_slide.notes_text_frame.text = f"讲到第{number}页时强调预算。"
+    deck.save(str(path))
+    return path
+
+
 def text_image(lines: list[str], *, size: int = 36, dpi: int = 200, margin: int = 80) -> "object":
     """A white page with `lines` in the CJK font (PIL image), `size` pixels high at 200 dpi, scaled to `dpi`."""
     from PIL import Image, ImageDraw, ImageFont
