@@ -111,7 +111,7 @@ def test_the_upload_route_indexes_every_new_format_and_hits_name_sheet_rows_slid
         assert hit["label"] == f"《差旅标准》工作表「住宿」第 {hit['rows']} 行 · {ff.TRAVEL_TITLE}"
         body = {"query": "公测日期会推迟吗", "kb": kb, "k": 5, "filters": {"sources": ["发布计划.pptx"]}}
         hit = client.post("/search", json=body).json()["hits"][0]
-        assert hit["slide"] == 3 and hit["label"].startswith("《发布计划》第 3 张幻灯片")
+        assert hit["slide"] == 3 and hit["label"] == "《发布计划》第 3 张幻灯片 · 风险"
         body = {"query": "车间安全帽", "kb": kb, "k": 5, "filters": {"sources": ["安全须知.png"]}}
         hit = client.post("/search", json=body).json()["hits"][0]
         assert hit["page"] == 1 and hit["label"] == "《安全须知》第 1 页"

@@ -80,12 +80,12 @@ def test_a_deck_is_one_document_with_slides_tables_and_notes(tmp_path: Path) -> 
     [deck] = _load(ff.write_pptx(tmp_path / "计划.pptx"))
     chunks = document_chunks(deck, 800, 50)
     assert [chunk.slide for chunk in chunks] == [1, 2, 3]  # a chunk per slide
-    assert chunks[1].section == "第 2 张 · 发布时间表"
+    assert chunks[1].section == "发布时间表"
     assert "阶段 | 日期 | 负责人\n内测 | 4月1日 | 产品部\n公测 | 5月20日 | 运营部" in chunks[1].text
     assert chunks[2].text.endswith("备注：" + ff.LAUNCH_NOTES) and "支付渠道" in chunks[2].text
     assert "2026 年第二季度" in chunks[0].text
     assert source_label(title=deck.title, source=deck.source, slide=2, section=chunks[1].section) == (
-        "《计划》第 2 张幻灯片 · 第 2 张 · 发布时间表"
+        "《计划》第 2 张幻灯片 · 发布时间表"
     )
 
 

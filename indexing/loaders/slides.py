@@ -1,6 +1,6 @@
 """PowerPoint `.pptx` (python-pptx): the deck is one document, each slide its own section.
 
-A slide gives its title (the section, 「第 3 张 · 发布时间表」 when it has none of its own words),
+A slide gives its title (the section of its chunks; 「第 3 张」 when it has none),
 the text of its other shapes top to bottom, left to right (groups opened), its tables one line per
 row with their first row as the header every chunk of the table repeats, and its speaker notes
 after 「备注：」. Every chunk knows its slide number (`slide`); no chunk holds two slides.
@@ -38,7 +38,7 @@ def parse_pptx(data: bytes, source: str, stem: str) -> list[Document]:
 def _slide(slide: Any, number: int) -> Iterator[Block]:
     title_shape = slide.shapes.title
     title = " ".join(title_shape.text_frame.text.split()) if title_shape is not None else ""
-    yield Block(f"第 {number} 张 · {title}" if title else f"第 {number} 张", level=1, slide=number)
+    yield Block(title or f"第 {number} 张", level=1, slide=number)
     shapes = [shape for shape in _shapes(slide.shapes) if title_shape is None or shape.shape_id != title_shape.shape_id]
     for shape in sorted(shapes, key=lambda shape: (shape.top or 0, shape.left or 0)):
         yield from _shape(shape, number)
