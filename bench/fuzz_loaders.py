@@ -47,7 +47,17 @@ from indexing.loaders import LoadLimits, LoadResult, load_paths
 
 RESULTS = Path(__file__).resolve().parent / "results"
 FORMATS = (".pdf", ".docx", ".epub", ".html")
-REASONS = {"empty", "too_large", "wrong_type", "encrypted", "no_text_layer", "undecodable_text", "corrupt"}
+REASONS = {
+    "empty",
+    "too_large",
+    "wrong_type",
+    "encrypted",
+    "no_text_layer",
+    "undecodable_text",
+    "corrupt",
+    "ocr_time_budget",  # a damaged PDF whose pages lost their text layer goes to OCR, within its budget
+    "too_many_pixels",
+}
 SAFETY_NET = re.compile(r"^unreadable \.\w+ file: (\w+)")
 MARKUP = [
     "<div>" * 300,

@@ -102,6 +102,10 @@ class Settings(BaseSettings):
     max_zip_ratio: float = Field(100, gt=0, description="most times its own size a .docx or .epub may inflate")
     max_pdf_pages: int = Field(5000, ge=1, description="most pages of a PDF")
     max_file_chars: int = Field(20_000_000, ge=1, description="most characters of text one file may give")
+    max_sheet_rows: int = Field(100_000, ge=1, description="most rows of one spreadsheet sheet (or CSV file)")
+    max_image_pixels: int = Field(40_000_000, ge=1, description="most pixels of an image (or scanned page) read by OCR")
+    # Scanned pages (OCR) whose mean recognition confidence is below this are named in the job's report.
+    ocr_min_confidence: float = Field(0.8, gt=0, le=1, description="a page's OCR confidence below this is reported")
     # The parse worker's address space may grow by this much beyond what it starts with (RLIMIT_AS).
     load_memory_mb: float = Field(2048, gt=0, description="most memory one file's parse may take")
     # Benchmarks' on-disk embedding cache (bench/embedding_cache.py); None: .cache/ in the repository.

@@ -23,8 +23,9 @@ if TYPE_CHECKING:  # core.documents imports this module
     from core.documents import Chunk
 
 # 2: page, section and file-hash fields; 3: filterable metadata; 4: access groups (added to older indices in
-# place); 5: passage vectors (a new index only: a base built before keeps one vector per chunk until rebuilt)
-SCHEMA_VERSION = 5
+# place); 5: passage vectors (a new index only: a base built before keeps one vector per chunk until rebuilt);
+# 6: sheet, rows and slide provenance (added to older indices in place)
+SCHEMA_VERSION = 6
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,10 @@ class ChunkFields(BaseModel):
     page_start: Annotated[int | None, INTEGER] = None
     page_end: Annotated[int | None, INTEGER] = None
     section: Annotated[str | None, KEYWORD] = None  # heading path, e.g. "第三章 药物治疗 / 3.2 用药"
+    sheet: Annotated[str | None, KEYWORD] = None  # a spreadsheet's sheet name (one document per sheet)
+    row_start: Annotated[int | None, INTEGER] = None  # the sheet's row numbers the chunk holds (as the sheet shows)
+    row_end: Annotated[int | None, INTEGER] = None
+    slide: Annotated[int | None, INTEGER] = None  # a deck's slide number (1-based)
     # The document's own metadata (a JSONL record's "metadata"), stored, not indexed: `metadata_terms` is.
     metadata: Annotated[dict[str, Any], Mapped("object", (("enabled", False),))] = Field(default_factory=dict)
 
@@ -147,6 +152,10 @@ class ChunkRecord(ChunkFields):
             page_start=chunk.page_start,
             page_end=chunk.page_end,
             section=chunk.section,
+            sheet=document.sheet,
+            row_start=chunk.row_start,
+            row_end=chunk.row_end,
+            slide=chunk.slide,
             file_hash=document.file_hash,
             access=document.access,
         )
@@ -169,7 +178,10 @@ CHUNK_PROPERTIES = _properties(ChunkRecord)
 HIT_SOURCE_FIELDS = list(ChunkFields.model_fields)
 # Provenance of a chunk (pages of a PDF, heading path) and the hash of the file it came from:
 # schema version 2, added to older indices in place.
-PROVENANCE_PROPERTIES = {name: CHUNK_PROPERTIES[name] for name in ("page_start", "page_end", "section", "file_hash")}
+PROVENANCE_PROPERTIES = {
+    name: CHUNK_PROPERTIES[name]
+    for name in ("page_start", "page_end", "section", "file_hash", "sheet", "row_start", "row_end", "slide")
+}
 # Fields added after the first schema: `core.store.ensure_index` puts them into older indices.
 ADDED_PROPERTIES = PROVENANCE_PROPERTIES | {name: CHUNK_PROPERTIES[name] for name in ("metadata_terms", "access")}
 

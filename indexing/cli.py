@@ -281,6 +281,7 @@ def _report(summary: IndexSummary, loaded: LoadResult, sync: _Sync | None, error
             "error_file": str(error_file) if failed_anything else None,
             "parse_seconds": round(loaded.parse_seconds, 3),
             "files": sync.counts(loaded.loaded) if sync else None,
+            "low_confidence_pages": loaded.doubtful_pages(),
         }
     )
     print(summary.model_dump_json() if as_json else summary_line(summary), flush=True)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Protocol
 
 from elasticsearch import Elasticsearch
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from tqdm import tqdm
 
 from core.access import ALL_DOCUMENTS, DocumentAccess, Scope
@@ -110,6 +110,8 @@ class IndexSummary(BaseModel):
     partition: str | None = None
     parse_seconds: float = 0.0  # reading and parsing files (set by the CLI), beside embed_seconds
     files: FileCounts | None = None  # `--sync` only
+    # Per file, the pages OCR read with a confidence under OCR_MIN_CONFIDENCE (set by the CLI).
+    low_confidence_pages: dict[str, list[int]] = Field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -82,8 +82,14 @@ class Hit(ChunkFields):
 
     @computed_field  # type: ignore[prop-decorator]
     @property
+    def rows(self) -> int | str | None:
+        """The sheet's row (35) or rows ("35-52") a spreadsheet's chunk holds."""
+        return page_label(self.row_start, self.row_end)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
     def label(self) -> str:
-        """How this chunk is cited everywhere: 《指南》第 3 页 · 3.2 用药."""
+        """How this chunk is cited everywhere: 《指南》第 3 页 · 3.2 用药, 《差旅标准》工作表「住宿」第 35-52 行."""
         return source_label(
             title=self.title,
             source=self.source,
@@ -91,6 +97,9 @@ class Hit(ChunkFields):
             chapter_title=self.chapter_title,
             page=self.page,
             section=self.section,
+            sheet=self.sheet,
+            rows=self.rows,
+            slide=self.slide,
         )
 
 

@@ -114,10 +114,10 @@ def test_folders_unreadable_and_missing_files_are_reported_and_the_rest_loaded(t
     (folder / "sub" / "a.txt").write_text("甲文件。", encoding="utf-8")
     (folder / "b.md").write_text("乙文件。", encoding="utf-8")
     (folder / "broken.epub").write_bytes(b"not a zip at all")
-    (folder / "image.png").write_bytes(b"\x89PNG")
+    (folder / "clip.mp4").write_bytes(b"\x00\x00\x00\x18ftypmp42")
     result = load_paths([folder, tmp_path / "missing.txt"], LOAD_LIMITS)
     assert sorted(d.doc_id for d in result.documents) == ["b.md", "sub/a.txt"]
-    assert result.skipped == [str(folder / "image.png")]
+    assert result.skipped == [str(folder / "clip.mp4")]
     messages = {Path(e.path).name: e.message for e in result.errors}
     assert messages["broken.epub"] == "not EPUB as its extension says: the content is plain text"
     assert messages["missing.txt"] == "no such file or folder"

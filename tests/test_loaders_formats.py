@@ -186,7 +186,7 @@ def bad_files(folder: Path) -> dict[str, str]:
     (folder / "empty.md").write_bytes(b"")
     (folder / "big.txt").write_text("很大的文件。" * 9000, encoding="utf-8")  # 162 kB
     return {
-        "scanned.pdf": "OCR is not supported",
+        "scanned.pdf": "no text on any of its 2 pages, OCR included",
         "locked.pdf": "encrypted PDF",
         "truncated.pdf": "truncated PDF",
         "corrupt.pdf": "corrupt PDF",

@@ -15,7 +15,7 @@ import pytest
 import indexing.loaders
 from bench import fuzz_loaders
 from core.documents import Document
-from indexing.loaders import load_paths
+from indexing.loaders import LoadLimits, load_paths
 from tests.conftest import LOAD_LIMITS
 
 EXAMPLES = 25  # per format: about a minute in all on a loaded 2-core machine
@@ -26,12 +26,12 @@ def test_a_file_over_the_time_limit_and_a_crashing_parser_are_their_files_errors
 ) -> None:
     parse_text = indexing.loaders._PARSERS[".txt"]
 
-    def pathological(data: bytes, source: str, stem: str) -> list[Document]:
+    def pathological(data: bytes, source: str, stem: str, limits: LoadLimits) -> list[Document]:
         if source == "slow.txt":
             time.sleep(60)
         if source == "segfault.txt":
             os.kill(os.getpid(), signal.SIGSEGV)
-        return parse_text(data, source, stem)
+        return parse_text(data, source, stem, limits)
 
     monkeypatch.setitem(indexing.loaders._PARSERS, ".txt", pathological)  # the forked worker inherits it
     for name in ("slow.txt", "segfault.txt", "z-fine.txt"):

@@ -1,7 +1,10 @@
 """Loaders: files and folders to `Document`s; a bad file is reported with its path, never fatal.
 
-One module per format: `text` (.txt, .md), `jsonl`, `epub`, `pdf`, `word` (.docx), `webpage`
-(.html, .htm). Before a parser runs, every file is checked (`base`): larger than MAX_FILE_MB,
+One module per format: `text` (.txt, .md), `jsonl`, `epub`, `pdf` (text layer, OCR for scanned
+pages), `word` (.docx), `webpage` (.html, .htm), `sheet` (.xlsx, .xls, .csv, .tsv: a document
+per sheet), `slides` (.pptx), `image` (.png, .jpg, .jpeg, .webp, .tif, .tiff by OCR, the `ocr`
+extra). `SUPPORTED_SUFFIXES` is the one list of what is read (the upload route and the page's
+file picker take it from here). Before a parser runs, every file is checked (`base`): larger than MAX_FILE_MB,
 empty, or not what its extension says are errors with their own message. A file either loads
 whole (its documents carry the file's content hash) or gives no document at all, so its
 chunks in the index are only ever replaced by a complete new version.
@@ -12,8 +15,10 @@ file's `timeout` error, and a parser that crashes its process (a segfault in a C
 kernel's OOM killer) is that file's `crashed` error; the job goes on with the next file. The
 worker's memory is limited (LOAD_MEMORY_MB, RLIMIT_AS): a parse that needs more is that file's
 `out_of_memory` error. What a file becomes is limited too: a .docx or .epub whose members inflate
-past MAX_UNZIPPED_MB or MAX_ZIP_RATIO times its size, or a PDF of more than MAX_PDF_PAGES pages, is
-refused before it is parsed; a file giving more than MAX_FILE_CHARS characters once it is.
+past MAX_UNZIPPED_MB or MAX_ZIP_RATIO times its size (.xlsx and .pptx too), a PDF of more than MAX_PDF_PAGES pages, is
+refused before it is parsed; a sheet over MAX_SHEET_ROWS rows, an image or scanned page over
+MAX_IMAGE_PIXELS and OCR that would not fit in LOAD_TIMEOUT_S as they are read; a file giving
+more than MAX_FILE_CHARS characters once it is.
 
 Document ids are stable: `<source>#ch<N>` for chapters, `<source>` for a whole file, the line's
 own `id` for JSONL, where `source` is the file name (for a file argument) or its path
@@ -33,8 +38,9 @@ from pathlib import Path
 from pebble import ProcessExpired, ProcessPool
 
 from core.documents import Document
-from indexing.loaders import epub, pdf, webpage, word
+from indexing.loaders import epub, image, pdf, sheet, slides, webpage, word
 from indexing.loaders.base import (
+    IMAGE_SUFFIXES,
     BadFileError,
     LoadError,
     LoadLimits,
@@ -46,13 +52,17 @@ from indexing.loaders.base import (
     check_unzipped,
 )
 from indexing.loaders.epub import html_to_text, parse_epub
+from indexing.loaders.image import parse_image
 from indexing.loaders.jsonl import parse_jsonl
 from indexing.loaders.pdf import parse_pdf
+from indexing.loaders.sheet import parse_csv, parse_tsv, parse_xls, parse_xlsx
+from indexing.loaders.slides import parse_pptx
 from indexing.loaders.text import chinese_number, decode_bytes, load_text, parse_text, split_chapters
 from indexing.loaders.webpage import parse_html
 from indexing.loaders.word import parse_docx
 
 __all__ = [
+    "IMAGE_SUFFIXES",
     "SUPPORTED_SUFFIXES",
     "Document",
     "LoadError",
@@ -72,16 +82,31 @@ __all__ = [
 logger = logging.getLogger(__name__)
 _MB = 1024 * 1024
 
-# Parsers of whole files: (bytes, source, file stem) -> documents; JSONL also reports lines.
-_PARSERS: dict[str, Callable[[bytes, str, str], list[Document]]] = {
-    ".txt": lambda data, source, stem: parse_text(data, source, markdown=False, stem=stem),
-    ".md": lambda data, source, stem: parse_text(data, source, markdown=True, stem=stem),
-    ".epub": parse_epub,
+# Parsers of whole files: (bytes, source, file stem, limits) -> documents; JSONL also reports lines.
+Parser = Callable[[bytes, str, str, LoadLimits], list[Document]]
+
+
+def _unlimited(parse: Callable[[bytes, str, str], list[Document]]) -> Parser:
+    """A parser whose file is bounded by the checks made before it runs."""
+    return lambda data, source, stem, _limits: parse(data, source, stem)
+
+
+_PARSERS: dict[str, Parser] = {
+    ".txt": _unlimited(lambda data, source, stem: parse_text(data, source, markdown=False, stem=stem)),
+    ".md": _unlimited(lambda data, source, stem: parse_text(data, source, markdown=True, stem=stem)),
+    ".epub": _unlimited(parse_epub),
     ".pdf": parse_pdf,
-    ".docx": parse_docx,
-    ".html": parse_html,
-    ".htm": parse_html,
+    ".docx": _unlimited(parse_docx),
+    ".html": _unlimited(parse_html),
+    ".htm": _unlimited(parse_html),
+    ".xlsx": parse_xlsx,
+    ".xls": parse_xls,
+    ".csv": parse_csv,
+    ".tsv": parse_tsv,
+    ".pptx": _unlimited(parse_pptx),
+    **dict.fromkeys(IMAGE_SUFFIXES, parse_image),
 }
+# Every suffix the loaders read: the upload route's accepted types and the page's file picker.
 SUPPORTED_SUFFIXES = (*_PARSERS, ".jsonl")
 # What each parser imports (and, for trafilatura, the caches its first call builds: ≈1 s),
 # done by the parent before it forks a worker, so that a new worker (one per `load_files`
@@ -92,11 +117,16 @@ _PREPARE: dict[str, Callable[[], None]] = {
     ".docx": word.prepare,
     ".html": webpage.prepare,
     ".htm": webpage.prepare,
+    **dict.fromkeys((".xlsx", ".xls", ".csv", ".tsv"), sheet.prepare),
+    ".pptx": slides.prepare,
+    **dict.fromkeys(IMAGE_SUFFIXES, image.prepare),
 }
 # Checks of what a file would become, made on its bytes before its parser runs.
 _BEFORE_PARSING: dict[str, Callable[[bytes, LoadLimits], None]] = {
     ".docx": check_unzipped,
     ".epub": check_unzipped,
+    ".xlsx": check_unzipped,
+    ".pptx": check_unzipped,
     ".pdf": pdf.check_pages,
 }
 
@@ -112,7 +142,7 @@ def _parse(file: SourceFile, errors: list[LoadError], limits: LoadLimits) -> lis
     if suffix == ".jsonl":
         documents = parse_jsonl(data, file.path, file.source, errors)
     else:
-        documents = _PARSERS[suffix](data, file.source, file.path.stem)
+        documents = _PARSERS[suffix](data, file.source, file.path.stem, limits)
     if not documents and not errors:
         raise BadFileError("empty", "no text to index in the file")
     check_chars(documents, limits)

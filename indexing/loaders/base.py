@@ -37,6 +37,9 @@ class LoadLimits:
     max_pdf_pages: int
     max_chars: int
     memory_mb: float
+    max_sheet_rows: int = 100_000
+    max_image_pixels: int = 40_000_000
+    ocr_min_confidence: float = 0.8
 
     def __post_init__(self) -> None:
         if min(asdict(self).values()) <= 0:
@@ -52,6 +55,9 @@ class LoadLimits:
             max_pdf_pages=settings.max_pdf_pages,
             max_chars=settings.max_file_chars,
             memory_mb=settings.load_memory_mb,
+            max_sheet_rows=settings.max_sheet_rows,
+            max_image_pixels=settings.max_image_pixels,
+            ocr_min_confidence=settings.ocr_min_confidence,
         )
 
 
@@ -63,7 +69,8 @@ class LoadError:
     # empty, too_large, wrong_type, encrypted, no_text_layer, undecodable_text, corrupt, unsupported,
     # missing, duplicate_id, bad_line, timeout (LOAD_TIMEOUT_S), crashed (the parser killed its process),
     # unzipped_too_large (MAX_UNZIPPED_MB), zip_ratio (MAX_ZIP_RATIO), too_many_pages (MAX_PDF_PAGES),
-    # too_much_text (MAX_FILE_CHARS), out_of_memory (LOAD_MEMORY_MB)
+    # too_much_text (MAX_FILE_CHARS), out_of_memory (LOAD_MEMORY_MB), too_many_rows (MAX_SHEET_ROWS),
+    # too_many_pixels (MAX_IMAGE_PIXELS), ocr_time_budget (LOAD_TIMEOUT_S), no_ocr (the `ocr` extra missing)
     reason: str | None = None
 
     def __str__(self) -> str:
@@ -98,16 +105,50 @@ class LoadResult:
     # Seconds spent reading and parsing files (reported beside embedding time).
     parse_seconds: float = 0.0
 
+    def doubtful_pages(self) -> dict[str, list[int]]:
+        """Per source, the pages OCR read with a confidence under OCR_MIN_CONFIDENCE (the report names them)."""
+        return {
+            document.source: pages
+            for document in self.documents
+            if (pages := document.metadata.get("ocr_low_confidence_pages"))
+        }
 
-_KINDS = {"pdf": "a PDF document", "zip": "a ZIP archive (.docx, .epub or .zip)", "ole": "an old binary Office file"}
-_EXPECTED = {".pdf": "pdf", ".docx": "zip", ".epub": "zip"}
-_FORMAT_NAMES = {".pdf": "PDF", ".docx": "Word (.docx)", ".epub": "EPUB"}
+
+_KINDS = {
+    "pdf": "a PDF document",
+    "zip": "a ZIP archive (.docx, .xlsx, .pptx, .epub or .zip)",
+    "ole": "an old binary Office file",
+    "image": "an image",
+}
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".tif", ".tiff")
+_EXPECTED = {
+    ".pdf": "pdf",
+    ".docx": "zip",
+    ".epub": "zip",
+    ".xlsx": "zip",
+    ".pptx": "zip",
+    ".xls": "ole",
+    **dict.fromkeys(IMAGE_SUFFIXES, "image"),
+}
+_FORMAT_NAMES = {
+    ".pdf": "PDF",
+    ".docx": "Word (.docx)",
+    ".epub": "EPUB",
+    ".xlsx": "Excel (.xlsx)",
+    ".xls": "Excel 97-2003 (.xls)",
+    ".pptx": "PowerPoint (.pptx)",
+    **{suffix: f"an image ({suffix})" for suffix in IMAGE_SUFFIXES},
+}
+# The first bytes of the image formats OCR reads (PNG, JPEG, WebP's RIFF, TIFF in both byte orders).
+_IMAGE_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"RIFF", b"II*\x00", b"MM\x00*")
 
 
 def sniff(head: bytes) -> str:
-    """`pdf`, `zip`, `ole` (.doc/.xls), `binary` or `text`, from the first bytes of a file."""
+    """`pdf`, `zip`, `ole` (.doc/.xls), `image`, `binary` or `text`, from the first bytes of a file."""
     if b"%PDF-" in head[:1024]:
         return "pdf"
+    if head.startswith(_IMAGE_MAGIC):
+        return "image"
     if head.startswith(b"PK\x03\x04"):
         return "zip"
     if head.startswith(b"\xd0\xcf\x11\xe0"):

@@ -9,7 +9,14 @@
 - Headings come from the outline (bookmarks) when the file has one, else from font size:
   lines clearly larger than the body text, the largest size being level 1.
 - Ruled tables become one line per row, cells separated by ` | ` (pdfplumber, only on pages
-  that draw lines: it is ten times slower than PDFium at reading characters).
+  that draw lines: it is ten times slower than PDFium at reading characters); the first row is
+  the header every chunk of the table repeats, also on the pages a table goes on to.
+
+- A page without a text layer (a scan) is rendered at 200 dpi and read by OCR (indexing/loaders/
+  ocr.py, the `ocr` extra), page by page: a mixed PDF keeps its text layer where it has one. The
+  OCR is held to a time budget (a share of LOAD_TIMEOUT_S): when the pages read so far say the
+  rest would not fit, the file is refused at once with the estimate, not killed at the timeout.
+  Each OCR page's confidence is in the metadata (`ocr_confidence`, `ocr_low_confidence_pages`).
 
 Why these libraries: docs/indexing.md has the measurement against pypdf and pdfminer.six.
 """
@@ -17,6 +24,7 @@ Why these libraries: docs/indexing.md has the measurement against pypdf and pdfm
 import io
 import logging
 import re
+import time
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -24,6 +32,7 @@ from itertools import pairwise
 from typing import Any
 
 from core.documents import Document
+from indexing.loaders import ocr
 from indexing.loaders.base import BadFileError, LoadLimits
 from indexing.loaders.structure import CELL_SEPARATOR, Block, build_document
 
@@ -38,6 +47,8 @@ _MAX_HEADING_CHARS = 40
 _MAX_UNDECODABLE_SHARE = 0.05
 _TABLE_PATHS = 4  # a page drawing at least this many paths may hold a ruled table
 _WORD_GAP = 0.25  # a gap wider than this many em between two Latin characters is a space
+_OCR_DPI = 200
+_OCR_BUDGET_SHARE = 0.8  # of LOAD_TIMEOUT_S: the rest is left for the text layer and the layout
 
 
 @dataclass(frozen=True)
@@ -61,6 +72,7 @@ class _Line:
     size: float
     table: bool = False
     level: int = 0
+    table_key: str | None = None  # which table of the file a row belongs to
 
 
 def prepare() -> None:
@@ -89,16 +101,15 @@ def check_pages(data: bytes, limits: LoadLimits) -> None:
         )
 
 
-def parse_pdf(data: bytes, source: str, stem: str) -> list[Document]:
+def parse_pdf(data: bytes, source: str, stem: str, limits: LoadLimits) -> list[Document]:
     """One document of the whole file; raises `BadFileError` for files that cannot be read."""
     if b"%%EOF" not in data.rstrip()[-1024:]:
         raise BadFileError("corrupt", "truncated PDF: the end-of-file marker is missing (the copy was cut short)")
-    pages, outline, meta_title = _read(data)
+    pages, outline, meta_title, scanned = _read(data, limits)
     if not any(pages):
         raise BadFileError(
             "no_text_layer",
-            f"no text layer on any of its {len(pages)} pages (a scanned PDF?): OCR is not supported, "
-            "run the file through an OCR tool first",
+            f"no text on any of its {len(pages)} pages, OCR included (blank pages or unreadable scans)",
         )
     if undecodable_share("".join(line.text for lines in pages for line in lines)) > _MAX_UNDECODABLE_SHARE:
         raise BadFileError(
@@ -108,15 +119,15 @@ def parse_pdf(data: bytes, source: str, stem: str) -> list[Document]:
         )
     blank = [number for number, lines in enumerate(pages, start=1) if not lines]
     if blank:
-        logger.warning(
-            "%s: pages %s have no text layer (scanned?); OCR is not supported, they are skipped", source, blank
-        )
-    pages = _drop_running_lines(pages)
+        logger.warning("%s: pages %s have no text, OCR included; they are skipped", source, blank)
+    pages = _join_tables(_drop_running_lines(pages))
     pages = _mark_headings(pages, outline)
     title = _title(meta_title, pages, stem)
     document = build_document(_blocks(pages), doc_id=source, source=source, title=title)
     if blank:
         document.metadata["pages_without_text"] = blank
+    if scanned:
+        document.metadata.update(ocr.report(scanned, limits))
     return [document]
 
 
@@ -126,8 +137,9 @@ def undecodable_share(text: str) -> float:
     return bad / len(text) if text else 0.0
 
 
-def _read(data: bytes) -> tuple[list[list[_Line]], list[tuple[int, str]], str]:
-    """Lines of every page, the outline as (level, title), and the metadata title."""
+def _read(data: bytes, limits: LoadLimits) -> tuple[list[list[_Line]], list[tuple[int, str]], str, list[ocr.OcrPage]]:
+    """Lines of every page (OCR's on pages without a text layer), the outline as (level, title), the
+    metadata title and the pages OCR read."""
     import pypdfium2 as pdfium
 
     try:
@@ -141,6 +153,9 @@ def _read(data: bytes) -> tuple[list[list[_Line]], list[tuple[int, str]], str]:
     tables = _Tables(data)
     try:
         pages = [_page_lines(pdf[index], index + 1, tables) for index in range(len(pdf))]
+        scanned = _ocr_pages(pdf, [index for index, lines in enumerate(pages) if not lines], limits)
+        for page in scanned:
+            pages[page.number - 1] = _ocr_lines(page)
         outline = [(item.level + 1, (item.get_title() or "").strip()) for item in pdf.get_toc()]
         title = pdf.get_metadata_dict().get("Title", "")
     except pdfium.PdfiumError as err:
@@ -148,7 +163,51 @@ def _read(data: bytes) -> tuple[list[list[_Line]], list[tuple[int, str]], str]:
     finally:
         tables.close()
         pdf.close()
-    return pages, outline, title
+    return pages, outline, title, scanned
+
+
+def _ocr_pages(pdf: Any, indices: list[int], limits: LoadLimits) -> list[ocr.OcrPage]:
+    """OCR of the pages at `indices` (0-based), within the budget; the file is refused as soon as the
+    pages read so far say the others would not fit in it."""
+    if not indices:
+        return []
+    if not ocr.available():
+        raise ocr.missing(f"a PDF with {len(indices)} pages without a text layer (scanned)")
+    budget = limits.timeout_s * _OCR_BUDGET_SHARE
+    started, pages = time.perf_counter(), []
+    scale = _OCR_DPI / 72
+    for done, index in enumerate(indices, start=1):
+        width, height = pdf[index].get_size()
+        ocr.check_pixels(int(width * scale), int(height * scale), limits)
+        pages.append(ocr.read_page(pdf[index].render(scale=scale).to_pil(), index + 1))
+        elapsed = time.perf_counter() - started
+        logger.info("OCR: page %d read (%d of %d scanned pages, %.1f s)", index + 1, done, len(indices), elapsed)
+        if done < len(indices) and elapsed / done * len(indices) > budget:
+            raise BadFileError(
+                "ocr_time_budget",
+                f"{len(indices)} scanned pages need OCR at {elapsed / done:.1f} s a page (about "
+                f"{elapsed / done * len(indices):.0f} s), more than {budget:.0f} s "
+                f"({_OCR_BUDGET_SHARE:.0%} of LOAD_TIMEOUT_S={limits.timeout_s:g}); {done} read: "
+                "split the file or raise LOAD_TIMEOUT_S",
+            )
+    return pages
+
+
+def _ocr_lines(page: ocr.OcrPage) -> list[_Line]:
+    """OCR lines as text lines in PDF points (the rendering's scale undone), for the same layout rules."""
+    scale = _OCR_DPI / 72
+    return [
+        _Line(
+            line.text,
+            page.number,
+            line.left / scale,
+            line.right / scale,
+            line.top / scale,
+            line.bottom / scale,
+            round((line.bottom - line.top) / scale / 1.3 * 2) / 2,
+        )
+        for line in page.lines
+    ]
 
 
 class _Tables:
@@ -239,14 +298,15 @@ def _page_lines(page: Any, number: int, tables: _Tables) -> list[_Line]:
             groups.append([char])
     lines = [line for line in (_line(group, number) for group in groups) if line.text]
     paths = sum(1 for _ in page.get_objects(filter=[raw.FPDF_PAGEOBJ_PATH]))
-    for bbox, rows in tables.find(number - 1) if paths >= _TABLE_PATHS else []:
+    for table_number, (bbox, rows) in enumerate(tables.find(number - 1) if paths >= _TABLE_PATHS else []):
         x0, top, x1, bottom = bbox
         lines = [line for line in lines if not (x0 <= (line.x0 + line.x1) / 2 <= x1 and top <= line.top < bottom)]
         for row_number, cells in enumerate(rows):
             text = CELL_SEPARATOR.join(_join_cell(cell) for cell in cells if cell and cell.strip())
             if text:
                 row_top = top + row_number * 0.01  # rows keep their order among the page's lines
-                lines.append(_Line(text, number, x0, x1, row_top, row_top, 0.0, table=True))
+                key = f"p{number}t{table_number}"
+                lines.append(_Line(text, number, x0, x1, row_top, row_top, 0.0, table=True, table_key=key))
     return sorted(lines, key=lambda line: line.top)
 
 
@@ -292,6 +352,37 @@ def _drop_running_lines(pages: list[list[_Line]]) -> list[list[_Line]]:
             ]
         )
     return kept
+
+
+def _join_tables(pages: list[list[_Line]]) -> list[list[_Line]]:
+    """A table that goes on over a page break (its rows open the page, as many cells as the rows that
+    ended the last one) stays one table, its header kept once (a repeated header row is dropped)."""
+    headers: dict[str, str] = {}  # a table's key: its header row
+    continued: dict[str, str] = {}  # a page's piece of a table: the key of the table
+    joined: list[list[_Line]] = []
+    previous: _Line | None = None
+    for lines in pages:
+        kept = []
+        for line in lines:
+            key = line.table_key
+            if key is not None and key not in headers and key not in continued:
+                if (
+                    previous is not None
+                    and previous.table_key
+                    and previous.page != line.page
+                    and (previous.text.count(CELL_SEPARATOR) == line.text.count(CELL_SEPARATOR))
+                ):
+                    continued[key] = previous.table_key
+                else:
+                    headers[key] = line.text
+            if key in continued:
+                if line.text == headers[continued[key]]:
+                    continue
+                line = replace(line, table_key=continued[key])
+            kept.append(line)
+            previous = line
+        joined.append(kept)
+    return joined
 
 
 def _body_size(pages: list[list[_Line]]) -> float:
@@ -361,7 +452,7 @@ def _blocks(pages: list[list[_Line]]) -> list[Block]:
         if current is None or previous is None or not _continues(previous, line, margins):
             if current is not None:
                 blocks.append(current)
-            current = Block(line.text, line.level, line.page)
+            current = Block(line.text, line.level, line.page, table=line.table_key)
         elif line.page == previous.page:
             current = replace(current, text=join_lines(current.text, line.text))
         else:  # the paragraph goes on after a page break: a piece glued to it, on the new page

@@ -210,8 +210,11 @@ def _blocks(main: Any) -> Iterator[Block]:
 
 
 def _row(row: Any, cell_tag: str | tuple[str, ...]) -> Block:
+    """A table row, keyed by its table (its path in the page), so the table's header repeats on its chunks."""
     cells = (" ".join("".join(cell.itertext()).split()) for cell in row.iter(cell_tag))
-    return Block(CELL_SEPARATOR.join(cell for cell in cells if cell))
+    table = next(row.iterancestors("table"), None)
+    key = row.getroottree().getpath(table) if table is not None else None
+    return Block(CELL_SEPARATOR.join(cell for cell in cells if cell), table=key)
 
 
 def _main_content(page: Any) -> Any:

@@ -1,7 +1,8 @@
 """Word `.docx` (python-docx): body paragraphs and tables in order, headings as section paths.
 
 Heading 1-3 (English or Chinese style names, or styles based on them) become section paths;
-tables become one line per row (cells separated by ` | `, merged cells once). Headers,
+tables become one line per row (cells separated by ` | `, merged cells once), their first row the
+header every chunk of the table repeats. Headers,
 footers, footnotes and comments live in other parts of the package and are not read.
 """
 
@@ -39,9 +40,9 @@ def parse_docx(data: bytes, source: str, stem: str) -> list[Document]:
 def _blocks(word: Any) -> Iterator[Block]:
     from docx.table import Table
 
-    for item in word.iter_inner_content():
+    for number, item in enumerate(word.iter_inner_content()):
         if isinstance(item, Table):
-            yield from _rows(item)
+            yield from _rows(item, f"t{number}")
         else:
             yield Block(item.text, _heading_level(item.style))
 
@@ -56,7 +57,7 @@ def _heading_level(style: Any) -> int:
     return 0
 
 
-def _rows(table: Any) -> Iterator[Block]:
+def _rows(table: Any, key: str) -> Iterator[Block]:
     for row in table.rows:
         cells, seen = [], set()
         for cell in row.cells:
@@ -65,4 +66,4 @@ def _rows(table: Any) -> Iterator[Block]:
             seen.add(id(cell._tc))
             if text := " ".join(cell.text.split()):
                 cells.append(text)
-        yield Block(CELL_SEPARATOR.join(cells))
+        yield Block(CELL_SEPARATOR.join(cells), table=key)

@@ -105,6 +105,9 @@ def citation_of(context: NumberedContext) -> Citation:
             snippet=p.text[:160],
             page=p.page,
             section=p.section,
+            sheet=p.sheet,
+            rows=p.rows,
+            slide=p.slide,
             label=p.label,
             chunk_id=p.id,
         )

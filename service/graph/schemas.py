@@ -192,6 +192,10 @@ class Citation(BaseModel):
     # Local passages: page (3 or "3-4") and heading path, and the label the prompt numbered it with.
     page: int | str | None = None
     section: str | None = None
+    # Spreadsheets: the sheet and its rows (35 or "35-52"); decks: the slide.
+    sheet: str | None = None
+    rows: int | str | None = None
+    slide: int | None = None
     label: str = ""
     chunk_id: str | None = Field(None, description="local passages: the cited chunk's id (rate an answer with it)")
 

@@ -233,6 +233,12 @@ class Uploads:
         for error in loaded.errors:
             where = f" (line {error.line})" if error.line is not None else ""
             progress.error(names.get(error.path, error.path), error.message + where, error.reason)
+        for source, pages in loaded.doubtful_pages().items():
+            low = self.settings.ocr_min_confidence
+            message = (
+                f"indexed, but OCR read pages {pages} with a confidence under OCR_MIN_CONFIDENCE={low:g}: check them"
+            )
+            progress.error(source, message, "low_ocr_confidence")
         documents = loaded.documents
         grant_access(documents, params.grant)
         if texts is not None:

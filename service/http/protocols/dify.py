@@ -123,6 +123,9 @@ def record(hit: Hit) -> DifyRecord:
         "chapter_title": hit.chapter_title,
         "page": hit.page,
         "section": hit.section,
+        "sheet": hit.sheet,
+        "rows": hit.rows,
+        "slide": hit.slide,
         "hybrid_score": hit.score,
     }
     ours = {key: value for key, value in ours.items() if value is not None}
