@@ -107,6 +107,7 @@ def citation_of(context: NumberedContext) -> Citation:
             section=p.section,
             label=p.label,
             chunk_id=p.id,
+            text=p.text,
         )
     if context.web:
         w = context.web
@@ -118,6 +119,7 @@ def citation_of(context: NumberedContext) -> Citation:
             url=w.url,
             snippet=w.text[:160],
             label=w.title or w.url,
+            text=w.text,
         )
     if context.given is None:
         raise ValueError(f"context [{number}] holds no source")
