@@ -56,6 +56,11 @@ def check_report_shown(tab: Page, report: dict[str, Any]) -> None:
     assert tab.locator("#eval-plot").evaluate("img => img.complete && img.naturalWidth") > 0
     misses = tab.locator("#eval-misses li")
     expect(misses).to_have_count(len(report["misses"]))
+    # At 1280 px every results table stays inside its section, and the page does not scroll sideways.
+    for table in tab.locator("#evaluation-results table.figures").all():
+        inside = table.evaluate("t => t.getBoundingClientRect().right <= t.closest('section').getBoundingClientRect().right")
+        assert inside, table.get_attribute("id")
+    assert tab.evaluate("() => document.documentElement.scrollWidth <= window.innerWidth")
     screenshot(tab, "evaluation.png")
 
 
