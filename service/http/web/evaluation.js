@@ -111,6 +111,7 @@ async function refreshEvaluation() {
   if (!kb) return;
   const response = await fetch(`kbs/${encodeURIComponent(kb)}/questions`, { headers: kbHeaders() });
   if (response.ok) showQuestions(await response.json());
+  else if (response.status === 404) evalEl("eval-questions").textContent = NO_QUESTION_SET;
   else evalEl("eval-questions").textContent = await evalError(response, "questions");
   await showFusion();
 }
