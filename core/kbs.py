@@ -107,6 +107,7 @@ class KnowledgeBase:
     replicas: int
     created_at: str | None = None
     fusion: FusionSetting | None = None
+    description: str = ""  # what it holds, in its creator's words
     passages: PassageWindows | None = None  # None: one vector per chunk (built before passage vectors)
 
 
@@ -149,6 +150,7 @@ def read_kb(es: Elasticsearch, name: str, settings: Settings) -> KnowledgeBase:
         replicas=replicas,
         created_at=kb.get("created_at"),
         fusion=FusionSetting.from_meta(kb["fusion"]) if kb.get("fusion") else None,
+        description=str(kb.get("description", "")),
         passages=PassageWindows.from_meta(meta.get("passages")),
     )
 
@@ -183,6 +185,7 @@ def create_kb(
     shards: int = 1,
     replicas: int = 0,
     passages: PassageWindows | None = None,
+    description: str = "",
 ) -> str:
     """A new, empty base `name` (a versioned index behind the alias, its chunks with `passages`);
     `KnowledgeBaseExists` on a clash."""
@@ -192,7 +195,8 @@ def create_kb(
     index = versioned_name(name)
     create_index(es, index, embedder, shards=shards, replicas=replicas, passages=passages)
     created = datetime.now(UTC).isoformat()
-    update_kb_meta(es, index, {"chunk_size": chunk_size, "chunk_overlap": chunk_overlap, "created_at": created})
+    meta = {"chunk_size": chunk_size, "chunk_overlap": chunk_overlap, "created_at": created, "description": description}
+    update_kb_meta(es, index, meta)
     es.indices.put_alias(index=index, name=name)
     return index
 

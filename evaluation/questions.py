@@ -85,6 +85,11 @@ class BadLine:
     line: int
     error: str
     text: str  # the line's start, to find it
+    absent: bool = False  # a valid line whose evidence is not in the base (skipped, not wrong)
+
+
+class NotInBase(ValueError):
+    """A valid line whose evidence, chunk or document is not in (what the caller may read of) the base."""
 
 
 @dataclass(frozen=True)
@@ -185,16 +190,16 @@ def _relevant(entry: Entry, corpus: Corpus) -> frozenset[str]:
     for evidence in entry.evidence:
         found = corpus.containing(evidence)
         if not found:
-            raise ValueError(f"evidence {evidence[:40]!r} is in no chunk of the base")
+            raise NotInBase(f"evidence {evidence[:40]!r} is in no chunk of the base")
         relevant |= found
     unknown = [id_ for id_ in entry.chunk_ids if id_ not in corpus.chunks]
     if unknown:
-        raise ValueError(f"unknown chunk id {unknown[0]!r}")
+        raise NotInBase(f"unknown chunk id {unknown[0]!r}")
     relevant |= set(entry.chunk_ids)
     for doc_id in entry.doc_ids:
         found = corpus.of_document(doc_id)
         if not found:
-            raise ValueError(f"unknown document {doc_id!r}")
+            raise NotInBase(f"unknown document {doc_id!r}")
         relevant |= found
     return frozenset(relevant)
 
@@ -205,8 +210,8 @@ def resolve(questions: QuestionSet, corpus: Corpus) -> tuple[list[Question], lis
     for entry in questions.entries:
         try:
             relevant = _relevant(entry, corpus)
-        except ValueError as err:
-            bad.append(BadLine(entry.line, str(err), entry.question[:80]))
+        except NotInBase as err:
+            bad.append(BadLine(entry.line, str(err), entry.question[:80], absent=True))
             continue
         ready.append(Question(entry.id, entry.question, relevant, entry.split, entry.line, entry.generated))
     return ready, sorted(bad, key=lambda b: b.line)

@@ -98,7 +98,7 @@ def _mode_intervals(found: dict[str, list[dict[str, float]]]) -> dict[str, dict[
 
 
 def _bad(lines: list[BadLine]) -> list[dict[str, Any]]:
-    return [{"line": b.line, "error": b.error, "text": b.text} for b in lines]
+    return [{"line": b.line, "error": b.error, "text": b.text, "absent": b.absent} for b in lines]
 
 
 def run_evaluation(

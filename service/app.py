@@ -35,7 +35,7 @@ from service.http.openapi import document_statuses
 from service.http.protocols import dify, mcp_server, openai_chat, openai_embeddings
 from service.http.protocols.errors import ProtocolErrors
 from service.http.protocols.openai_wire import render_error as render_openai_error
-from service.http.routes import aliases, answers, documents, evaluation, health, jobs, kbs, query
+from service.http.routes import aliases, answers, documents, evaluation, health, jobs, kbs, page, query
 from service.jobs.evaluation import Evaluations
 from service.jobs.runner import JobRunner, RunnerLimits
 from service.jobs.store import JobStore
@@ -47,7 +47,20 @@ from service.principals import Keys, load_principals
 logger = logging.getLogger(__name__)
 
 WEB_DIR = Path(__file__).resolve().parent / "http" / "web"
-ROUTERS = (health, query, kbs, aliases, documents, jobs, evaluation, answers, openai_chat, openai_embeddings, dify)
+ROUTERS = (
+    health,
+    page,
+    query,
+    kbs,
+    aliases,
+    documents,
+    jobs,
+    evaluation,
+    answers,
+    openai_chat,
+    openai_embeddings,
+    dify,
+)
 # Each protocol's paths and the shape of its errors (service/http/protocols/errors.py).
 PROTOCOL_ERRORS = (("/v1", render_openai_error), ("/retrieval", dify.render_error), ("/mcp", mcp_server.render_error))
 

@@ -25,6 +25,8 @@ class DocumentInfo(BaseModel):
     chunks: int
     pages: int | None = Field(None, description="the last page any chunk is on (PDF); none for formats without pages")
     file_hash: str | None = Field(None, description="content hash of the whole file (none for texts)")
+    chapter: int | None = Field(None, description="its chapter number, when the file was split into chapters")
+    chapter_title: str | None = Field(None, description="its chapter's title (without the number)")
     indexed_at: str | None = Field(None, description="when its latest chunk was written")
 
 
@@ -46,7 +48,11 @@ def list_documents(reader: Reader, size: int, after: str | None) -> DocumentList
     composite: dict[str, Any] = {"size": size, "sources": [{"doc_id": {"terms": {"field": "doc_id"}}}]}
     if after is not None:
         composite["after"] = {"doc_id": after}
-    first = {"size": 1, "sort": [{"chunk_index": "asc"}], "_source": ["source", "title", "file_hash"]}
+    first = {
+        "size": 1,
+        "sort": [{"chunk_index": "asc"}],
+        "_source": ["source", "title", "file_hash", "chapter", "chapter_title"],
+    }
     per_document = {
         "first": {"top_hits": first},
         "indexed_at": {"max": {"field": "indexed_at"}},
@@ -75,6 +81,8 @@ def list_documents(reader: Reader, size: int, after: str | None) -> DocumentList
                 chunks=bucket["doc_count"],
                 pages=int(pages) if pages is not None else None,
                 file_hash=source.get("file_hash"),
+                chapter=source.get("chapter"),
+                chapter_title=source.get("chapter_title"),
                 indexed_at=bucket["indexed_at"].get("value_as_string"),
             )
         )

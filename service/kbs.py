@@ -139,7 +139,15 @@ class KnowledgeBases:
         return base_stats(self.es, scopes)
 
     def create(
-        self, name: str, embedder: Embedder, *, chunk_size: int, chunk_overlap: int, shards: int, replicas: int
+        self,
+        name: str,
+        embedder: Embedder,
+        *,
+        chunk_size: int,
+        chunk_overlap: int,
+        shards: int,
+        replicas: int,
+        description: str = "",
     ) -> KnowledgeBase:
         create_kb(
             self.es,
@@ -150,6 +158,7 @@ class KnowledgeBases:
             shards=shards,
             replicas=replicas,
             passages=self.settings.passage_windows,
+            description=description,
         )
         self._changed(name)
         return self.read(name)

@@ -229,7 +229,7 @@ def asked(browser: Browser, url: str, question: str) -> Iterator[Page]:
 
 def test_without_a_model_the_page_marks_the_answer_extractive(browser: Browser, extractive_url: str) -> None:
     with asked(browser, extractive_url, "张角兄弟三人分别叫什么名字？") as tab:
-        expect(tab.locator("#ready")).to_contain_text("回答为原文摘录")
+        expect(tab.locator("#model-state")).to_have_text("大模型：未连接：未配置大模型，回答为原文摘录")
         expect(tab.locator("#timeline li.total")).to_be_visible(timeout=60_000)
         expect(tab.locator("#answer-mode")).to_have_text("抽取式回答 · 原文摘录，未使用大模型")
         expect(tab.locator("#answer")).to_contain_text("时巨鹿郡有兄弟三人，一名张角，一名张宝，一名张梁。")

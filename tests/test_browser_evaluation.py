@@ -56,6 +56,13 @@ def check_report_shown(tab: Page, report: dict[str, Any]) -> None:
     assert tab.locator("#eval-plot").evaluate("img => img.complete && img.naturalWidth") > 0
     misses = tab.locator("#eval-misses li")
     expect(misses).to_have_count(len(report["misses"]))
+    # At 1280 px every results table stays inside its section, and the page does not scroll sideways.
+    for table in tab.locator("#evaluation-results table.figures").all():
+        inside = table.evaluate(
+            "t => t.getBoundingClientRect().right <= t.closest('section').getBoundingClientRect().right"
+        )
+        assert inside, table.get_attribute("id")
+    assert tab.evaluate("() => document.documentElement.scrollWidth <= window.innerWidth")
     screenshot(tab, "evaluation.png")
 
 
@@ -84,15 +91,17 @@ def test_upload_run_read_the_report_and_open_a_miss(page_url: tuple[str, str], t
         expect(tab.locator("#evaluation-panel")).to_be_visible()
         expect(tab.locator("#ask")).to_be_hidden()
         expect(tab.locator("#eval-base")).to_have_text(medical)
-        expect(tab.locator("#eval-questions")).to_have_text("尚未上传问题集")
+        expect(tab.locator("#eval-questions")).to_have_text("这个知识库还没有问题集：按上面的三种办法之一得到一个")
         expect(tab.locator("#eval-fusion-text")).to_contain_text("服务默认")
 
         tab.set_input_files("#eval-file", str(questions))
         tab.click("#eval-upload")
         good = len(question_lines()) - 5 + 1
         expect(tab.locator("#eval-questions")).to_contain_text(f"可用 {good} 条")
-        expect(tab.locator("#eval-bad-lines li")).to_have_count(5)
-        expect(tab.locator("#eval-bad-lines li").first).to_contain_text(f"第 {good} 行：not JSON")
+        # The three wrong lines are listed; the two whose evidence is not in the base are only counted.
+        expect(tab.locator("#eval-bad-lines li")).to_have_count(3)
+        expect(tab.locator("#eval-bad-lines li").first).to_contain_text(f"第 {good} 行格式有误")
+        expect(tab.locator("#eval-skipped")).to_contain_text("跳过 2 条")
 
         tab.click("#eval-run")
         expect(tab.locator("#eval-status")).to_have_text("评测完成", timeout=300_000)

@@ -83,7 +83,7 @@ def test_select_a_base_upload_follow_the_job_search_and_delete(
         tab.click("#documents-section summary")
         tab.set_input_files("#upload-files", str(document))
         tab.click("#upload-button")
-        expect(tab.locator("#upload-status")).to_contain_text("任务 done", timeout=120_000)
+        expect(tab.locator("#upload-status")).to_contain_text("上传已完成", timeout=120_000)
         assert tab.locator("#upload-progress").evaluate("bar => bar.value") == 1
         expect(tab.locator("#documents li")).to_have_count(1)
         expect(tab.locator("#documents li")).to_contain_text("赤壁.md")
@@ -106,7 +106,7 @@ def test_select_a_base_upload_follow_the_job_search_and_delete(
         tab.reload()
         expect(tab.locator("#kb-select option")).to_have_count(2)
         expect(tab.locator("#kb-select")).to_have_value(writable)
-        expect(tab.locator("#upload-status")).to_contain_text("任务 running")
+        expect(tab.locator("#upload-status")).to_contain_text("上传正在索引")
         browser.close()
         assert errors == []
 

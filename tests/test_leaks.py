@@ -218,6 +218,10 @@ PROBES: dict[str, Probe] = {
     "GET /healthz": _one("GET", "/healthz"),
     "GET /modes": _one("GET", "/modes"),
     "GET /readyz": _one("GET", "/readyz"),
+    "GET /about": _one("GET", "/about"),
+    "GET /kbs/{kb}/examples": lambda c, w: (
+        _one("GET", "/kbs/{kb}/examples", params={"count": 8})(c, w) + _one("GET", "/kbs/{other}/examples")(c, w)
+    ),
     "GET /metrics": _one("GET", "/metrics"),
     "POST /search": lambda c, w: [
         r

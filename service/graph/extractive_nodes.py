@@ -98,6 +98,8 @@ async def select_evidence(state: WorkflowState, runtime: Runtime[RunContext]) ->
                 origins.get(part),
             )
             found = (await asyncio.to_thread(select)).model_copy(update={"part": part})
+            for extract in found.extracts:  # each quote goes out as it is chosen, before the answer is composed
+                runtime.stream_writer({"event": "quote", "data": {"part": part, "text": extract.text}})
             every = _sources(state, part, len(state.get("found", {}).get(part, [])))  # a premise is checked on all hits
             answers.append(extractive.deny_premise(found, every, names, tokenizer))
     step = _verdict(answers, with_web=bool(web))

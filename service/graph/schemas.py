@@ -198,6 +198,9 @@ class Citation(BaseModel):
     slide: int | None = None
     label: str = ""
     chunk_id: str | None = Field(None, description="local passages: the cited chunk's id (rate an answer with it)")
+    text: str = Field(
+        "", description="the whole passage cited (a local chunk, a web page's text): the page shows the quote in it"
+    )
 
 
 class TraceStep(BaseModel):
@@ -260,7 +263,7 @@ class QueryResult(BaseModel):
 
 
 class WorkflowEvent(BaseModel):
-    event: Literal["mode", "node", "token", "reasoning", "final", "error"]
+    event: Literal["mode", "node", "quote", "token", "reasoning", "final", "error"]
     data: dict[str, Any]
 
 

@@ -15,6 +15,7 @@ import asyncio
 import json
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -155,10 +156,19 @@ class TaskAnswer:
     completion_tokens: int = 0
 
 
-async def answer(task: ChatTask, workflow: WorkflowDeps) -> TaskAnswer:
-    """With a reachable model (`ANSWER_MODE`), one plain call on the client's prompt; without one, or
-    when its reply does not parse (or in `auto` the call fails), or when the prompt is too long for a
-    judgement model (a huge text pasted in the chat), the local answer. Never a retrieval."""
+Suggest = Callable[[str, frozenset[str]], list[str]]  # (the conversation, its questions) -> questions to offer
+
+
+async def answer(task: ChatTask, workflow: WorkflowDeps, suggest: Suggest) -> TaskAnswer:
+    """Follow-ups are questions the base can answer (`suggest`: the page's example questions, those
+    closest to the conversation), never a model's guess. Any other task: with a reachable model
+    (`ANSWER_MODE`), one plain call on the client's prompt; without one, or when its reply does not
+    parse (or in `auto` the call fails), or when the prompt is too long for a judgement model (a huge
+    text pasted in the chat), the local answer. Never a retrieval."""
+    if task.kind == "follow_ups":
+        about = " ".join(text[:_READ_CHARS] for _, text in task.turns)
+        found = await asyncio.to_thread(suggest, about, frozenset(task.said_by("user")))
+        return TaskAnswer(json.dumps({"follow_ups": found[:MAX_FOLLOW_UPS]}, ensure_ascii=False), "local")
     mode, _ = await choose_mode(workflow)
     if mode == "llm" and len(task.prompt) <= TASK_MODEL_MAX_CHARS:
         reply = await _ask_model(task, workflow)
@@ -195,7 +205,7 @@ def local_answer(task: ChatTask, tokenizer: ChineseTokenizer) -> str:
         case "tags":
             value = tags(questions, answers, tokenizer)
         case "follow_ups":
-            value = follow_ups(questions, answers[-1] if answers else "", tokenizer)
+            value = []  # questions the base can answer come from `answer`'s `suggest`, not from the conversation
         case "queries":
             value = questions[-1:]  # the question itself: what the client then searches its own sources for
         case "autocomplete":
@@ -338,18 +348,3 @@ def evidence(answer: str) -> str:
     if CLOSEST in body:
         return ""
     return " ".join(_QUOTE.findall(body)) or body
-
-
-def follow_ups(questions: list[str], last_answer: str, tokenizer: ChineseTokenizer) -> list[str]:
-    """Questions a reader would ask next: how the names the quoted passages add relate to the name
-    asked about (the latest question's, else an earlier one's); then more about that name."""
-    asked = [first_sentence(question) for question in reversed(questions)]
-    named = [term for text in asked for term in subject_terms(text, tokenizer)]
-    subject = named[0] if named else next(iter(key_terms(asked[0], tokenizer) if asked else []), "")
-    new = [term for term in subject_terms(evidence(last_answer), tokenizer) if term not in "".join(asked)]
-    if named:
-        found = [f"{term}和{subject}是什么关系？" for term in new[: MAX_FOLLOW_UPS - 1]]
-    else:
-        found = [f"资料里关于{term}还说了什么？" for term in new[: MAX_FOLLOW_UPS - 1]]
-    found += [f"资料里关于{subject}还有哪些记载？"] if subject else []
-    return found[:MAX_FOLLOW_UPS]

@@ -21,6 +21,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends
@@ -30,6 +31,7 @@ from core.config import Settings
 from core.failures import log_failure
 from service.answers import new_answer_id
 from service.deps import CallerDep, Services, ServicesDep, answering, get_caller, log_answer
+from service.examples import MAX_EXAMPLES, example_questions
 from service.feedback import CHAT_PREFIX, answer_key
 from service.graph import QueryOptions, QueryResult, WorkflowDeps, run_query, stream_query
 from service.http.metrics import Metrics
@@ -106,9 +108,13 @@ def model_names(settings: Settings, readable: list[str]) -> list[str]:
     return default + [KB_PREFIX + kb for kb in readable]
 
 
-def knowledge_base(settings: Settings, kbs: KnowledgeBases, caller: Caller, model: str) -> BaseAccess:
-    """The base a model name addresses; a name that is not one of the caller's is a 404."""
-    name = None if model == settings.chat_default_model else model.removeprefix(KB_PREFIX)
+def knowledge_base(
+    settings: Settings, kbs: KnowledgeBases, caller: Caller, model: str, embedding: str = ""
+) -> BaseAccess:
+    """The base a model name addresses; a name that is not one of the caller's is a 404. The embedding
+    model (`embedding`), which a chat client offers among the chat models, answers as the default one."""
+    default = model in (settings.chat_default_model, embedding)
+    name = None if default else model.removeprefix(KB_PREFIX)
     try:
         if name is not None and not model.startswith(KB_PREFIX):
             raise UnknownKnowledgeBase(model, kbs.readable(caller, listing=False))
@@ -165,6 +171,13 @@ def get_model(model: str, services: ServicesDep, caller: CallerDep) -> Model:
     return Model(id=model, created=int(time.time()))
 
 
+def _suggest(services: Services, base: BaseAccess, about: str, asked: frozenset[str]) -> list[str]:
+    """Follow-ups: the questions the page offers as examples of this base (service/examples.py)."""
+    index = services.settings.questions_index
+    found = example_questions(services.es, index, services.retriever, base, about, asked, MAX_EXAMPLES)
+    return found.questions
+
+
 @dataclass(frozen=True)
 class _Chat:
     """A valid request, resolved: the base's workflow, the conversation, and the client's task if it is one."""
@@ -183,7 +196,7 @@ class _Chat:
 def chat_request(body: ChatCompletionRequest, services: ServicesDep, caller: CallerDep) -> _Chat:
     """Checked before any answer starts: the model (404), the options and messages (400), the
     question's length (a task prompt is not a question) and the model's configuration (503)."""
-    base = knowledge_base(services.settings, services.kbs, caller, body.model)
+    base = knowledge_base(services.settings, services.kbs, caller, body.model, embedding_model(services.embedder))
     body.refuse_unsupported()
     conversation = read_conversation(body.messages)
     task = chat_tasks.recognise(conversation.last_message)
@@ -208,7 +221,7 @@ async def chat_completions(chat: ChatDep, services: ServicesDep) -> ChatCompleti
     answer_id = new_answer_id()
     reply = _Reply(chat, CHAT_PREFIX + answer_id, int(time.time()))
     if chat.task is not None:
-        done = await chat_tasks.answer(chat.task, chat.workflow)
+        done = await chat_tasks.answer(chat.task, chat.workflow, partial(_suggest, services, chat.base))
         if chat.body.stream:
             return _event_stream(reply.task_chunks(done))
         return reply.task_completion(done)

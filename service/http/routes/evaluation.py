@@ -73,6 +73,7 @@ class BadLineOut(BaseModel):
     line: int
     error: str
     text: str
+    absent: bool = Field(False, description="a valid question about a document not in the base: skipped, not wrong")
 
 
 class QuestionsSummary(BaseModel):
@@ -166,7 +167,7 @@ def questions_summary(services: Services, base: BaseAccess, stored: StoredQuesti
 
 
 def _bad(line: BadLine) -> BadLineOut:
-    return BadLineOut(line=line.line, error=line.error, text=line.text)
+    return BadLineOut(line=line.line, error=line.error, text=line.text, absent=line.absent)
 
 
 def _stored(services: Services, base: BaseAccess) -> StoredQuestions | None:

@@ -33,6 +33,7 @@ class PassageWindowsView(BaseModel):
 
 class KnowledgeBaseView(BaseModel):
     name: str
+    description: str = Field("", description="what it holds, as its creator wrote")
     default: bool = Field(description="the base requests without `kb` use (ES_INDEX)")
     role: Role | None = Field(description="the caller's role on it")
     documents: int = Field(description="documents the caller may read")
@@ -58,6 +59,7 @@ class KnowledgeBaseList(BaseModel):
 
 class CreateKnowledgeBase(StrictModel):
     name: str = Field(pattern=KB_NAME_PATTERN, max_length=100, description="a-z, 0-9, '-', '_', '.'")
+    description: str = Field("", max_length=500, description="what it holds, shown beside its name")
     chunk_size: int | None = Field(None, ge=50, le=8000, description="characters per chunk (default CHUNK_SIZE)")
     chunk_overlap: int | None = Field(
         None,
@@ -88,6 +90,7 @@ def fusion_view(settings: Settings, kb: KnowledgeBase, caller: Caller) -> Fusion
 def _view(settings: Settings, kb: KnowledgeBase, stats: KnowledgeBaseStats | None, caller: Caller) -> KnowledgeBaseView:
     return KnowledgeBaseView(
         name=kb.name,
+        description=kb.description,
         default=kb.name == settings.es_index,
         role=caller.role_for(kb.name),
         documents=stats.documents if stats else 0,
@@ -139,6 +142,7 @@ def create(body: CreateKnowledgeBase, services: ServicesDep, caller: CallerDep) 
         chunk_overlap=overlap,
         shards=body.shards or settings.es_shards,
         replicas=body.replicas if body.replicas is not None else settings.es_replicas,
+        description=body.description.strip(),
     )
     return _view(settings, created, None, caller)
 

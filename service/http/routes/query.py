@@ -76,7 +76,8 @@ async def query_stream(
     body: QuestionBody, workflow: WorkflowDep, base: QuestionBase, services: ServicesDep
 ) -> AsyncIterable[ServerSentEvent]:
     """The same as server-sent events: `mode` ({mode: llm|extractive, reason}), `node` per workflow
-    step (outcome, ms), `token`s of the answer, then `final` (the whole `/query` result, with its
+    step (outcome, ms), in an extractive answer a `quote` ({part, text}) as each is chosen, `token`s of
+    the answer, then `final` (the whole `/query` result, with its
     `answer_id`) or `error`."""
     metrics = services.metrics
     async for event in stream_query(workflow, body.question, body.options()):

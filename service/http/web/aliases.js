@@ -25,7 +25,7 @@ async function loadAliases() {
   if (!kb || !document.getElementById("aliases-section").open) return;
   const response = await fetch(aliasesUrl(kb), { headers: kbHeaders() });
   if (response.status === 403) { aliasStatus("仅知识库管理员可查看和修改别名"); return; }
-  if (!response.ok) { aliasStatus(`读取失败（HTTP ${response.status}）`, true); return; }
+  if (!response.ok) { aliasStatus(await friendlyError(response, "aliases"), true); return; }
   shownAliases = await response.json();
   aliasStatus(`${shownAliases.aliases.length} 组别名，${shownAliases.removed.length} 组已移除`);
   for (const entry of [...shownAliases.aliases, ...shownAliases.removed]) list.append(aliasRow(entry));
@@ -56,12 +56,7 @@ async function saveAliases(changed, keep) {
   const response = await fetch(aliasesUrl(kb), {
     method: "PUT", headers: kbHeaders(), body: JSON.stringify({ aliases: pairs }),
   });
-  if (!response.ok) {
-    let body = {};
-    try { body = await response.json(); } catch (_) { /* not JSON */ }
-    aliasStatus(`保存失败（HTTP ${response.status}）：${body.message || body.detail || ""}`, true);
-    return;
-  }
+  if (!response.ok) { aliasStatus(await friendlyError(response, "aliases"), true); return; }
   await loadAliases();
 }
 
@@ -75,7 +70,7 @@ function addAlias(event) {
 async function downloadAliases() {
   const kb = selectedKb();
   const response = await fetch(aliasesUrl(kb, "?format=csv"), { headers: kbHeaders() });
-  if (!response.ok) { aliasStatus(`下载失败（HTTP ${response.status}）`, true); return; }
+  if (!response.ok) { aliasStatus(await friendlyError(response, "aliases"), true); return; }
   const link = document.createElement("a");
   link.href = URL.createObjectURL(await response.blob());
   link.download = `${kb}-aliases.csv`;

@@ -42,44 +42,123 @@ function headers() {
   return h;
 }
 
+// An error replaces the answer on screen: its card, its citations and its feedback bar go with it.
 function showError(message) {
   $("error").textContent = message;
   $("error").hidden = !message;
+  if (message) clearAnswer();
 }
 
-// FastAPI errors: {"detail": "..."} or, for 422, {"detail": [...], "message": "..."}.
-async function errorText(response) {
-  let body = {};
-  try { body = await response.json(); } catch (_) { /* not JSON */ }
-  const reason = body.message || (typeof body.detail === "string" ? body.detail : response.statusText);
-  const hints = { 401: "需要有效的 API 密钥（见“访问设置”）", 404: "知识库尚未建立", 413: "请求过大", 422: "输入有误", 503: "依赖服务不可用" };
-  return `${hints[response.status] || "请求失败"}（HTTP ${response.status}）：${reason}`;
+function clearAnswer() {
+  $("answer-section").hidden = true;
+  $("timeline-section").hidden = true;
+  $("timeline").replaceChildren();
+  $("citations").replaceChildren();
+  $("streamed-quotes").replaceChildren();
+  $("streamed-quotes").hidden = true;
+  renderConflicts([]);
+  $("warnings").hidden = true;
+  $("answer-mode").hidden = true;
+  renderAnswer("");
+  showReasoning("");
+  showFeedback({});  // no answer on screen: no vote can go anywhere
 }
 
 function options() {
   return {
     mode: document.querySelector("input[name=mode]:checked").value,
     k: Number($("k").value) || 8,
-    web: $("web").checked,
+    web: ABOUT.web_search && $("web").checked,
   };
 }
 
 // --- answer, citations, timeline -------------------------------------------------------
 
-// Turn "[3]" marks into links to the third citation; the rest stays plain text.
+// Turn "[3]" marks into links that open the third citation at its quote; the rest stays plain text.
 function renderAnswer(text) {
   const answer = $("answer");
   answer.replaceChildren();
   let last = 0;
   for (const match of text.matchAll(/\[(\d{1,2})\]/g)) {
     answer.append(text.slice(last, match.index));
-    answer.append(el("a", { class: "cite", href: `#cite-${match[1]}` }, match[0]));
+    answer.append(citeLink(match[1], match[0]));
     last = match.index + match[0].length;
   }
   answer.append(text.slice(last));
 }
 
-function renderCitations(citations) {
+function citeLink(number, label) {
+  const link = el("a", { class: "cite", href: `#cite-${number}` }, label);
+  link.addEventListener("click", (event) => { event.preventDefault(); openCitation(number); });
+  return link;
+}
+
+// [n]: its source, scrolled so the quoted sentence is in the middle of the screen, highlighted.
+function openCitation(number) {
+  const item = $(`cite-${number}`);
+  if (!item) return;
+  $("citations").querySelectorAll("li.target").forEach((li) => li.classList.remove("target"));
+  item.classList.add("target");
+  (item.querySelector("mark.quote") || item).scrollIntoView({ block: "center" });
+}
+
+// What the answer quotes from source n: the 「…」 right before its [n], else the sentence before it.
+function quotedBy(answer, number) {
+  const at = answer.indexOf(`[${number}]`);
+  if (at < 0) return "";
+  const before = answer.slice(0, at).trimEnd();
+  const quoted = before.match(/「([^「」]+)」$/);
+  if (quoted) return quoted[1];
+  const sentence = before.split(/[。！？!?\n]/).filter((s) => s.trim()).pop() || "";
+  return sentence.replace(/\[\d{1,2}\]/g, "").trim();
+}
+
+// Where `quote` is in `text`: the exact place, else the text's sentence sharing most character pairs with it.
+function findQuote(text, quote) {
+  if (!quote) return null;
+  const exact = text.indexOf(quote);
+  if (exact >= 0) return [exact, exact + quote.length];
+  const pairs = (s) => new Set([...s].slice(1).map((c, i) => s[i] + c));
+  const wanted = pairs(quote);
+  let best = null, bestShared = 0, start = 0;
+  for (const sentence of text.split(/(?<=[。！？!?\n])/)) {
+    const shared = [...pairs(sentence)].filter((p) => wanted.has(p)).length;
+    if (shared > bestShared) { best = [start, start + sentence.length]; bestShared = shared; }
+    start += sentence.length;
+  }
+  return bestShared >= 2 ? best : null;
+}
+
+const QUOTE_WINDOW = 70;  // characters shown either side of the quote before "全文"
+
+// A passage with the quote marked: around the quote only, or whole.
+function passageText(text, span, whole) {
+  const node = el("span", { class: "passage-text" });
+  if (!span) { node.append(whole ? text : text.slice(0, QUOTE_WINDOW * 2 + 20)); return node; }
+  const [from, to] = whole ? [0, text.length] : [Math.max(0, span[0] - QUOTE_WINDOW), Math.min(text.length, span[1] + QUOTE_WINDOW)];
+  node.append(from > 0 ? "…" : "", text.slice(from, span[0]), el("mark", { class: "quote" }, text.slice(span[0], span[1])),
+    text.slice(span[1], to), to < text.length ? "…" : "");
+  return node;
+}
+
+function citationText(c, answer) {
+  const text = c.text || c.snippet || "";
+  const span = findQuote(text, quotedBy(answer, c.number));
+  const box = el("span", { class: "snippet" }, passageText(text, span, false));
+  if (text.length > QUOTE_WINDOW * 2 + 20 || (span && (span[0] > QUOTE_WINDOW || text.length - span[1] > QUOTE_WINDOW))) {
+    const toggle = el("button", { type: "button", class: "whole", "aria-expanded": "false" }, "显示全文");
+    toggle.addEventListener("click", () => {
+      const whole = toggle.getAttribute("aria-expanded") !== "true";
+      box.firstChild.replaceWith(passageText(text, span, whole));
+      toggle.setAttribute("aria-expanded", String(whole));
+      toggle.textContent = whole ? "只看引文附近" : "显示全文";
+    });
+    box.append(" ", toggle);
+  }
+  return box;
+}
+
+function renderCitations(citations, answer = "") {
   const list = $("citations");
   list.replaceChildren();
   for (const c of citations || []) {
@@ -94,7 +173,7 @@ function renderCitations(citations) {
       // The service's label: 《title》第 3 页 · 3.2 用药, or 第12章 title · source.
       item.append(el("span", { class: "where", title: c.section || "" }, c.label || c.title || c.source || ""));
     }
-    if (c.snippet) item.append(el("span", { class: "snippet" }, c.snippet));
+    if (c.text || c.snippet) item.append(citationText(c, answer));
     list.append(item);
   }
   if (!list.children.length) list.append(el("li", { class: "snippet" }, "（无引用）"));
@@ -108,7 +187,7 @@ function renderConflicts(conflicts) {
     const sides = el("ul");
     for (const s of c.sources) {
       sides.append(el("li", {},
-        el("a", { class: "cite", href: `#cite-${s.number}` }, `[${s.number}]`),
+        citeLink(s.number, `[${s.number}]`),
         el("span", { class: s.kind === "web" ? "kind web" : "kind" }, s.kind === "web" ? "网络" : s.kind === "given" ? "对话" : "本地"),
         el("span", { class: "where" }, s.title || ""),
         el("q", {}, s.says)));
@@ -192,44 +271,45 @@ async function* sseEvents(response) {
   }
 }
 
+// A quote of an extractive answer, as soon as it is chosen (the composed answer replaces them).
+function showQuote(data) {
+  $("streamed-quotes").append(el("li", {}, el("q", {}, data.text)));
+  $("streamed-quotes").hidden = false;
+}
+
 async function ask(event) {
   event.preventDefault();
   const question = $("question").value.trim();
-  if (!question) { showError("请输入问题"); return; }
   showError("");
+  clearAnswer();
+  if (!question) { showError("请先输入问题"); return; }
   $("answer-section").hidden = false;
   $("timeline-section").hidden = false;
-  $("timeline").replaceChildren();
-  $("citations").replaceChildren();
-  renderConflicts([]);
-  $("warnings").hidden = true;
-  $("answer-mode").hidden = true;
-  $("feedback").hidden = true;
-  renderAnswer("");
-  showReasoning("");
   $("ask-button").disabled = true;
   let text = "";
   let thought = "";
   try {
     const response = await fetch("query/stream", { method: "POST", headers: headers(), body: JSON.stringify({ question, kb: selectedKb(), ...options() }) });
-    if (!response.ok) { showError(await errorText(response)); return; }
+    if (!response.ok) { showError(await friendlyError(response, "ask")); return; }
     for await (const { event: kind, data } of sseEvents(response)) {
       if (kind === "mode") showMode(data);
       else if (kind === "node") addTimelineStep(data);
-      else if (kind === "token") { text += data.text; renderAnswer(text); }
+      else if (kind === "quote") showQuote(data);
+      else if (kind === "token") { text += data.text; renderAnswer(text); $("streamed-quotes").hidden = true; }
       else if (kind === "reasoning") { thought += data.text; showReasoning(thought); }
       else if (kind === "final") {
         renderAnswer(data.answer ?? text);
+        $("streamed-quotes").hidden = true;
         showReasoning(data.reasoning ?? thought);
-        renderCitations(data.citations);
+        renderCitations(data.citations, data.answer ?? text);
         renderConflicts(data.conflicts);
         finishTimeline(data);
         showFeedback(data);
         if (data.warnings && data.warnings.length) { $("warnings").textContent = `提示：${data.warnings.join("；")}`; $("warnings").hidden = false; }
-      } else if (kind === "error") showError(`回答失败（${data.type}）：${data.message}`);
+      } else if (kind === "error") showError(streamError(data));
     }
   } catch (err) {
-    showError(`连接中断：${err.message}`);
+    showError(networkError("ask"));
   } finally {
     $("ask-button").disabled = false;
   }
@@ -303,13 +383,13 @@ function rerankNote(result) {
 
 async function compare() {
   const query = $("question").value.trim();
-  if (!query) { showError("请输入问题"); return; }
+  if (!query) { showError("请先输入问题"); return; }
   showError("");
   $("compare-button").disabled = true;
   try {
     const k = Number($("k").value) || 8;
     const response = await fetch("compare", { method: "POST", headers: headers(), body: JSON.stringify({ query, k, kb: selectedKb() }) });
-    if (!response.ok) { showError(await errorText(response)); return; }
+    if (!response.ok) { showError(await friendlyError(response, "compare")); return; }
     const comparison = await response.json();
     const overlap = comparison.overlaps[0];
     const shared = new Set(overlap.shared);
@@ -327,7 +407,7 @@ async function compare() {
     $("compare-expansions").hidden = !note;
     $("compare-section").hidden = false;
   } catch (err) {
-    showError(`连接中断：${err.message}`);
+    showError(networkError("compare"));
   } finally {
     $("compare-button").disabled = false;
   }
@@ -342,18 +422,36 @@ async function loadModes() {
   }));
 }
 
-async function checkReady() {
+let READY = null;  // /readyz: whether search works (null: not asked yet, false: no answer)
+
+// The header: the selected base with its size, and whether search works.
+function showReady() {
   const badge = $("ready");
+  const base = selectedBase();
+  if (READY === null) return;
+  if (!READY) { badge.textContent = "服务未就绪：搜索引擎不可用，请稍后刷新"; badge.className = "badge bad"; return; }
+  badge.textContent = base ? `知识库 ${base.name} · ${base.documents} 篇 · ${base.chunks} 段` : "没有可用的知识库：请新建一个";
+  badge.className = `badge ${base ? "ok" : "bad"}`;
+}
+
+async function checkReady() {
   try {
-    const ready = await (await fetch("readyz")).json();
-    badge.textContent = ready.ready
-      ? `已就绪 · 知识库 ${ready.index.name}（${ready.index.docs} 段）${ready.llm_configured ? "" : " · 未配置大模型：回答为原文摘录（抽取式）"}`
-      : `未就绪：${ready.elasticsearch.error || ready.index.error || "索引与向量模型不匹配"}`;
-    badge.className = `badge ${ready.ready ? "ok" : "bad"}`;
+    READY = (await (await fetch("readyz")).json()).ready === true;
   } catch (err) {
-    badge.textContent = "服务无响应";
-    badge.className = "badge bad";
+    READY = false;
   }
+  showReady();
+}
+
+// The model in words, and web search offered only when it is set up.
+function showAbout() {
+  const model = ABOUT.model || { connected: false, reason: "状态未知" };
+  $("model-state").textContent = model.connected ? "大模型：已连接" : `大模型：未连接：${model.reason}`;
+  $("model-state").className = `badge ${model.connected ? "ok" : "extractive"}`;
+  $("web").disabled = !ABOUT.web_search;
+  $("web").checked = ABOUT.web_search;
+  $("web-note").hidden = ABOUT.web_search;
+  $("web-choice").title = ABOUT.web_search ? "知识库里找不到时，到网上搜索" : "未设置联网搜索密钥";
 }
 
 document.addEventListener("DOMContentLoaded", () => {
@@ -368,6 +466,7 @@ document.addEventListener("DOMContentLoaded", () => {
     }
   });
   $("compare-button").addEventListener("click", compare);
-  loadModes().catch((err) => showError(`无法读取检索方式：${err.message}`));
+  loadModes().catch(() => showError("无法读取检索方式：请刷新页面"));
+  loadAbout().then(showAbout).catch(() => showAbout());
   checkReady();
 });

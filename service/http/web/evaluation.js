@@ -25,11 +25,8 @@ function evalStatus(message, bad = false) {
   evalEl("eval-status").className = bad ? "error" : "";
 }
 
-async function evalError(response) {
-  let body = {};
-  try { body = await response.json(); } catch (_) { /* not JSON */ }
-  const reason = body.message || (typeof body.detail === "string" ? body.detail : response.statusText);
-  return `请求失败（HTTP ${response.status}）：${reason}`;
+async function evalError(response, doing = "evaluate") {
+  return friendlyError(response, doing);
 }
 
 function evalBase() {
@@ -49,13 +46,46 @@ function showTab(name) {
 
 // --- question set and fusion --------------------------------------------------------------
 
+// Lines about documents not in the base are skipped and counted; only the lines that are wrong are listed.
 function showQuestions(summary) {
   const generated = summary.generated ? `，其中模型生成 ${summary.generated} 条` : "";
+  const skipped = summary.bad_lines.filter((bad) => bad.absent);
+  const wrong = summary.bad_lines.filter((bad) => !bad.absent);
   evalEl("eval-questions").textContent =
-    `问题集：${summary.lines} 行，可用 ${summary.usable} 条（开发集 ${summary.dev} / 测试集 ${summary.test}${generated}），问题行 ${summary.bad_lines.length} 条`;
+    `问题集：${summary.lines} 行，可用 ${summary.usable} 条（开发集 ${summary.dev} / 测试集 ${summary.test}${generated}）` +
+    (wrong.length ? `，格式有误 ${wrong.length} 行（见下，请改正后重新上传）` : "");
+  evalEl("eval-skipped").textContent = skipped.length
+    ? `跳过 ${skipped.length} 条：它们依据的原文不在本知识库中（例如知识库只收了部分章节），评测时不计。` : "";
+  evalEl("eval-skipped").hidden = !skipped.length;
   evalEl("eval-bad-lines").replaceChildren(
-    ...summary.bad_lines.map((bad) => evalNode("li", {}, `第 ${bad.line} 行：${bad.error}`, evalNode("code", {}, bad.text))),
+    ...wrong.map((bad) => evalNode("li", {}, `第 ${bad.line} 行格式有误：请确认它是一个含 question 和 evidence 的 JSON 对象`, evalNode("code", {}, bad.text))),
   );
+}
+
+// A two-line sample set, from the base's own example questions when it has them.
+function sampleQuestions() {
+  const lines = [
+    { question: "这里写一个问题？", evidence: "这里抄下知识库中回答它的原文片段" },
+    { question: "另一个问题？", evidence: "另一段原文", split: "test" },
+  ];
+  const blob = new Blob([lines.map((line) => JSON.stringify(line)).join("\n") + "\n"], { type: "application/jsonl" });
+  evalEl("eval-sample").href = URL.createObjectURL(blob);
+}
+
+async function draftQuestions() {
+  const kb = evalBase();
+  if (!kb) { evalStatus("请先选择知识库", true); return; }
+  evalEl("eval-draft").disabled = true;
+  evalStatus("大模型正在起草问题…");
+  try {
+    const response = await fetch(`kbs/${encodeURIComponent(kb)}/questions/draft`, { method: "POST", headers: kbHeaders(), body: JSON.stringify({ count: 10 }) });
+    if (!response.ok) { evalStatus(await evalError(response, "draft"), true); return; }
+    const { drafted, questions } = await response.json();
+    if (questions) showQuestions(questions);
+    evalStatus(`已起草 ${drafted.length} 个问题并加入问题集`);
+  } finally {
+    evalEl("eval-draft").disabled = false;
+  }
 }
 
 async function showFusion() {
@@ -63,7 +93,7 @@ async function showFusion() {
   if (!kb) return;
   // The base shows the fusion its hybrid search uses, its own or the default (GET …/fusion: its own only).
   const response = await fetch(`kbs/${encodeURIComponent(kb)}`, { headers: kbHeaders() });
-  if (!response.ok) { evalEl("eval-fusion").textContent = await evalError(response); return; }
+  if (!response.ok) { evalEl("eval-fusion-text").textContent = await evalError(response, "questions"); return; }
   const { fusion: effective } = await response.json();
   const weights = Object.entries(effective.weights).map(([list, w]) => `${list}×${w}`).join("，");
   evalEl("eval-fusion-text").textContent =
@@ -77,10 +107,12 @@ async function refreshEvaluation() {
   evalEl("eval-base").textContent = kb || "（未选择）";
   evalEl("eval-questions").textContent = "";
   evalEl("eval-bad-lines").replaceChildren();
+  evalEl("eval-skipped").hidden = true;
   if (!kb) return;
   const response = await fetch(`kbs/${encodeURIComponent(kb)}/questions`, { headers: kbHeaders() });
   if (response.ok) showQuestions(await response.json());
-  else if (response.status === 404) evalEl("eval-questions").textContent = "尚未上传问题集";
+  else if (response.status === 404) evalEl("eval-questions").textContent = NO_QUESTION_SET;
+  else evalEl("eval-questions").textContent = await evalError(response, "questions");
   await showFusion();
 }
 
@@ -92,7 +124,7 @@ async function uploadQuestions() {
   try {
     const text = await file.text();
     const response = await fetch(`kbs/${encodeURIComponent(kb)}/questions`, { method: "PUT", headers: kbHeaders(), body: JSON.stringify({ text }) });
-    if (!response.ok) { evalStatus(await evalError(response), true); return; }
+    if (!response.ok) { evalStatus(await evalError(response, "questions"), true); return; }
     showQuestions(await response.json());
     evalStatus("问题集已保存");
   } finally {
@@ -127,13 +159,13 @@ async function runEvaluation() {
       const status = await polled.json();
       progress.max = status.total || 1;
       progress.value = status.done;
-      if (status.status === "failed") { evalStatus(`评测失败：${status.error}`, true); return; }
+      if (status.status === "failed") { evalStatus("评测失败：请检查问题集后重试；反复出现请联系管理员", true); return; }
       if (status.status === "done") { await renderReport(status); return; }
       evalStatus(status.status === "queued" ? "排队中…" : `已检索 ${status.done} / ${status.total} 个问题…`);
       await new Promise((resolve) => setTimeout(resolve, 500));
     }
   } catch (err) {
-    evalStatus(`连接中断：${err.message}`, true);
+    evalStatus(networkError("evaluate"), true);
   } finally {
     evalEl("eval-run").disabled = false;
     evalEl("eval-progress").hidden = true;
@@ -189,7 +221,8 @@ async function renderReport(status) {
   const report = status.report;
   const q = report.questions;
   evalEl("eval-summary").textContent =
-    `测试集 ${q.test} 题（开发集 ${q.dev} 题用于选择融合；模型生成 ${q.generated} 题；问题行 ${q.bad_lines.length} 条）· 用时 ${report.seconds} 秒`;
+    `测试集 ${q.test} 题（开发集 ${q.dev} 题用于选择融合；模型生成 ${q.generated} 题；` +
+    `跳过不在本知识库的 ${q.bad_lines.filter((b) => b.absent).length} 条）· 用时 ${report.seconds} 秒`;
   const head = evalNode("tr", {}, evalNode("th", {}, "检索方式"), ...EVAL_METRICS.map((m) => evalNode("th", {}, m)));
   evalEl("eval-table").replaceChildren(
     evalNode("thead", {}, head),
@@ -219,9 +252,11 @@ async function renderReport(status) {
 document.addEventListener("DOMContentLoaded", () => {
   evalEl("tab-ask").addEventListener("click", () => showTab("ask"));
   evalEl("tab-evaluation").addEventListener("click", () => showTab("evaluation"));
-  evalEl("eval-upload").addEventListener("click", () => uploadQuestions().catch((err) => evalStatus(err.message, true)));
+  evalEl("eval-upload").addEventListener("click", () => uploadQuestions().catch(() => evalStatus(networkError("questions"), true)));
+  evalEl("eval-draft").addEventListener("click", () => draftQuestions().catch(() => evalStatus(networkError("draft"), true)));
+  sampleQuestions();
   evalEl("eval-run").addEventListener("click", runEvaluation);
-  evalEl("eval-reset").addEventListener("click", () => resetFusion().catch((err) => evalStatus(err.message, true)));
+  evalEl("eval-reset").addEventListener("click", () => resetFusion().catch(() => evalStatus(networkError("evaluate"), true)));
   document.getElementById("kb-select").addEventListener("change", () => {
     evalEl("evaluation-results").hidden = true;
     if (!evalEl("evaluation-panel").hidden) refreshEvaluation();

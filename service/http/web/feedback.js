@@ -9,10 +9,7 @@ const fbEl = (id) => document.getElementById(id);
 let currentAnswer = null;  // {answer_id, question} of the answer on the page
 
 async function fbError(response) {
-  let body = {};
-  try { body = await response.json(); } catch (_) { /* not JSON */ }
-  const reason = body.message || (typeof body.detail === "string" ? body.detail : response.statusText);
-  return `请求失败（HTTP ${response.status}）：${reason}`;
+  return friendlyError(response, "vote");
 }
 
 // A list of the base's passages for `query`, each with a button that calls `choose(hit)`.
