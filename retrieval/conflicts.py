@@ -23,6 +23,7 @@ With a model, the judgement finds conflicts of any kind (names, yes/no too): `se
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import Literal
 
 import cn2an
@@ -30,6 +31,9 @@ from pydantic import BaseModel, Field
 
 from core.chunking import split_sentences
 from core.text import ChineseTokenizer, bigram_terms
+from retrieval.units import Unit, unit_pattern
+
+Units = frozenset[tuple[str, Unit]]  # a text profile's own units, beside `retrieval.units.UNITS`
 
 DISAGREE = "资料之间有出入"
 CHECK_THE_ORIGINALS = "请对照原始资料核实，本回答不替资料做取舍"
@@ -40,15 +44,14 @@ MIN_ANCHOR_OVERLAP = 0.5  # shared character bigrams / the smaller clause's
 SAME_STATEMENT = 0.8
 
 CN_DIGITS = "零〇一二两三四五六七八九十百千万亿"
-_UNITS = (
-    "万人|万元|亿元|美元|千瓦|千米|公里|厘米|毫米|公斤|千克|毫克|毫升|小时|分钟|周岁|点钟|"
-    "年|月|日|点|岁|人|名|个|次|天|周|秒|米|里|斤|克|吨|元|瓦|伏|度|℃|%|％|页|章|回|卷|匹|骑|艘|座|户|"
-    "片|粒|袋|支|滴|丈|尺|寸|步|石|mAh|kWh|ATM|GHz|MHz|Hz|dB|kPa|MPa|GB|MB|TB|mg|ml|kg|km|cm|mm|kW|W|V|m"
-)
 _DATE = re.compile(
     r"(\d{4}|[〇零一二三四五六七八九]{4})年(\d{1,2}|[一二三四五六七八九十]{1,3})月(?:(\d{1,2}|[一二三四五六七八九十]{1,3})[日号])?"
 )
-_FIGURE = re.compile(rf"(\d+(?:\.\d+)?|[{CN_DIGITS}]+)\s?({_UNITS})")
+# 3月31日 (顺延至次年3月31日): a day of the year, compared with another document's day of the year.
+_MONTH_DAY = re.compile(r"(\d{1,2}|[一二三四五六七八九十]{1,3})月(\d{1,2}|[一二三四五六七八九十]{1,3})[日号]")
+MONTH_DAY = "月日"
+# Between the two bounds of one range (低于0℃或高于50℃, 3至5天): the other bound is no condition of its own.
+_RANGE_JOINT = re.compile(r"^[^，,；;。]{0,4}?(?:或|至|到|~|～|-|－|—|和|、)[^，,；;。]{0,4}$")
 # A day of the week (每周一闭馆, 星期四, 礼拜天), not a count (每周一次: once a week).
 _WEEKDAY = re.compile(r"(?:星期|礼拜|周)([一二三四五六日天])(?![次个遍回])")
 WEEKDAY = "星期"
@@ -94,6 +97,7 @@ class Figure:
     context: str  # the text the anchor is read from: the clause (or, when too short, the sentence) less the figure
     conditions: tuple[str, ...]  # the clause's other figures (工作满十年的员工…15天: 十年), sorted
     said: str  # the two characters after the figure in its clause (每周一闭馆: 闭馆): what a day is said to be
+    lead: str = ""  # its clause before it, verbatim (血糖低于): the direction and what it is said of
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,12 @@ class FigureConflict:
 
     part: str
     figures: list[Figure]  # one per distinct value, in the order quoted
+
+
+@cache
+def _figure_pattern(extra: Units = frozenset()) -> re.Pattern[str]:
+    """A number and its unit (`retrieval.units`, and a profile's `extra`)."""
+    return re.compile(rf"(\d+(?:\.\d+)?|[{CN_DIGITS}]+)\s?({unit_pattern(extra)})")
 
 
 def _number(text: str) -> float | None:
@@ -117,7 +127,12 @@ def _bigrams(text: str) -> frozenset[str]:
 
 
 def _figure(
-    quote: Quote, sentence: str, span: tuple[int, int], unit: str, era: str, value: tuple[float, ...]
+    quote: Quote,
+    sentence: str,
+    span: tuple[int, int],
+    unit: str,
+    value: tuple[float, ...],
+    extra: Units = frozenset(),
 ) -> Figure:
     """The figure at `span` of `sentence`, with its clause and the characters around it. A clause
     too short to say what it is about (卒于234年) is read with the rest of its sentence."""
@@ -132,10 +147,37 @@ def _figure(
         context = f"{sentence[:start]}，{sentence[end:]}"
     next_to = before.rstrip(_FILLERS)[-1:] or after[:1]
     clause = sentence[first:last]
-    others = (m for m in _FIGURE.finditer(clause) if not (first + m.start() < end and start < first + m.end()))
-    conditions = tuple(sorted(m.group() for m in others))
-    anchor = _bigrams(context)
-    return Figure(quote, sentence, unit, era, value, clause.strip(), anchor, next_to, context, conditions, after[:2])
+    conditions = tuple(sorted(_conditions(sentence, span, first, last, unit, extra)))
+    era = sentence[max(0, start - _ERA_CHARS) : start] if unit == "年" and value[0] < 100 else ""
+    return Figure(
+        quote,
+        sentence,
+        unit,
+        era,
+        value,
+        clause.strip(),
+        _bigrams(context),
+        next_to,
+        context,
+        conditions,
+        after[:2],
+        sentence[first:start],
+    )
+
+
+def _conditions(sentence: str, span: tuple[int, int], first: int, last: int, unit: str, extra: Units) -> list[str]:
+    """The clause's other figures (工作满十年的员工…15天: 十年), less the other bound of a range the
+    figure is one end of (低于0℃或高于50℃: 50℃ is no condition of 0℃)."""
+    start, end = span
+    found = []
+    for match in _figure_pattern(extra).finditer(sentence, first, last):
+        if match.start() < end and start < match.end():
+            continue
+        between = sentence[end : match.start()] if match.start() >= end else sentence[match.end() : start]
+        if match.group(2) == unit and _RANGE_JOINT.match(between):
+            continue
+        found.append(match.group())
+    return found
 
 
 def said_alike(a: Figure, b: Figure) -> bool:
@@ -144,27 +186,32 @@ def said_alike(a: Figure, b: Figure) -> bool:
     return a.unit != WEEKDAY or a.said == b.said
 
 
-def figures_of(quote: Quote) -> list[Figure]:
-    """Every full date, number with a unit and day of the week in the quote, each with its clause."""
+def figures_of(quote: Quote, extra: Units = frozenset()) -> list[Figure]:
+    """Every date (with or without its year), number with a unit (`retrieval.units`, and a profile's
+    `extra`) and day of the week in the quote, each with its clause."""
     found: list[Figure] = []
     for sentence in split_sentences(quote.text):
         taken: list[tuple[int, int]] = []
-        for match in _DATE.finditer(sentence):
-            parts = [_number(group) for group in match.groups() if group]
-            if all(part is not None for part in parts):
-                taken.append(match.span())
-                date = tuple(part for part in parts if part is not None)
-                found.append(_figure(quote, sentence, match.span(), "date", "", date))
-        for match in _FIGURE.finditer(sentence):
+        for pattern, unit in ((_DATE, "date"), (_MONTH_DAY, MONTH_DAY)):
+            for match in pattern.finditer(sentence):
+                parts = [_number(group) for group in match.groups() if group]
+                if all(part is not None for part in parts) and not _overlaps(match.span(), taken):
+                    taken.append(match.span())
+                    date = tuple(part for part in parts if part is not None)
+                    found.append(_figure(quote, sentence, match.span(), unit, date, extra))
+        for match in _figure_pattern(extra).finditer(sentence):
             value = _number(match.group(1))
-            if value is None or any(a < match.end() and match.start() < b for a, b in taken):
+            if value is None or _overlaps(match.span(), taken):
                 continue
             unit = match.group(2).replace("％", "%")
-            era = sentence[max(0, match.start() - _ERA_CHARS) : match.start()] if unit == "年" and value < 100 else ""
-            found.append(_figure(quote, sentence, match.span(), unit, era, (value,)))
+            found.append(_figure(quote, sentence, match.span(), unit, (value,), extra))
         for match in _WEEKDAY.finditer(sentence):
-            found.append(_figure(quote, sentence, match.span(), WEEKDAY, "", (_WEEKDAY_NUMBER[match.group(1)],)))
+            found.append(_figure(quote, sentence, match.span(), WEEKDAY, (_WEEKDAY_NUMBER[match.group(1)],)))
     return found
+
+
+def _overlaps(span: tuple[int, int], taken: Sequence[tuple[int, int]]) -> bool:
+    return any(a < span[1] and span[0] < b for a, b in taken)
 
 
 def _same_subject(a: Figure, b: Figure, part_terms: set[str], words: Callable[[Figure], set[str]]) -> bool:

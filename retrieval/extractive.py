@@ -37,7 +37,8 @@ from core.schema import Mode
 from core.text import ChineseTokenizer
 from retrieval.answer_kinds import AnswerKind, asked_attribute, asked_kind, holds
 from retrieval.conflicts import Conflict, describe
-from retrieval.premises import PREMISE_DENIED, contradiction, figure_premise, forbidden_premise, premise_of
+from retrieval.premises import PREMISE_DENIED, Denial, Prohibited, figure_premise, forbidden_premise, unknown_codes
+from retrieval.profiles import DEFAULT, TextProfile
 from retrieval.results import Hit, interleave
 from retrieval.retriever import Retriever
 
@@ -45,6 +46,7 @@ HEADER = "（抽取式回答：未使用大模型，以下句子均为资料原�
 NO_EVIDENCE = "资料中没有找到足以回答的原文"
 CLOSEST = "最接近的原文（不足以确认）："
 UNCONFIRMED = "无法从上下文确认"
+FORBIDDEN = "资料明确提醒不要这样做"  # a part asking whether it may do what a source forbids
 
 _SENTENCE_ENDS = "[？?！!；;。\n]+"
 _CONJUNCTIONS = "另外|此外|并且|而且|以及|还有|同时|然后|再者|顺便问一下"
@@ -98,6 +100,7 @@ class PartAnswer(BaseModel):
     wanted: str | None = None  # the kind of answer the part asks for, when it has a visible form (重量)
     wanted_found: bool = True  # whether a quote holds one (`retrieval.answer_kinds`)
     premise_denied: str | None = None  # the premise a source contradicts (`retrieval.premises`): the quote says so
+    forbidden: str | None = None  # what the part asks leave to do and a source forbids: the quote says so
     vouched: bool = False  # a distributed part's own sentence holds the specific kind asked (`select`)
 
 
@@ -503,6 +506,17 @@ def _scored(
     return sorted(scored, key=lambda pair: -pair[1].score)
 
 
+# How something was done, asked of a verb (怎么死的, 如何申请): the verb must be in a quote that answers.
+_HOW = re.compile(r"(?:怎么|怎样|如何)(?P<verb>[\u4e00-\u9fff]{1,2}?)(?:的|了|呢|才|？|\?|$)")
+_VAGUE_VERBS = frozenset({"办", "样", "做", "用", "回事", "说", "看", "弄", "搞", "去", "走"})
+
+
+def asked_action(part: str) -> str | None:
+    """The verb a how-question asks about (死 of 他是怎么死的, 转正 of 试用期结束后如何转正), or None."""
+    found = _HOW.search(part)
+    return found["verb"] if found and found["verb"] not in _VAGUE_VERBS else None
+
+
 def select(
     part: str,
     sources: Sequence[Source],
@@ -512,6 +526,7 @@ def select(
     held: Callable[[Sequence[str]], set[str]] | None = None,
     names: Names | None = None,
     origin: Distributed | None = None,
+    profile: TextProfile = DEFAULT,
 ) -> PartAnswer:
     """The best sentence windows for `part`, in book order, and whether they answer it. `held`
     tells which terms the whole base holds: a term of the part that neither the sources nor the
@@ -523,7 +538,7 @@ def select(
     candidates = windows_of(sources, limits.context)
     if not candidates:
         return PartAnswer(part=part, extracts=[], answered=False, best_similarity=0.0, coverage=0.0)
-    kind = asked_kind(part)
+    kind = asked_kind(part, profile.kinds)
     names = names or {}
     scored = _scored(part, terms, names, kind, candidates, embedder, limits)
     kept = _quoted(scored, any(source.given for source in sources), limits)
@@ -533,8 +548,16 @@ def select(
     union = coverage(terms, "".join(e.text for e in kept), names)
     top_similarity = max(extract.similarity for _, extract in scored)
     unknown, absent, unsourced = _unmentioned(part, terms, sources, tokenizer, held, names)
-    strangers = [term for term in unknown if tokenizer.is_person(term)] if held is not None else []
+    strangers = (
+        [*(term for term in unknown if tokenizer.is_person(term)), *unknown_codes(part, unknown)]
+        if held is not None
+        else []
+    )
     found = holds(kind, [extract.text for extract in kept])
+    wanted = kind.name if kind else None
+    action = asked_action(part)
+    if found and action and not any(_covers(action, extract.text) for extract in kept):
+        found, wanted = False, f"「{action}」"  # 怎么死的: a quote about him that never says he died
     # A vouched part is answered however far the shared clause's cosine falls: one sentence about three
     # subjects is far from each.
     answered = (
@@ -556,7 +579,7 @@ def select(
         strangers=strangers,
         absent_attribute=absent,
         unsourced_attribute=unsourced,
-        wanted=kind.name if kind else None,
+        wanted=wanted,
         wanted_found=found,
         vouched=vouched,
     )
@@ -652,24 +675,33 @@ def _said_of(subject: str, text: str, names: Names, kind: AnswerKind) -> bool:
 
 
 def deny_premise(
-    answer: PartAnswer, sources: Sequence[Source], names: Names, tokenizer: ChineseTokenizer
+    answer: PartAnswer,
+    sources: Sequence[Source],
+    names: Names,
+    tokenizer: ChineseTokenizer,
+    profile: TextProfile = DEFAULT,
 ) -> PartAnswer:
-    """`answer`, unless its part takes for granted a success, states a figure, or sets a scene that a
-    sentence of `sources` (the part's every hit, best first) contradicts or forbids
-    (`retrieval.premises`): then that sentence is the part's only quote, and the part is not answered."""
+    """`answer`, unless a sentence of `sources` (the part's every hit, best first) contradicts what its
+    part takes for granted (`retrieval.premises`, and the base's text profile's own check): then that
+    sentence is the part's only quote, and the part is not answered. A part asking whether it may do
+    what a source forbids is answered by the prohibition, quoted first (`forbidden`)."""
     texts = [(s.id, s.text) for s in sources]
-    premise = premise_of(answer.part, tokenizer)
-    found = contradiction(premise, texts, names) if premise else None
+    part = answer.part
+    denied: Denial | None = next((d for check in profile.premises if (d := check(part, texts, names, tokenizer))), None)
     denied = (
-        (premise.clause, *found)
-        if premise and found
-        else figure_premise(answer.part, texts, tokenizer) or forbidden_premise(answer.part, texts, tokenizer)
+        denied or figure_premise(part, texts, tokenizer, profile.units) or forbidden_premise(part, texts, tokenizer)
     )
     if denied is None:
         return answer
-    clause, source_id, sentence = denied
-    quote = Extract(text=sentence, source_id=source_id, order=(0, 0, 0, 0, 0), similarity=0.0, coverage=0.0, score=0.0)
-    return answer.model_copy(update={"extracts": [quote], "answered": False, "premise_denied": clause})
+    quote = Extract(
+        text=denied.sentence, source_id=denied.source_id, order=(0, 0, 0, 0, 0), similarity=0.0, coverage=0.0, score=0.0
+    )
+    if isinstance(denied, Prohibited) and denied.asks_leave:
+        others = [extract for extract in answer.extracts if denied.sentence not in extract.text]
+        return answer.model_copy(
+            update={"extracts": [quote, *others[:1]], "answered": True, "forbidden": denied.clause}
+        )
+    return answer.model_copy(update={"extracts": [quote], "answered": False, "premise_denied": denied.clause})
 
 
 def lacks(part: PartAnswer) -> str | None:
@@ -693,6 +725,15 @@ class Quoted:
     title: str = ""
 
 
+# A heading: a short line with no punctuation of a sentence (「三、低血糖的处理」, 「## 保修」). Never a quote.
+_HEADING = re.compile(r"^[^。！？!?；;，,：:]{1,30}$")
+
+
+def is_heading(line: str) -> bool:
+    """Whether a line of a source is a heading, not a sentence that could be quoted."""
+    return bool(_HEADING.match(line.strip(_BLANK)))
+
+
 def compose(
     parts: Sequence[PartAnswer],
     sources: dict[str, Quoted],
@@ -700,10 +741,10 @@ def compose(
     notes: Sequence[str] = (),
     disagreements: Sequence[Conflict] = (),
 ) -> str:
-    """The answer: the header and `notes` (how the question was searched), per part its quotes
-    `「…」[n]` (web ones with their URL), the sources that disagree (`disagreements`, each side
-    quoted), then 「无法从上下文确认：…」 naming the unanswered parts and why (`why_not`). Only
-    quotes and fixed phrases."""
+    """The answer: the header and `notes` (how the question was searched), then per part what answers
+    first: its quotes `「…」[n]` (web ones with their URL); or, for a part not answered, 「无法从上下文确认：…」
+    and why, then the sentence denying its premise or at most one closest quote; then the sources that
+    disagree (`disagreements`, each side quoted). Only quotes and fixed phrases; a heading is never quoted."""
     lines = [HEADER, *notes]
     numbered = len(parts) > 1
     web = [quoted for quoted in sources.values() if quoted.url]
@@ -713,25 +754,40 @@ def compose(
         if part.wants_links:
             lines += [f"「{quoted.title}」{quoted.url}[{quoted.number}]" for quoted in web]
             continue
-        if part.premise_denied:
-            lines.append(f"{PREMISE_DENIED}（问题假定「{part.premise_denied}」），资料原文：")
-        elif part.extracts and not part.answered:
-            lines.append(CLOSEST)
-        for extract in part.extracts:
-            quoted = sources[extract.source_id]
-            link = f"（{quoted.url}）" if quoted.url else ""
-            # A passage may run over a paragraph break: one quote line per paragraph, each cited.
-            paragraphs = (line.strip(_BLANK) for line in extract.text.split("\n"))
-            lines += [f"「{paragraph}」[{quoted.number}]{link}" for paragraph in paragraphs if paragraph]
+        extracts = part.extracts
+        if not part.answered:
+            lines.append(_unconfirmed(part, why_not))
+            if part.premise_denied:
+                lines.append(f"{PREMISE_DENIED}（问题假定「{part.premise_denied}」），资料原文：")
+            elif extracts := _closest(extracts):
+                lines.append(CLOSEST)
+        elif part.forbidden:
+            lines.append(f"{FORBIDDEN}（「{part.forbidden}」），资料原文：")
+        lines += [line for extract in extracts for line in _quote_lines(extract, sources[extract.source_id])]
     if disagreements:
         lines.append(describe(disagreements))
-    missing = [part.part for part in parts if not part.answered]
-    if missing:
-        lacking = [reason for part in parts if not part.answered and (reason := lacks(part))]
-        denied = [PREMISE_DENIED] if any(part.premise_denied for part in parts) else []
-        reasons = "；".join([NO_EVIDENCE, *denied, *dict.fromkeys(lacking), *why_not])
-        lines.append(f"{UNCONFIRMED}：{'；'.join(missing)}（{reasons}）。")
     return "\n".join(lines)
+
+
+def _unconfirmed(part: PartAnswer, why_not: Sequence[str]) -> str:
+    """「无法从上下文确认：<part>（why）。」"""
+    denied = [PREMISE_DENIED] if part.premise_denied else []
+    lacking = [reason] if (reason := lacks(part)) else []
+    return f"{UNCONFIRMED}：{part.part}（{'；'.join([NO_EVIDENCE, *denied, *lacking, *why_not])}）。"
+
+
+def _closest(extracts: Sequence[Extract]) -> list[Extract]:
+    """The one best-scoring quote that is more than a heading, if any."""
+    quotable = [e for e in extracts if not all(is_heading(line) for line in e.text.split("\n") if line.strip(_BLANK))]
+    return sorted(quotable, key=lambda e: -e.score)[:1]
+
+
+def _quote_lines(extract: Extract, quoted: Quoted) -> list[str]:
+    """A quote's lines, each cited: a passage may run over a paragraph break; its headings are left out."""
+    link = f"（{quoted.url}）" if quoted.url else ""
+    paragraphs = (line.strip(_BLANK) for line in extract.text.split("\n"))
+    kept = [paragraph for paragraph in paragraphs if paragraph and not is_heading(paragraph)]
+    return [f"「{paragraph}」[{quoted.number}]{link}" for paragraph in kept or [extract.text.strip(_BLANK)]]
 
 
 def quoted_ids(parts: Sequence[PartAnswer]) -> list[str]:
@@ -760,6 +816,7 @@ def answer_locally(
     graph with web search off, in one call (each part searched `k` deep, its top `passages` quoted)."""
     parts = split_question(question, max_parts)
     tokenizer = retriever.index_tokenizer(scope)
+    profile = retriever.text_profile(scope)
     origins = distributed(question)
     answers = []
     for part, texts in zip(parts, search_texts(parts, question), strict=True):
@@ -771,7 +828,7 @@ def answer_locally(
         origin = origins.get(part)
         sources = score_passages(retriever, scope, part, every[:passages])
         names = other_names(retriever.expansions(scope, part))
-        selected = select(part, sources, retriever.embedder, tokenizer, limits, held, names, origin)
-        answers.append(deny_premise(selected, every, names, tokenizer))
+        selected = select(part, sources, retriever.embedder, tokenizer, limits, held, names, origin, profile)
+        answers.append(deny_premise(selected, every, names, tokenizer, profile))
     numbers = {source_id: Quoted(number) for number, source_id in enumerate(quoted_ids(answers), start=1)}
     return LocalAnswer(compose(answers, numbers, []), answers)

@@ -177,6 +177,7 @@ def knowledge_base(es: Elasticsearch, embedder: Embedder, documents: Sequence[Do
 def sanguo_kb(es: Elasticsearch, embedder: Embedder) -> Iterator[str]:
     """`sanguo_slices()` indexed once per session by the real pipeline; tests only read it."""
     with knowledge_base(es, embedder, sanguo_slices(), "test-sanguo") as alias:
+        write_profile(es, alias, "classical-novel")  # the novel's own rules (retrieval/profiles)
         yield alias
 
 

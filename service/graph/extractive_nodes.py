@@ -72,6 +72,7 @@ async def select_evidence(state: WorkflowState, runtime: Runtime[RunContext]) ->
     limits = Thresholds.from_settings(settings)
     web = state.get("web_results", [])
     tokenizer = await asyncio.to_thread(retriever.index_tokenizer, ctx.deps.scope)
+    profile = await asyncio.to_thread(retriever.text_profile, ctx.deps.scope)
     before = {answer.part: answer for answer in state.get("part_answers", [])}
     origins = extractive.distributed(state["question"])
     answers = []
@@ -96,10 +97,11 @@ async def select_evidence(state: WorkflowState, runtime: Runtime[RunContext]) ->
                 held,
                 names,
                 origins.get(part),
+                profile,
             )
             found = (await asyncio.to_thread(select)).model_copy(update={"part": part})
             every = _sources(state, part, len(state.get("found", {}).get(part, [])))  # a premise is checked on all hits
-            answers.append(extractive.deny_premise(found, every, names, tokenizer))
+            answers.append(extractive.deny_premise(found, every, names, tokenizer, profile))
     step = _verdict(answers, with_web=bool(web))
     disagreements = _disagreements(state, answers, tokenizer)
     contexts, _ = state_contexts(state, ctx)
