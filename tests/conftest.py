@@ -34,6 +34,7 @@ from core.access import ALL_DOCUMENTS
 from core.config import Settings
 from core.documents import Document
 from core.embeddings import Embedder, load_embedder
+from core.kbs import write_profile
 from core.text import get_tokenizer
 from indexing.loaders import LoadLimits, split_chapters
 from indexing.options import IndexOptions
