@@ -110,7 +110,7 @@ def _widened(kind: AnswerKind, other: AnswerKind) -> AnswerKind:
 
 
 # The attribute a part names and asks about: 「蓝鲸科技的CEO是谁」, 「A3的保修期是多久」 (not what is
-# asked of a person or thing without naming the attribute: 刘备用什么兵器).
+# asked of a person or thing without naming the attribute: 赵阳用什么兵器).
 # An adverb between them is not part of the attribute: 「他那天的铠甲一共有多少斤重」 asks of 铠甲.
 _ATTRIBUTE = re.compile(
     r"的(?P<attribute>[\u4e00-\u9fffA-Za-z0-9]{2,6}?)(?:一共|总共|到底|究竟|大概|大约|都|又)?"

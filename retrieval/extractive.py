@@ -56,8 +56,8 @@ _QUESTION_MARK = re.compile(
 )
 _ELLIPTICAL = re.compile(r"(?:有|是|又|还|在|会|能|用)")  # no subject of its own: 有多重…
 _PRONOUN = re.compile(r"(?:他|她|它|其|该|此|这|那)")  # a subject named in the part before: 他的…
-# 「刘备、关羽、张飞各自用什么兵器？」: two or more short subjects, then 各自/分别/各 and what each is asked
-# (各自的兵器 → 刘备的兵器). Not 「刘备与孙夫人分别后…」: 分别 the verb (to part), followed by
+# 「赵阳、孙越、李通各自用什么兵器？」: two or more short subjects, then 各自/分别/各 and what each is asked
+# (各自的兵器 → 赵阳的兵器). Not 「赵阳与孙夫人分别后…」: 分别 the verb (to part), followed by
 # 后/时/之际/以来/多年/的.
 _DISTRIBUTIVE = re.compile(
     r"^(?P<subjects>[^，,。？?；;]{2,40}?)(?:各自|分别(?!后|时|之|以|多年|的)|各(?!自))(?P<asked>[^，,。？?；;]+)$"
@@ -194,7 +194,7 @@ def split_question(question: str, max_parts: int = 8) -> list[str]:
     """Parts of a compound question, in order, each searched on its own.
 
     Cuts at sentence ends and conjunctions, then glues back what cannot stand alone: a fragment
-    that asks nothing joins the next part ("刘备以及关羽在哪里结义？" stays whole), one without a
+    that asks nothing joins the next part ("赵阳以及孙越在哪里结义？" stays whole), one without a
     subject (有多重…) stays with the part before. A part that opens with a pronoun (他…, 这把刀…)
     stays a part (it is judged on its own words) and is searched with the part before
     (`search_texts`). A request for links is a part of its own. Past `max_parts`, the rest
@@ -235,8 +235,8 @@ def _clauses(question: str) -> list[str]:
 
 
 def _subjects(clause: str) -> tuple[list[str], str] | None:
-    """The subjects a distributive clause asks the same of, and what it asks (「刘备、关羽、张飞各自用什么
-    兵器」 → [刘备, 关羽, 张飞], 用什么兵器); None for any other clause."""
+    """The subjects a distributive clause asks the same of, and what it asks (「赵阳、孙越、李通各自用什么
+    兵器」 → [赵阳, 孙越, 李通], 用什么兵器); None for any other clause."""
     found = _DISTRIBUTIVE.match(clause)
     if found is None:
         return None
@@ -247,8 +247,8 @@ def _subjects(clause: str) -> tuple[list[str], str] | None:
 
 
 def distribute(part: str) -> list[str]:
-    """A part asking the same of several subjects, one part per subject: 「刘备、关羽、张飞各自用什么
-    兵器」 asks 刘备用什么兵器, 关羽用什么兵器 and 张飞用什么兵器, and each is answered by its own quote
+    """A part asking the same of several subjects, one part per subject: 「赵阳、孙越、李通各自用什么
+    兵器」 asks 赵阳用什么兵器, 孙越用什么兵器 and 李通用什么兵器, and each is answered by its own quote
     (the one sentence naming all three weapons is found for each). Anything else stays whole."""
     found = _subjects(part)
     return [f"{subject}{found[1]}" for subject in found[0]] if found else [part]
@@ -281,9 +281,9 @@ def distributed(question: str) -> dict[str, Distributed]:
 
 def search_texts(parts: list[str], question: str) -> list[list[str]]:
     """What to search for each part of `question`, the hits of its texts interleaved (`interleave`).
-    A part `distribute` made is searched alone and with its clause: 「刘备、关羽、张飞用什么兵器」 finds
-    the one sentence naming the three weapons (刘备用什么兵器 alone finds those in 孙夫人's room), and
-    曹操字什么 alone finds 「姓曹名操字孟德」, which the clause misses (dev, docs/workflow.md). A part
+    A part `distribute` made is searched alone and with its clause: 「赵阳、孙越、李通用什么兵器」 finds
+    the one sentence naming the three weapons (赵阳用什么兵器 alone finds those in 孙夫人's room), and
+    周平字什么 alone finds 「姓曹名操字孟德」, which the clause misses (dev, docs/workflow.md). A part
     opening with a pronoun carries the part before it, so 他的口号是什么 is searched with 张角是谁
     (without a model the pronoun is not resolved)."""
     together = distributed(question)
@@ -296,7 +296,7 @@ def search_texts(parts: list[str], question: str) -> list[list[str]]:
 
 
 def follow_up_terms(earlier: str, question: str, tokenizer: ChineseTokenizer, limit: int = 4) -> list[str]:
-    """The earlier question's key terms that a follow-up leans on (他的…, 那张飞呢, 还有…): searched
+    """The earlier question's key terms that a follow-up leans on (他的…, 那李通呢, 还有…): searched
     with it, since without a model nothing rewrites it. None when the question names its subject."""
     if not (_PRONOUN.search(question) or _ELLIPTICAL.match(question)):
         return []
@@ -335,7 +335,7 @@ def _covers(term: str, text: str) -> bool:
     return sum(b in text for b in bigrams) * 2 > len(bigrams)
 
 
-Names = Mapping[str, Sequence[str]]  # a query term → the other names the base gives it (关羽 → 云长)
+Names = Mapping[str, Sequence[str]]  # a query term → the other names the base gives it (孙越 → 伯远)
 
 
 def other_names(expansions: Sequence[Expansion]) -> dict[str, list[str]]:
@@ -347,7 +347,7 @@ def other_names(expansions: Sequence[Expansion]) -> dict[str, list[str]]:
 
 
 def _named(term: str, text: str, names: Names) -> bool:
-    """The term, or another name of what it names, is in the text (关羽 asked, 云长 written)."""
+    """The term, or another name of what it names, is in the text (孙越 asked, 伯远 written)."""
     return any(_covers(form, text) for form in (term, *names.get(term, ())))
 
 
@@ -396,7 +396,7 @@ class Window:
 
 def _sentence_windows(source: Source, context: int) -> list[Window]:
     """A window around every quotable sentence: the answer often sits next to the sentence that
-    names the subject (曰…, then what was said), so a sentence is scored and quoted with its neighbours."""
+    names the subject (说…, then what was said), so a sentence is scored and quoted with its neighbours."""
     pieces = split_sentences(source.text)
     offsets = [0, *accumulate(len(piece) for piece in pieces)]
     found = []
@@ -542,7 +542,7 @@ def select(
     names = names or {}
     scored = _scored(part, terms, names, kind, candidates, embedder, limits)
     kept = _quoted(scored, any(source.given for source in sources), limits)
-    vouched = False  # a distributed part's own sentence holds the specific kind asked (「张飞造丈八点钢矛。」)
+    vouched = False  # a distributed part's own sentence holds the specific kind asked (「李通造丈八点钢矛。」)
     if origin is not None:
         kept, vouched = _about(kept, origin, names, kind, limits.sentences)
     union = coverage(terms, "".join(e.text for e in kept), names)
@@ -595,8 +595,8 @@ def _unmentioned(
 ) -> tuple[list[str], str | None, str | None]:
     """The part's `terms` that neither its sources nor the base mention (血型, 高铁), and the attribute
     it names and asks for (蓝鲸科技的CEO是谁: CEO) when none of its sources mentions it: absent (the
-    base never speaks of it either) or unsourced (the base does, of something else: 关羽的妻子叫什么名字,
-    and the passages found about 关羽 never say 妻子). Either way no quote can answer: the question
+    base never speaks of it either) or unsourced (the base does, of something else: 孙越的妻子叫什么名字,
+    and the passages found about 孙越 never say 妻子). Either way no quote can answer: the question
     names what it wants, so this is a plausible detail, not a paraphrase (dev: docs/workflow.md).
     The base is asked once, for both."""
     attribute = asked_attribute(part)
@@ -635,11 +635,11 @@ def _about(
     extracts: list[Extract], origin: Distributed, names: Names, kind: AnswerKind | None, limit: int
 ) -> tuple[list[Extract], bool]:
     """A distributed part's quotes cut to their sentences that name its subject and hold the specific
-    kind asked, each quoted on its own (刘备用什么兵器: 「玄德谢别二客，便命良匠打造双股剑。」, not the
+    kind asked, each quoted on its own (赵阳用什么兵器: 「子昂谢别二客，便命良匠打造双股剑。」, not the
     sentence of all three weapons three times), the `limit` best: such a sentence answers the part
     (True). Otherwise its quotes less those about another subject of the clause and not its own
     (高血糖有什么症状: not 「低血糖是指…」), all of them when that leaves none: a sentence naming
-    someone proves less (in 「玄德看其人：身长九尺」 the height is the other man's)."""
+    someone proves less (in 「子昂看其人：身长九尺」 the height is the other man's)."""
     subject = origin.subject
     if kind is not None and kind.specific:
         sentences = {
@@ -662,7 +662,7 @@ def _about(
 
 def _said_of(subject: str, text: str, names: Names, kind: AnswerKind) -> bool:
     """`text` names `subject` (or another name of it) and holds an answer of `kind`, with no other
-    person referred to between the two (「玄德回视其人，身长八尺」 is 其人's height, not 玄德's)."""
+    person referred to between the two (「子昂回视其人，身长八尺」 is 其人's height, not 子昂's)."""
     found = kind.holds.search(text)
     if found is None:
         return False
