@@ -50,6 +50,8 @@ _DATE = re.compile(
 # 3月31日 (顺延至次年3月31日): a day of the year, compared with another document's day of the year.
 _MONTH_DAY = re.compile(r"(\d{1,2}|[一二三四五六七八九十]{1,3})月(\d{1,2}|[一二三四五六七八九十]{1,3})[日号]")
 MONTH_DAY = "月日"
+_DIGITS = re.compile(r"\d")
+_BOUNDS = set("高低上下前后多少大小早晚长短")  # the side of a range a bound is on
 # Between the two bounds of one range (低于0℃或高于50℃, 3至5天): the other bound is no condition of its own.
 _RANGE_JOINT = re.compile(r"^[^，,；;。]{0,4}?(?:或|至|到|~|～|-|－|—|和|、)[^，,；;。]{0,4}$")
 # A day of the week (每周一闭馆, 星期四, 礼拜天), not a count (每周一次: once a week).
@@ -221,6 +223,8 @@ def _same_subject(a: Figure, b: Figure, part_terms: set[str], words: Callable[[F
         return False
     if a.next_to not in b.clause or b.next_to not in a.clause:  # 生于181年 is not 234年去世
         return False
+    if a.next_to != b.next_to and {a.next_to, b.next_to} <= _BOUNDS:  # 低于0℃ is not the 高于50℃ of one range
+        return False
     if not said_alike(a, b):
         return False
     shared = len(a.anchor & b.anchor) / min(len(a.anchor), len(b.anchor))
@@ -251,7 +255,10 @@ def figure_conflicts(quotes: Sequence[Quote], tokenizer: ChineseTokenizer) -> li
 
     def words(figure: Figure) -> set[str]:  # with their dictionary sub-words: 普通商品 names 普通
         return {
-            sub for word in tokenizer.content_words(figure.context) if len(word) > 1 for sub in tokenizer.expand(word)
+            sub
+            for word in tokenizer.content_words(figure.context)
+            if len(word) > 1 and not _DIGITS.search(word)  # the other bound of a range (0℃或高于50℃) is no qualifier
+            for sub in tokenizer.expand(word)
         }
 
     for part in dict.fromkeys(quote.part for quote in quotes):

@@ -7,7 +7,7 @@ import pytest
 from core.text import get_tokenizer
 from retrieval import extractive, premises
 from retrieval.answer_kinds import asked_kind, holds
-from retrieval.conflicts import Quote, figures_of
+from retrieval.conflicts import Quote, figure_conflicts, figures_of
 
 MEDICAL = [
     ("sugar", "空腹血糖低于3.9 mmol/L为低血糖，应立即处理。血糖高于13.9 mmol/L为高血糖，应及时就医。"),
@@ -163,3 +163,25 @@ def test_a_question_asking_leave_for_a_forbidden_act_is_answered_by_the_prohibit
     assert answer.answered and answer.forbidden and answer.extracts[0].source_id == "coma"
     text = extractive.compose([answer], {"coma": extractive.Quoted(1)}, [])
     assert extractive.FORBIDDEN in text and extractive.UNCONFIRMED not in text
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "values"),
+    [
+        ("年假最多可顺延至次年3月31日。", "年假最多可顺延至次年6月30日。", [[(3.0, 31.0), (6.0, 30.0)]]),  # no year
+        (
+            "请勿在低于0℃或高于50℃的环境中充电。",
+            "请勿在低于5℃或高于45℃的环境中充电。",
+            [[(0.0,), (5.0,)], [(50.0,), (45.0,)]],
+        ),
+        ("试用期工资为转正工资的70%。", "试用期工资为转正工资的80%。", [[(70.0,), (80.0,)]]),
+        ("请勿在低于0℃或高于50℃的环境中充电。", "请勿在低于0℃或高于50℃的环境中充电。", []),  # the same range
+    ],
+)
+def test_versions_disagree_on_a_day_a_range_bound_or_a_percentage(first: str, second: str, values: list) -> None:
+    quotes = [
+        Quote("年假、充电温度、试用期工资", "1", "v1", first),
+        Quote("年假、充电温度、试用期工资", "2", "v2", second),
+    ]
+    found = figure_conflicts(quotes, get_tokenizer())
+    assert [[figure.value for figure in conflict.figures] for conflict in found] == values
