@@ -37,6 +37,8 @@ Units = frozenset[tuple[str, Unit]]  # a text profile's own units, beside `retri
 
 DISAGREE = "资料之间有出入"
 CHECK_THE_ORIGINALS = "请对照原始资料核实，本回答不替资料做取舍"
+# Where the documents date themselves, the newer version supersedes the older, by their own words.
+SUPERSEDES = "按资料自身的日期，[{number}]（{date}）是较新的版本，取代较早的版本"
 
 MIN_ANCHOR_OVERLAP = 0.5  # shared character bigrams / the smaller clause's
 # Clauses this alike say one thing, whatever words the question used (本机充满约需90分钟 against 120分钟 for
@@ -340,6 +342,41 @@ class Conflict(BaseModel):
 
     claim: str = Field(description="what the sources disagree on")
     sources: list[ConflictSource] = Field(min_length=2)
+    newest: int | None = Field(
+        default=None, description="the citation number of the side whose document dates itself latest, if all do"
+    )
+    newest_date: str = Field(default="", description="that document's own date, as it writes it")
+
+
+# A document's own date: when it takes effect or was issued (自2024年1月1日起施行, 2023年修订), or its edition
+# (2024年版, 2024版).
+_OWN_DATE = re.compile(
+    r"(?P<date>(?P<year>\d{4})年(?:(?P<month>\d{1,2})月(?:(?P<day>\d{1,2})日)?)?)起?(?:施行|生效|实施|执行|修订|发布|印发|版)"
+    r"|(?P<edition>(?P<edition_year>\d{4})版)"
+)
+
+
+def document_date(*texts: str) -> tuple[tuple[int, ...], str] | None:
+    """The latest date the texts (a document's title, file name, chunk) give the document itself, and its
+    wording, or None."""
+    found: list[tuple[tuple[int, ...], str]] = []
+    for text in texts:
+        for match in _OWN_DATE.finditer(text or ""):
+            if match["edition"]:
+                found.append(((int(match["edition_year"]), 0, 0), match["edition"]))
+            else:
+                parts = (match["year"], match["month"], match["day"])
+                found.append((tuple(int(part or 0) for part in parts), match.group()))
+    return max(found) if found else None
+
+
+def newest_side(dates: Sequence[tuple[int, tuple[tuple[int, ...], str] | None]]) -> tuple[int, str] | None:
+    """Of the sides' (citation number, document date), the number and date wording of the newest, when
+    every side dates itself and one date is the latest alone."""
+    if len(dates) < 2 or any(date is None for _, date in dates):
+        return None
+    ranked = sorted(((date[0], number, date[1]) for number, date in dates if date), reverse=True)
+    return (ranked[0][1], ranked[0][2]) if ranked[0][0] != ranked[1][0] else None
 
 
 def describe(conflicts: Sequence[Conflict]) -> str:
@@ -349,7 +386,8 @@ def describe(conflicts: Sequence[Conflict]) -> str:
         sides = "；".join(
             f"{_KIND_LABEL[source.kind]}[{source.number}]：「{source.says}」" for source in conflict.sources
         )
-        lines.append(f"{DISAGREE}（{conflict.claim}）：{sides}。{CHECK_THE_ORIGINALS}。")
+        newer = f"{SUPERSEDES.format(number=conflict.newest, date=conflict.newest_date)}；" if conflict.newest else ""
+        lines.append(f"{DISAGREE}（{conflict.claim}）：{sides}。{newer}{CHECK_THE_ORIGINALS}。")
     return "\n".join(lines)
 
 

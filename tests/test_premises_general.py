@@ -7,7 +7,16 @@ import pytest
 from core.text import get_tokenizer
 from retrieval import extractive, premises
 from retrieval.answer_kinds import asked_kind, holds
-from retrieval.conflicts import Quote, figure_conflicts, figures_of
+from retrieval.conflicts import (
+    Conflict,
+    ConflictSource,
+    Quote,
+    describe,
+    document_date,
+    figure_conflicts,
+    figures_of,
+    newest_side,
+)
 
 MEDICAL = [
     ("sugar", "空腹血糖低于3.9 mmol/L为低血糖，应立即处理。血糖高于13.9 mmol/L为高血糖，应及时就医。"),
@@ -185,3 +194,18 @@ def test_versions_disagree_on_a_day_a_range_bound_or_a_percentage(first: str, se
     ]
     found = figure_conflicts(quotes, get_tokenizer())
     assert [[figure.value for figure in conflict.figures] for conflict in found] == values
+
+
+def test_the_newer_dated_version_is_said_to_supersede_the_older() -> None:
+    old = document_date("员工手册（2022年版）", "本办法自2022年1月1日起施行")
+    new = document_date("员工手册.txt", "本办法自2024年3月1日起施行。年假最多可顺延至次年6月30日。")
+    assert old is not None and new is not None and new[1] == "2024年3月1日起施行"
+    assert newest_side([(1, old), (2, new)]) == (2, "2024年3月1日起施行")
+    assert newest_side([(1, old), (2, None)]) is None  # one side does not date itself: nothing is chosen
+    assert newest_side([(1, new), (2, new)]) is None  # the same date: neither supersedes
+    sides = [
+        ConflictSource(number=n, kind="local", title="手册", says=says) for n, says in ((1, "3月31日"), (2, "6月30日"))
+    ]
+    dated = describe([Conflict(claim="年假顺延", sources=sides, newest=2, newest_date="2024年3月1日起施行")])
+    assert "[2]（2024年3月1日起施行）是较新的版本，取代较早的版本" in dated
+    assert "取代" not in describe([Conflict(claim="年假顺延", sources=sides)])

@@ -155,16 +155,30 @@ def _disagreements(state: WorkflowState, answers: list[PartAnswer], tokenizer: C
         if answer.answered and not answer.wants_links
         for e in answer.extracts
     ]
-    return [
-        Conflict(
-            claim=found.part,
-            sources=[
-                conflict_source(by_number[quoted[figure.quote.source_id].number], figure.clause)
-                for figure in found.figures
-            ],
+    found_conflicts = []
+    for found in conflicts.figure_conflicts(quotes, tokenizer):
+        numbers = [quoted[figure.quote.source_id].number for figure in found.figures]
+        dates = [(n, _own_date(passages.get(f.quote.source_id))) for n, f in zip(numbers, found.figures, strict=True)]
+        newest = conflicts.newest_side(dates)
+        found_conflicts.append(
+            Conflict(
+                claim=found.part,
+                sources=[
+                    conflict_source(by_number[number], figure.clause)
+                    for number, figure in zip(numbers, found.figures, strict=True)
+                ],
+                newest=newest[0] if newest else None,
+                newest_date=newest[1] if newest else "",
+            )
         )
-        for found in conflicts.figure_conflicts(quotes, tokenizer)
-    ]
+    return found_conflicts
+
+
+def _own_date(passage: Passage | None) -> tuple[tuple[int, ...], str] | None:
+    """The date a base passage's document gives itself (its title, file name or the chunk: 2024年版)."""
+    if passage is None:
+        return None
+    return conflicts.document_date(passage.title or "", passage.source or "", passage.text)
 
 
 def _conflict_quote(part: str, extract: Extract, passage: Passage | None) -> conflicts.Quote:
