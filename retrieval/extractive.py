@@ -811,12 +811,14 @@ def answer_locally(
     max_parts: int,
     passages: int,
     limits: Thresholds,
+    profile: TextProfile | None = None,
 ) -> LocalAnswer:
     """The extractive answer from the knowledge base alone: the steps of the service's extractive
-    graph with web search off, in one call (each part searched `k` deep, its top `passages` quoted)."""
+    graph with web search off, in one call (each part searched `k` deep, its top `passages` quoted), with
+    the base's text profile unless `profile` is given."""
     parts = split_question(question, max_parts)
     tokenizer = retriever.index_tokenizer(scope)
-    profile = retriever.text_profile(scope)
+    profile = profile or retriever.text_profile(scope)
     origins = distributed(question)
     answers = []
     for part, texts in zip(parts, search_texts(parts, question), strict=True):
