@@ -196,6 +196,8 @@ def _denied_figure(
     top = [stated for score, stated in ranked if score == best]
     value, sense = _value(asked, units), _direction(asked)
     same = [stated for stated in top if _value(stated, units) == value]
+    if not sense and all(_direction(stated) for stated in top):
+        return None  # an instance of a threshold (一万元的报销 against 超过5000元的报销), not another value
     if not same and not supposed:
         return Denial(asked.clause, top[0].quote.source_id, top[0].sentence.strip())
     reversed_ = [stated for stated in same if sense and _direction(stated) == _OPPOSITE[sense]]
@@ -206,7 +208,8 @@ def _denied_figure(
 
 # A prohibition in a document: what follows the marker, to the clause's end, is forbidden.
 _FORBIDDEN = re.compile(
-    r"(?:请勿|切勿|切忌|严禁|禁止|不得(?!已|不)|不适用于|不宜|不要|不可|避免|忌)(?P<forbidden>[^，,。；;！!？?：:“”]+)"
+    r"(?:请勿|切勿|切忌|严禁|禁止|不得(?!已|不)|不适用于|不宜|不要|不可(?!抗|能|少|逆|避|思|靠|缺|分|取|信|测|以|用(?![于来作]))|避免|忌)"
+    r"(?P<forbidden>[^，,。；;！!？?：:“”]+)"
 )
 # A part asking what follows an act, or what to do about it, takes nothing forbidden for granted.
 _CONSEQUENCE = re.compile(
@@ -233,7 +236,7 @@ class Prohibited(Denial):
 
 def forbidden_premise(part: str, texts: Sequence[tuple[str, str]], tokenizer: ChineseTokenizer) -> Prohibited | None:
     """The first sentence of `texts` (best first) forbidding the act `part` proposes: the part shares
-    two of the prohibition's words (昏迷, 糖水 of 切勿给昏迷者喂食物或糖水), or one and a verb (喂), or
+    half its words, two at least (昏迷, 糖水 of 切勿给昏迷者喂食物或糖水), or one and a verb (喂), or
     its last word (what is forbidden: 冷冻室 of 切勿放入冷冻室), or any word of a scene the part sets
     (浴室 of 放在浴室里用时). Names do not count (「若擒不得某人」 forbids nothing to that person)."""
     if _CONSEQUENCE.search(part) or _ASKS_ABOUT.search(part):
@@ -244,24 +247,43 @@ def forbidden_premise(part: str, texts: Sequence[tuple[str, str]], tokenizer: Ch
     scenery = (
         {w for w in tokenizer.content_words(scene["premise"]) if len(w) > 1 and w not in names} if scene else set()
     )
+    generic = _GENERIC | _common(texts, tokenizer)
     for source_id, text in texts:
         for sentence in split_sentences(text):
             for found in _FORBIDDEN.finditer(sentence):
-                forbidden = [w for w in tokenizer.content_words(found["forbidden"]) if w not in _GENERIC]
+                forbidden = [w for w in tokenizer.content_words(found["forbidden"]) if w not in generic]
                 if _proposes(forbidden, words, part) or any(word in found["forbidden"] for word in scenery):
                     clause = scene["premise"] if scene else part
                     return Prohibited(clause, source_id, sentence.strip(), bool(_LEAVE.search(part)))
     return None
 
 
+_COMMON_SHARE = 0.5  # a word in more than this share of the hits (3 at least) says nothing of an act
+
+
+def _common(texts: Sequence[tuple[str, str]], tokenizer: ChineseTokenizer) -> set[str]:
+    """The words most of the hits hold (公司 in a staff handbook): sharing one proves nothing."""
+    if len(texts) < 3:
+        return set()
+    held: dict[str, int] = {}
+    for _, text in texts:
+        for word in set(tokenizer.content_words(text)):
+            held[word] = held.get(word, 0) + 1
+    return {word for word, count in held.items() if count >= 3 and count > _COMMON_SHARE * len(texts)}
+
+
+# Single characters that are no act (将公司源代码上传至…: 将, 至, 或): the act's verb is what counts (喂, 放).
+_FUNCTION_CHARS = frozenset("将把在于或和与及至的了被给对向从等中内上下为是有")
+
+
 def _proposes(forbidden: list[str], words: set[str], part: str) -> bool:
     """Whether the part's words meet a prohibition's (`forbidden_premise`)."""
-    long = [
-        w for w in forbidden if len(w) > 1 and (w in words or w in part or any(p in w for p in words if len(p) > 1))
-    ]
-    short = [w for w in forbidden if len(w) == 1 and w in words]
-    last = next((w for w in reversed(forbidden) if len(w) > 1), None)
-    return len(long) >= 2 or (len(long) >= 1 and len(short) >= 1) or (last is not None and last in long)
+    words_of_act = [w for w in forbidden if len(w) > 1]
+    long = [w for w in words_of_act if w in words or w in part]
+    short = [w for w in forbidden if len(w) == 1 and w in words and w not in _FUNCTION_CHARS]
+    last = words_of_act[-1] if words_of_act else None
+    most = max(2, (len(words_of_act) + 1) // 2)
+    return len(long) >= most or (len(long) >= 1 and len(short) >= 1) or (last is not None and last in long)
 
 
 # A code or a model: letters then a digit (E9, X200, AB-12), never a unit (5V, 3GB).
