@@ -10,6 +10,7 @@ from core.access import Scope
 from core.config import Settings
 from core.documents import Document
 from core.embeddings import Embedder
+from core.kbs import write_profile
 from core.text import get_tokenizer, given_name
 from retrieval import extractive, premises
 from retrieval.profiles import classical_novel as novel
@@ -294,11 +295,15 @@ def test_a_denied_premise_is_quoted_and_not_answered() -> None:
 
 
 def test_the_workflow_says_the_documents_deny_the_premise(es: Elasticsearch, embedder: Embedder) -> None:
-    """Without a model, over a real base: the false premise is denied with its quote; the same question
-    with the premise the documents state is answered as usual."""
+    """Without a model, over a real base with the classical-novel profile: the false premise is denied with
+    its quote; the same question with the premise the documents state is answered as usual; on the same
+    base without the profile, the narrative rule does not run."""
     documents = [Document("report", REPORT, "战报.txt"), Document("weather", "青石岭多雾，秋季尤甚。", "地志.txt")]
     with knowledge_base(es, embedder, documents, "test-premises") as alias:
         settings = Settings(_env_file=None, es_index=alias)
+        deps = build_deps(settings, es, build_retriever(settings, es, embedder)).for_scope(Scope.whole(alias))
+        modern = asyncio.run(run_query(deps, "赵阳在青石岭打败孙越之后去了哪里？", QueryOptions()))
+        write_profile(es, alias, novel.NAME)  # what the admin's PATCH /kbs/{kb} stores
         deps = build_deps(settings, es, build_retriever(settings, es, embedder)).for_scope(Scope.whole(alias))
         false = asyncio.run(run_query(deps, "赵阳在青石岭打败孙越之后去了哪里？", QueryOptions()))
         true = asyncio.run(run_query(deps, "孙越在青石岭打败赵阳之后去了哪里？", QueryOptions()))
@@ -306,3 +311,4 @@ def test_the_workflow_says_the_documents_deny_the_premise(es: Elasticsearch, emb
     assert premises.PREMISE_DENIED in false.answer and "「赵阳兵败被擒，押送孙越营中。」[1]" in false.answer
     assert false.evaluations[0].missing == ["赵阳在青石岭打败孙越之后去了哪里"]
     assert premises.PREMISE_DENIED not in true.answer
+    assert premises.PREMISE_DENIED not in modern.answer  # without the profile, the narrative rules do not run
