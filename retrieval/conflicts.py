@@ -250,9 +250,11 @@ def _qualified_apart(a: Figure, b: Figure, words: Callable[[Figure], set[str]]) 
     return own(a, b) and own(b, a)
 
 
-def figure_conflicts(quotes: Sequence[Quote], tokenizer: ChineseTokenizer) -> list[FigureConflict]:
+def figure_conflicts(
+    quotes: Sequence[Quote], tokenizer: ChineseTokenizer, units: Units = frozenset()
+) -> list[FigureConflict]:
     """Per question part, the figures about one subject on which different documents disagree (their
-    whole texts naming the same of the part's words)."""
+    whole texts naming the same of the part's words); `units`: a text profile's own."""
     conflicts: list[FigureConflict] = []
 
     def words(figure: Figure) -> set[str]:  # with their dictionary sub-words: 普通商品 names 普通
@@ -267,7 +269,7 @@ def figure_conflicts(quotes: Sequence[Quote], tokenizer: ChineseTokenizer) -> li
         # the part's words, and its character pairs where jieba cuts them apart (年假有几天: 年 / 假)
         terms = {term for term in [*tokenizer.query_terms(part), *bigram_terms(part)] if len(term) > 1}
         names = _subject_words(part, tokenizer)
-        figures = [f for quote in quotes if quote.part == part for f in figures_of(quote)]
+        figures = [f for quote in quotes if quote.part == part for f in figures_of(quote, units)]
         topic = {quote: _named(quote, names) for quote in dict.fromkeys(f.quote for f in figures)}  # once a quote
         reported: set[int] = set()
         for i, first in enumerate(figures):

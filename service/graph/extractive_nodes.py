@@ -103,7 +103,7 @@ async def select_evidence(state: WorkflowState, runtime: Runtime[RunContext]) ->
             every = _sources(state, part, len(state.get("found", {}).get(part, [])))  # a premise is checked on all hits
             answers.append(extractive.deny_premise(found, every, names, tokenizer, profile))
     step = _verdict(answers, with_web=bool(web))
-    disagreements = _disagreements(state, answers, tokenizer)
+    disagreements = _disagreements(state, answers, tokenizer, profile.units)
     contexts, _ = state_contexts(state, ctx)
     warnings = await log_verdict(ctx, state["question"], contexts_hash(contexts), step, disagreements)
     search_web, why, unavailable = after_evaluation(state, ctx, step, state["llm_calls"])
@@ -143,7 +143,9 @@ def _verdict(answers: list[PartAnswer], with_web: bool) -> EvaluationStep:
     )
 
 
-def _disagreements(state: WorkflowState, answers: list[PartAnswer], tokenizer: ChineseTokenizer) -> list[Conflict]:
+def _disagreements(
+    state: WorkflowState, answers: list[PartAnswer], tokenizer: ChineseTokenizer, units: conflicts.Units
+) -> list[Conflict]:
     """Figures and dates on which the quotes of an answered part, from different documents, disagree
     (`retrieval.conflicts`), each side cited with the number the answer gives it."""
     contexts, quoted = _numbered(state, answers)
@@ -156,7 +158,7 @@ def _disagreements(state: WorkflowState, answers: list[PartAnswer], tokenizer: C
         for e in answer.extracts
     ]
     found_conflicts = []
-    for found in conflicts.figure_conflicts(quotes, tokenizer):
+    for found in conflicts.figure_conflicts(quotes, tokenizer, units):
         numbers = [quoted[figure.quote.source_id].number for figure in found.figures]
         dates = [(n, _own_date(passages.get(f.quote.source_id))) for n, f in zip(numbers, found.figures, strict=True)]
         newest = conflicts.newest_side(dates)
