@@ -78,6 +78,12 @@ KINDS = (
     kind("温度", r"多少度|几度|气温|温度|体温", r"度|℃"),
     kind("功率", r"功率|多少瓦|几瓦|多少千瓦", r"千瓦|瓦|kW|W\b"),
     kind("金额", r"多少钱|价格|价钱|售价|费用|多少元", r"元|块|钱|美元"),
+    # How someone died: a quote that never says so does not answer (「某人是怎么死的」 quoting only his life).
+    AnswerKind(
+        "死因",
+        re.compile(r"怎么死|怎样死|如何死|死因|死于什么|因何而死|怎么去世|怎样去世|怎么走的"),
+        re.compile(r"死|亡|卒|逝|去世|遇害|病故|身故|自尽|自杀|自刎|缢|崩|薨|殁|归天|丧命|殒命"),
+    ),
     kind("年份或日期", r"哪一年|哪年|何年|几月|几号|几日|哪天|哪一天", r"年|月|日|号", after=_DOCUMENT_DATE),
     # A count of things the question names by their measure word (几间房, 多少艘船): that measure word.
     *(kind(f"以「{word[0]}」计的数目", rf"(?:多少|几)(?:{word})", word) for word in _MEASURES),
@@ -92,7 +98,7 @@ _MEASURED = len(KINDS) - len(_MEASURES) - 1  # where a profile's new kinds go: b
 # A kind named by a noun (费用, 温度) is not asked when the part asks who, where, how or why about it
 # (「培训费用由谁承担」 asks a payer, 「温度过高怎么办」 a remedy).
 _ASKS_ELSE = re.compile(r"谁|哪里|哪儿|哪个部门|哪位|怎么|怎样|如何|为什么|为何|是否|能否|可以吗|能不能|可不可以")
-_ASKS_FIGURE = re.compile(r"多|几|少|哪")
+_ASKS_ITSELF = re.compile(r"多|几|少|哪|怎|如何|何|什么")  # the kind's words hold their own question word
 
 
 def kinds_with(extra: Sequence[AnswerKind] = ()) -> tuple[AnswerKind, ...]:
@@ -129,7 +135,7 @@ def asked_kind(part: str, kinds: Sequence[AnswerKind] = KINDS) -> AnswerKind | N
     kind named by a noun (费用) is not asked by a part asking who or how about it."""
     for kind in kinds:
         found = kind.asks.search(part)
-        if found and (_ASKS_FIGURE.search(found.group()) or not _ASKS_ELSE.search(part)):
+        if found and (_ASKS_ITSELF.search(found.group()) or not _ASKS_ELSE.search(part)):
             return kind
     return None
 

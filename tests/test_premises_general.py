@@ -133,10 +133,14 @@ def test_a_kind_named_by_a_noun_is_not_asked_by_a_who_or_how_question(part: str,
     assert (found.name if found else None) == kind
 
 
-def test_how_questions_ask_their_verb() -> None:
-    assert extractive.asked_action("诸葛亮是怎么死的？") == "死"
-    assert extractive.asked_action("试用期结束后如何转正") == "转正"
-    assert extractive.asked_action("温度过高怎么办") is None
+@pytest.mark.parametrize(
+    ("quote", "held"),
+    [("他积劳成疾，病逝于军中。", True), ("他辅佐幼主，六出祁山，鞠躬尽瘁。", False)],
+)
+def test_how_someone_died_is_answered_only_by_a_quote_saying_so(quote: str, held: bool) -> None:
+    """「诸葛亮是怎么死的？」 was marked enough while quoting nothing about his death (issue 61)."""
+    kind = asked_kind("陈恪是怎么死的？")
+    assert kind is not None and kind.name == "死因" and holds(kind, [quote]) == held
 
 
 def _part(answered: bool, *texts: tuple[str, float]) -> extractive.PartAnswer:
