@@ -537,11 +537,8 @@ def select(
     union = coverage(terms, "".join(e.text for e in kept), names)
     top_similarity = max(extract.similarity for _, extract in scored)
     unknown, absent, unsourced = _unmentioned(part, terms, sources, tokenizer, held, names)
-    strangers = (
-        [*(term for term in unknown if tokenizer.is_person(term)), *unknown_codes(part, unknown)]
-        if held is not None
-        else []
-    )
+    # people and codes (错误码E9) the base never mentions
+    strangers = [*(t for t in unknown if tokenizer.is_person(t)), *unknown_codes(part, unknown)] if held else []
     found = holds(kind, [extract.text for extract in kept])
     # A vouched part is answered however far the shared clause's cosine falls: one sentence about three
     # subjects is far from each.

@@ -251,7 +251,7 @@ def forbidden_premise(part: str, texts: Sequence[tuple[str, str]], tokenizer: Ch
     for source_id, text in texts:
         for sentence in split_sentences(text):
             for found in _FORBIDDEN.finditer(sentence):
-                forbidden = [w for w in tokenizer.content_words(found["forbidden"]) if w not in generic]
+                forbidden = [w for w in tokenizer.content_words(found["forbidden"]) if w not in generic | names]
                 if _proposes(forbidden, words, part) or any(word in found["forbidden"] for word in scenery):
                     clause = scene["premise"] if scene else part
                     return Prohibited(clause, source_id, sentence.strip(), bool(_LEAVE.search(part)))

@@ -520,10 +520,10 @@ def test_an_unanswerable_question_says_it_cannot_confirm(make_deps) -> None:
     assert_only_quotes(result, slices())
 
 
-@pytest.mark.parametrize("part", ["关羽用什么兵器", "许田打围时曹操骑的是什么马", "张飞的丈八点钢矛有多重"])
+@pytest.mark.parametrize("part", ["关羽用什么兵器", "许田打围时曹操骑的是什么马", "张飞的丈八点钢矛有多长"])
 def test_the_novels_kinds_are_asked_only_with_its_profile(part: str) -> None:
-    """On a base without the classical-novel profile, a weapon or a mount is no kind, and a weight in 斤
-    is none either; with it, they are."""
+    """On a base without the classical-novel profile, a weapon or a mount is no kind, and a length in 丈
+    and 尺 is none either; with it, they are."""
     default = answer_kinds.asked_kind(part)
-    assert default is None or not answer_kinds.holds(default, ["重八十二斤"])
+    assert default is None or not answer_kinds.holds(default, ["长一丈八尺"])
     assert answer_kinds.asked_kind(part, NOVEL.kinds) is not None

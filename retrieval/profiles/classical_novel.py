@@ -16,7 +16,7 @@ the success for its agent: 「吕蒙在荆州被关羽斩杀后…」 takes 关�
 the documents say otherwise (`retrieval.extractive.compose`).
 
 The weapon and mount kinds (「刘备用什么兵器」: a quote holding …剑, …马) and the classical units (里,
-斤, 丈 …) join the general ones (`retrieval.answer_kinds`, `retrieval.units`) on such a base.
+丈, 两, 钧 …) join the general ones (`retrieval.answer_kinds`, `retrieval.units`) on such a base.
 """
 
 import re
@@ -248,7 +248,8 @@ KINDS = (
     AnswerKind("兵器", re.compile(r"兵器|武器"), re.compile(rf"(?:[{_ARMS}]|(?<=[钢铁双节金])鞭)(?![{_ARMS}]*手)")),
     AnswerKind("坐骑", re.compile(r"坐骑|骑(?:的是)?(?:什么|哪匹|哪一匹)马?"), re.compile(r"马|驹|骑")),
     # The classical measures of a weight, a height, a length and an age (年二十四: the classical age).
-    kind("重量", r"多重|有多沉|多少斤|几斤|重量", r"斤|两|钧"),
+    kind("重量", r"多重|有多沉|多少斤|几斤|重量", r"两|钧"),
+    kind("年份或日期", r"哪一年|哪年|何年", r"年", "元年"),  # 章武元年: the first year of a reign
     kind("身高", r"身高|多高|个子|个头", r"尺|寸"),  # not 里 or 步: a height, not a distance
     kind("长度", r"多长|多高|多远|(?:多少|几)(?:里|尺|丈|寸|步)", r"尺|丈|寸|里|步"),
     kind("年龄", r"几岁|多少岁|多大年纪|享年|终年|年龄", r"岁", r"(?:年|寿|年方|时年)[一二三四五六七八九十]+"),
@@ -260,7 +261,7 @@ UNITS = frozenset(
             name: Unit("长度", scale)
             for name, scale in {"里": 500, "丈": 3.3, "尺": 0.33, "寸": 0.033, "步": 1.6}.items()
         },
-        **{name: Unit("质量", scale) for name, scale in {"斤": 500, "两": 50, "钧": 15000}.items()},
+        **{name: Unit("质量", scale) for name, scale in {"两": 50, "钧": 15000}.items()},
         "石": Unit("石"),
         "骑": Unit("骑", count=True),
         "回": Unit("回", count=True),
