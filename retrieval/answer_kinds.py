@@ -84,7 +84,7 @@ KINDS = (
         re.compile(r"怎么死|怎样死|如何死|死因|死于什么|因何而死|怎么去世|怎样去世|怎么走的"),
         re.compile(r"死|亡|卒|逝|去世|遇害|病故|身故|自尽|自杀|自刎|缢|崩|薨|殁|归天|丧命|殒命"),
     ),
-    kind("年份或日期", r"哪一年|哪年|何年|几月|几号|几日|哪天|哪一天", r"年|月|日|号", after=_DOCUMENT_DATE),
+    kind("年份或日期", r"哪一年|哪年|何年|几月|几号|几日", r"年|月|日|号", after=_DOCUMENT_DATE),
     # A count of things the question names by their measure word (几间房, 多少艘船): that measure word.
     *(kind(f"以「{word[0]}」计的数目", rf"(?:多少|几)(?:{word})", word) for word in _MEASURES),
     kind(

@@ -102,6 +102,7 @@ class PartAnswer(BaseModel):
     premise_denied: str | None = None  # the premise a source contradicts (`retrieval.premises`): the quote says so
     forbidden: str | None = None  # what the part asks leave to do and a source forbids: the quote says so
     vouched: bool = False  # a distributed part's own sentence holds the specific kind asked (`select`)
+    headings_quoted: bool = False  # its base's text profile quotes headings (a novel's chapter titles)
 
 
 @dataclass(frozen=True)
@@ -564,6 +565,7 @@ def select(
         wanted=kind.name if kind else None,
         wanted_found=found,
         vouched=vouched,
+        headings_quoted=profile.headings_quoted,
     )
 
 
@@ -741,11 +743,12 @@ def compose(
             lines.append(_unconfirmed(part, why_not))
             if part.premise_denied:
                 lines.append(f"{PREMISE_DENIED}（问题假定「{part.premise_denied}」），资料原文：")
-            elif extracts := _closest(extracts):
+            elif extracts := _closest(extracts, part.headings_quoted):
                 lines.append(CLOSEST)
         elif part.forbidden:
             lines.append(f"{FORBIDDEN}（「{part.forbidden}」），资料原文：")
-        lines += [line for extract in extracts for line in _quote_lines(extract, sources[extract.source_id])]
+        for extract in extracts:
+            lines += _quote_lines(extract, sources[extract.source_id], part.headings_quoted)
     if disagreements:
         lines.append(describe(disagreements))
     return "\n".join(lines)
@@ -758,17 +761,22 @@ def _unconfirmed(part: PartAnswer, why_not: Sequence[str]) -> str:
     return f"{UNCONFIRMED}：{part.part}（{'；'.join([NO_EVIDENCE, *denied, *lacking, *why_not])}）。"
 
 
-def _closest(extracts: Sequence[Extract]) -> list[Extract]:
-    """The one best-scoring quote that is more than a heading, if any."""
-    quotable = [e for e in extracts if not all(is_heading(line) for line in e.text.split("\n") if line.strip(_BLANK))]
+def _closest(extracts: Sequence[Extract], headings: bool = False) -> list[Extract]:
+    """The one best-scoring quote that is more than a heading (unless `headings` are quoted), if any."""
+    quotable = [
+        e
+        for e in extracts
+        if headings or not all(is_heading(line) for line in e.text.split("\n") if line.strip(_BLANK))
+    ]
     return sorted(quotable, key=lambda e: -e.score)[:1]
 
 
-def _quote_lines(extract: Extract, quoted: Quoted) -> list[str]:
-    """A quote's lines, each cited: a passage may run over a paragraph break; its headings are left out."""
+def _quote_lines(extract: Extract, quoted: Quoted, headings: bool = False) -> list[str]:
+    """A quote's lines, each cited: a passage may run over a paragraph break; its headings are left out
+    (unless `headings` are quoted: a text profile's whose headings say what happens)."""
     link = f"（{quoted.url}）" if quoted.url else ""
     paragraphs = (line.strip(_BLANK) for line in extract.text.split("\n"))
-    kept = [paragraph for paragraph in paragraphs if paragraph and not is_heading(paragraph)]
+    kept = [paragraph for paragraph in paragraphs if paragraph and (headings or not is_heading(paragraph))]
     return [f"「{paragraph}」[{quoted.number}]{link}" for paragraph in kept or [extract.text.strip(_BLANK)]]
 
 

@@ -27,6 +27,9 @@ class TextProfile:
     units: Units = frozenset()
     kinds: tuple[AnswerKind, ...] = KINDS
     premises: tuple[PremiseCheck, ...] = field(default=())
+    # Whether its headings say what happens and may be quoted (a novel's chapter titles: 劫乌巢孟德烧粮);
+    # a modern document's headings are labels, never quotes.
+    headings_quoted: bool = False
 
 
 DEFAULT = TextProfile("")

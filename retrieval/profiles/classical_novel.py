@@ -16,7 +16,8 @@ the success for its agent: 「吕蒙在荆州被关羽斩杀后…」 takes 关�
 the documents say otherwise (`retrieval.extractive.compose`).
 
 The weapon and mount kinds (「刘备用什么兵器」: a quote holding …剑, …马) and the classical units (里,
-丈, 两, 钧 …) join the general ones (`retrieval.answer_kinds`, `retrieval.units`) on such a base.
+丈, 两, 钧 …) join the general ones (`retrieval.answer_kinds`, `retrieval.units`) on such a base, and
+its chapter titles (第30回 战官渡本初败绩 劫乌巢孟德烧粮) may be quoted: they say what happens.
 """
 
 import re
@@ -279,4 +280,4 @@ def narrative_premise(
 
 
 NAME = "classical-novel"
-PROFILE = TextProfile(NAME, units=UNITS, kinds=kinds_with(KINDS), premises=(narrative_premise,))
+PROFILE = TextProfile(NAME, units=UNITS, kinds=kinds_with(KINDS), premises=(narrative_premise,), headings_quoted=True)
