@@ -37,12 +37,12 @@ _NOT_STATED = re.compile(r"(?:第|哪|几|多少)$")
 # Directions either side of a figure: (before it, after it) → its sense.
 _DIRECTIONS = (
     (
-        re.compile(r"(?:高于|超过|大于|多于|不低于|不少于|至少|满|超出)$"),
+        re.compile(r"(?:高于|超过|大于|多于|不低于|不少于|至少|(?<![不未])满|超出)$"),
         re.compile(r"^(?:以上|及以上|或以上|之上)"),
         "above",
     ),
     (
-        re.compile(r"(?:低于|不足|小于|少于|不超过|不高于|未满|不到|至多|最多)$"),
+        re.compile(r"(?:低于|不足|小于|少于|不超过|不高于|未满|不满|不到|至多|最多)$"),
         re.compile(r"^(?:以下|及以下|以内|之内|内)"),
         "below",
     ),
@@ -96,13 +96,25 @@ def _value(figure: Figure, units: Units) -> tuple[float, ...]:
     return (round(in_base(figure.value[0], figure.unit, units), 6),)
 
 
-def _subject(figure: Figure, tokenizer: ChineseTokenizer) -> tuple[list[str], list[str]]:
+Subject = list[tuple[str, ...]]  # a figure's subject: per word, its forms (the word and its sub-words: 洗脚水, 洗脚)
+
+
+def _subject(figure: Figure, tokenizer: ChineseTokenizer) -> tuple[Subject, Subject]:
     """The words of a question's figure's subject: those before it in its clause (试用期, 工资, 转正 in
-    试用期工资是转正工资的80%), and those after it (低血糖 in 血糖低于3.9就是低血糖吗)."""
+    试用期工资是转正工资的80%), and those after it (低血糖 in 血糖低于3.9就是低血糖吗), each with its
+    dictionary sub-words (洗脚水 is said as 洗脚)."""
     after = figure.context.split("，", 1)[1] if "，" in figure.context else ""
-    lead = [w for w in tokenizer.content_words(figure.lead) if len(w) > 1 and not _numeric(w)]
-    rest = [w for w in tokenizer.content_words(after) if len(w) > 1 and not _numeric(w)]
-    return list(dict.fromkeys(lead)), list(dict.fromkeys(rest))
+
+    def words(text: str) -> Subject:
+        found = dict.fromkeys(w for w in tokenizer.content_words(text) if len(w) > 1 and not _numeric(w))
+        return [(w, *(sub for sub in tokenizer.expand(w) if len(sub) > 1 and sub != w)) for w in found]
+
+    return words(figure.lead), words(after)
+
+
+def _said(subject: Subject, text: str) -> int:
+    """How many of a subject's words `text` says, in any of their forms."""
+    return sum(any(form in text for form in forms) for forms in subject)
 
 
 def _numeric(word: str) -> bool:
@@ -112,6 +124,8 @@ def _numeric(word: str) -> bool:
 
 _NOT_SUBJECT = frozenset(
     [
+        "不满",
+        "未满",
         "高于",
         "低于",
         "超过",
@@ -149,8 +163,8 @@ def figure_premise(
     of the words before the part's figure, at least half of them; none of them with the part's value,
     or one with its value and the opposite direction."""
     for asked in figures_of(Quote(part, "", "", part), units):
-        if not _amount(asked, units):
-            continue
+        if not _amount(asked, units) or any(other.endswith(asked.unit) for other in asked.conditions):
+            continue  # no amount, or a bound of a range the part states (满10年不满20年): a case, not a claim
         lead, rest = _subject(asked, tokenizer)
         if not lead and not rest:
             continue
@@ -172,24 +186,25 @@ def _supposed(figure: Figure) -> bool:
 
 def _denied_figure(
     asked: Figure,
-    lead: list[str],
-    rest: list[str],
+    lead: Subject,
+    rest: Subject,
     texts: Sequence[tuple[str, str]],
     units: Units,
     supposed: bool = False,
 ) -> Denial | None:
     """The best sentence about `asked`'s subject that gives it otherwise (`figure_premise`); of a
     `supposed` figure (低于5℃时), only one giving its value the opposite direction."""
-    needed = (len(lead) + 1) // 2
+    needed = len(lead) // 2  # at least half of them, filler verbs aside (密码最长可以设置: 密码)
     ranked: list[tuple[tuple[int, int, int], Figure]] = []
+    alike: list[Figure] = []
     for source_id, text in texts:
         for stated in figures_of(Quote(asked.quote.part, source_id, source_id, text), units):
             if not _alike(asked, stated, units):
                 continue
-            said = sum(word in stated.sentence for word in lead)
+            alike.append(stated)
+            said = _said(lead, stated.sentence)
             if said >= max(1, needed):
-                here = sum(word in stated.clause for word in lead)
-                ranked.append(((here, said, sum(word in stated.clause for word in rest)), stated))
+                ranked.append(((_said(lead, stated.clause), said, _said(rest, stated.clause)), stated))
     if not ranked:
         return None
     best = max(score for score, _ in ranked)
@@ -201,7 +216,9 @@ def _denied_figure(
     if not same and not supposed:
         return Denial(asked.clause, top[0].quote.source_id, top[0].sentence.strip())
     reversed_ = [stated for stated in same if sense and _direction(stated) == _OPPOSITE[sense]]
-    if reversed_ and len(reversed_) == len(same):
+    # A bound of two ranges (满1年不满10年 and 满10年不满20年): the value said the part's way anywhere is no denial.
+    said_so = any(_value(f, units) == value and _direction(f) == sense for f in alike)
+    if reversed_ and len(reversed_) == len(same) and not said_so:
         return Denial(asked.clause, reversed_[0].quote.source_id, reversed_[0].sentence.strip())
     return None
 
@@ -220,7 +237,7 @@ _LEAVE = re.compile(
     r"能不能|可不可以|能否|可否|行不行|是否可以|是否能|可以吗|能吗|行吗|(?:能|可以|可)[^，,。？?]{1,20}吗"
 )
 # A part that names a prohibition asks about it (禁止带刀的规定是什么时候宣布的).
-_ASKS_ABOUT = re.compile(r"请勿|切勿|严禁|禁止|不得|不宜|不要|不可|为什么|为何")
+_ASKS_ABOUT = re.compile(r"请勿|切勿|严禁|禁止|不得|不宜|不要|不可|(?<!能)不能|为什么|为何")
 # A scene the part sets (放在浴室里用时, 过滤海水以后): any of its words forbidden denies it.
 _WHEN = re.compile(r"^(?P<premise>[^，,。？?]{2,30}?)(?:的时候|时(?!候)|之后|以后)")  # not 什么时候: it asks
 # Words of a prohibition that say nothing of what is forbidden (请勿在浴室…使用本机: 浴室 is what matters).
@@ -236,9 +253,9 @@ class Prohibited(Denial):
 
 def forbidden_premise(part: str, texts: Sequence[tuple[str, str]], tokenizer: ChineseTokenizer) -> Prohibited | None:
     """The first sentence of `texts` (best first) forbidding the act `part` proposes: the part shares
-    half its words, two at least (昏迷, 糖水 of 切勿给昏迷者喂食物或糖水), or one and a verb (喂), or
-    its last word (what is forbidden: 冷冻室 of 切勿放入冷冻室), or any word of a scene the part sets
-    (浴室 of 放在浴室里用时). Names do not count (「若擒不得某人」 forbids nothing to that person)."""
+    half the prohibition's words, two at least (昏迷, 糖水 of 切勿给昏迷者喂食物或糖水), or its last word
+    when the hits rarely say it (冷冻室 of 切勿放入冷冻室), or a rare word of a scene the part sets (浴室 of
+    放在浴室里用时). Words most hits hold (胰岛素 in a diabetes guide) and names do not count."""
     if _CONSEQUENCE.search(part) or _ASKS_ABOUT.search(part):
         return None
     names = set(tokenizer.names(part))
@@ -247,43 +264,44 @@ def forbidden_premise(part: str, texts: Sequence[tuple[str, str]], tokenizer: Ch
     scenery = (
         {w for w in tokenizer.content_words(scene["premise"]) if len(w) > 1 and w not in names} if scene else set()
     )
-    generic = _GENERIC | _common(texts, tokenizer)
+    common, rare = _common(texts, tokenizer)
     for source_id, text in texts:
         for sentence in split_sentences(text):
             for found in _FORBIDDEN.finditer(sentence):
-                forbidden = [w for w in tokenizer.content_words(found["forbidden"]) if w not in generic | names]
-                if _proposes(forbidden, words, part) or any(word in found["forbidden"] for word in scenery):
+                act = [w for w in tokenizer.content_words(found["forbidden"]) if len(w) > 1]
+                act = [w for w in act if w not in _GENERIC | common | names]
+                if _proposes(act, words, part, rare) or any(w in act and w in rare for w in scenery):
                     clause = scene["premise"] if scene else part
                     return Prohibited(clause, source_id, sentence.strip(), bool(_LEAVE.search(part)))
     return None
 
 
 _COMMON_SHARE = 0.5  # a word in more than this share of the hits (3 at least) says nothing of an act
+_RARE_SENTENCES = 2  # a word in at most this many sentences of the hits is what a prohibition is about
 
 
-def _common(texts: Sequence[tuple[str, str]], tokenizer: ChineseTokenizer) -> set[str]:
-    """The words most of the hits hold (公司 in a staff handbook): sharing one proves nothing."""
-    if len(texts) < 3:
-        return set()
-    held: dict[str, int] = {}
+def _common(texts: Sequence[tuple[str, str]], tokenizer: ChineseTokenizer) -> tuple[set[str], set[str]]:
+    """The words most of the hits hold (公司 in a staff handbook: sharing one proves nothing), and those
+    few of their sentences say (冷冻室, 浴室: sharing one does)."""
+    in_texts: dict[str, int] = {}
+    in_sentences: dict[str, int] = {}
     for _, text in texts:
         for word in set(tokenizer.content_words(text)):
-            held[word] = held.get(word, 0) + 1
-    return {word for word, count in held.items() if count >= 3 and count > _COMMON_SHARE * len(texts)}
+            in_texts[word] = in_texts.get(word, 0) + 1
+        for sentence in split_sentences(text):
+            for word in set(tokenizer.content_words(sentence)):
+                in_sentences[word] = in_sentences.get(word, 0) + 1
+    common = {w for w, n in in_texts.items() if len(texts) >= 3 and n >= 3 and n > _COMMON_SHARE * len(texts)}
+    return common, {w for w, n in in_sentences.items() if n <= _RARE_SENTENCES}
 
 
-# Single characters that are no act (将公司源代码上传至…: 将, 至, 或): the act's verb is what counts (喂, 放).
-_FUNCTION_CHARS = frozenset("将把在于或和与及至的了被给对向从等中内上下为是有")
-
-
-def _proposes(forbidden: list[str], words: set[str], part: str) -> bool:
+def _proposes(act: list[str], words: set[str], part: str, rare: set[str]) -> bool:
     """Whether the part's words meet a prohibition's (`forbidden_premise`)."""
-    words_of_act = [w for w in forbidden if len(w) > 1]
-    long = [w for w in words_of_act if w in words or w in part]
-    short = [w for w in forbidden if len(w) == 1 and w in words and w not in _FUNCTION_CHARS]
-    last = words_of_act[-1] if words_of_act else None
-    most = max(2, (len(words_of_act) + 1) // 2)
-    return len(long) >= most or (len(long) >= 1 and len(short) >= 1) or (last is not None and last in long)
+    shared = [w for w in act if w in words or w in part]
+    most = max(2, (len(act) + 1) // 2)
+    last = bool(act) and act[-1] in shared and act[-1] in rare
+    verb = len(act) == 1 or any(w[0] in part for w in act[:-1])  # 放 of 放入冷冻室; not 扎手指 for 挤压手指
+    return len(shared) >= most or (last and verb)
 
 
 # A code or a model: letters then a digit (E9, X200, AB-12), never a unit (5V, 3GB).
