@@ -2,6 +2,7 @@
 off with PATCH /kbs/{kb}, GET /kbs/{kb} shows it, and the narrative premise rule runs only while it is on."""
 
 from collections.abc import Iterator
+from typing import get_args
 
 import httpx
 import pytest
@@ -10,6 +11,7 @@ from elasticsearch import Elasticsearch
 from core.documents import Document
 from core.embeddings import Embedder
 from retrieval.premises import PREMISE_DENIED
+from retrieval.profiles import ProfileName, profiles
 from retrieval.profiles.classical_novel import NAME
 from tests.conftest import knowledge_base
 from tests.protocols import protocol_settings, service, write_keys_file
@@ -58,6 +60,10 @@ def test_the_admin_turns_the_profile_on_and_off_and_only_then_its_rules_run(url:
         off = admin.patch(f"/kbs/{base}", json={"profile": None})
         assert off.status_code == 200 and off.json()["profile"] is None
     assert PREMISE_DENIED not in answer(url, base)
+
+
+def test_the_api_names_every_profile() -> None:
+    assert set(get_args(ProfileName)) == set(profiles()) == {NAME}
 
 
 def test_only_an_admin_sets_it_and_only_to_a_known_profile(url: str, base: str) -> None:

@@ -8,6 +8,7 @@ kinds, extra units and its own premise check. On a base without one, none of the
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from core.text import ChineseTokenizer
 from retrieval.answer_kinds import KINDS, AnswerKind, kinds_with
@@ -33,6 +34,7 @@ class TextProfile:
 
 
 DEFAULT = TextProfile("")
+ProfileName = Literal["classical-novel"]  # every named profile (`profiles`): what a base may turn on
 
 
 def profiles() -> dict[str, TextProfile]:
@@ -47,4 +49,4 @@ def profile_named(name: str | None) -> TextProfile:
     return profiles()[name] if name else DEFAULT
 
 
-__all__ = ["DEFAULT", "PremiseCheck", "TextProfile", "kinds_with", "profile_named", "profiles"]
+__all__ = ["DEFAULT", "PremiseCheck", "ProfileName", "TextProfile", "kinds_with", "profile_named", "profiles"]
