@@ -105,11 +105,12 @@ def _subject(figure: Figure, tokenizer: ChineseTokenizer) -> tuple[Subject, Subj
     dictionary sub-words (洗脚水 is said as 洗脚)."""
     after = figure.context.split("，", 1)[1] if "，" in figure.context else ""
 
-    def words(text: str) -> Subject:
+    def words(text: str, forms: bool) -> Subject:
         found = dict.fromkeys(w for w in tokenizer.content_words(text) if len(w) > 1 and not _numeric(w))
-        return [(w, *(sub for sub in tokenizer.expand(w) if len(sub) > 1 and sub != w)) for w in found]
+        return [(w, *(sub for sub in tokenizer.expand(w) if forms and len(sub) > 1 and sub != w)) for w in found]
 
-    return words(figure.lead), words(after)
+    # after the figure, a word only as written: 低血糖 is not the 血糖 of 血糖高于13.9为高血糖
+    return words(figure.lead, True), words(after, False)
 
 
 def _said(subject: Subject, text: str) -> int:
