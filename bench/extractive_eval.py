@@ -65,6 +65,7 @@ from evaluation.metrics import wilson
 from indexing.options import IndexOptions
 from indexing.pipeline import index_documents
 from retrieval.extractive import Thresholds, answer_locally
+from retrieval.profiles import TextProfile, profile_named
 from retrieval.retriever import RetrievalParams, Retriever
 
 K = 8  # passages searched per part: the default `k` of POST /query
@@ -115,7 +116,9 @@ def contains(answer: str, evidence: str) -> bool:
     return _MARKUP.sub("", evidence) in _MARKUP.sub("", answer)
 
 
-def run_all(retriever: Retriever, settings: Settings, questions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def run_all(
+    retriever: Retriever, settings: Settings, questions: list[dict[str, Any]], profile: TextProfile | None = None
+) -> list[dict[str, Any]]:
     runs = []
     limits = Thresholds.from_settings(settings)
     for number, item in enumerate(questions, start=1):
@@ -129,6 +132,7 @@ def run_all(retriever: Retriever, settings: Settings, questions: list[dict[str, 
             max_parts=settings.max_retrievals,
             passages=settings.extractive_passages,
             limits=limits,
+            profile=profile,
         )
         evidence = item.get("evidence")
         each = item.get("evidence_per_part", [])  # a distributive question: one evidence per subject
@@ -302,6 +306,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--index", help="alias (or index) holding the corpus (default: extractive-sanguo, eval-SET)")
     parser.add_argument("--book", type=Path, help="the book (default: data/sanguo/sanguo_yanyi.txt)")
     parser.add_argument("--save", type=Path, help="write the report here instead of bench/results and the docs")
+    parser.add_argument(
+        "--profile",
+        help="answer with this text profile ('none': the default path) instead of the one the base stores",
+    )
     return parser
 
 
@@ -361,7 +369,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     retriever = Retriever(
         es, embedder, get_tokenizer(settings.jieba_user_dict), RetrievalParams.from_settings(settings)
     )
-    runs = run_all(retriever, settings, askable)
+    profile = None if args.profile is None else profile_named("" if args.profile == "none" else args.profile)
+    runs = run_all(retriever, settings, askable, profile)
 
     dev = [r for r in runs if r["split"] == "dev"]
     chosen = tune(dev) if args.question_set == "sanguo" else defaults(settings)
@@ -373,6 +382,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "skipped": len(questions) - len(askable),
         "machine": machine(es, embedder),
         "chosen": chosen,
+        "profile": "(the base's)" if args.profile is None else args.profile,
         "dev": figures(dev, *thresholds),
         "test": figures([r for r in runs if r["split"] == "test"], *thresholds),
         "latency_ms": {"p50": percentile([r["ms"] for r in runs], 50), "p95": percentile([r["ms"] for r in runs], 95)},

@@ -109,6 +109,8 @@ class KnowledgeBase:
     fusion: FusionSetting | None = None
     description: str = ""  # what it holds, in its creator's words
     passages: PassageWindows | None = None  # None: one vector per chunk (built before passage vectors)
+    # The base's text profile (`retrieval.profiles`: rules a kind of text needs, e.g. classical-novel); None: none.
+    profile: str | None = None
 
 
 @dataclass(frozen=True)
@@ -152,6 +154,7 @@ def read_kb(es: Elasticsearch, name: str, settings: Settings) -> KnowledgeBase:
         fusion=FusionSetting.from_meta(kb["fusion"]) if kb.get("fusion") else None,
         description=str(kb.get("description", "")),
         passages=PassageWindows.from_meta(meta.get("passages")),
+        profile=kb.get("profile") or None,
     )
 
 
@@ -218,6 +221,15 @@ def write_fusion(es: Elasticsearch, name: str, setting: FusionSetting | None) ->
         raise IndexNotFoundError(name)
     for index in indices:
         update_kb_meta(es, index, {"fusion": setting.to_meta() if setting else None})
+
+
+def write_profile(es: Elasticsearch, name: str, profile: str | None) -> None:
+    """Store `profile` as the base's text profile (None: back to the default path) on every index behind it."""
+    indices = concrete_indices(es, name)
+    if not indices:
+        raise IndexNotFoundError(name)
+    for index in indices:
+        update_kb_meta(es, index, {"profile": profile})
 
 
 def write_base_aliases(es: Elasticsearch, name: str, aliases: list[Alias]) -> None:

@@ -6,7 +6,7 @@ A run of characters is a term when it is
   log p(w) / (p(left part) * p(right part)), is at least `min_pmi` (夏侯惇 holds together,
   的人 does not);
 - **free at both ends**: the entropy of the characters just before it and just after it is at
-  least `min_entropy` each (夏侯惇 is followed by many different characters; 玄德曰 is nearly
+  least `min_entropy` each (夏侯惇 is followed by many different characters; 子昂说 is nearly
   always followed by `：`, so it is a fragment, not a term). Punctuation is a neighbour like any
   character; whitespace and the ends of a text count as a distinct neighbour each time.
 

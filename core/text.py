@@ -237,7 +237,7 @@ class ChineseTokenizer:
 
 
 def _surname(name: str) -> str | None:
-    """The common surname `name` starts with (诸葛 of 诸葛瞻, 曹 of 曹操), or None."""
+    """The common surname `name` starts with (诸葛 of 欧阳瞻, 周 of 周平), or None."""
     if name[:2] in _COMPOUND_SURNAMES:
         return name[:2]
     return name[:1] if name[:1] in _SURNAMES else None
@@ -259,8 +259,8 @@ def full_name(given: str, text: str) -> str | None:
 
 
 def given_name(name: str) -> str | None:
-    """The one-character given name a narrative calls a person by after naming him in full (曹操 → 操,
-    诸葛瞻 → 瞻: 「操自赤壁败后」), or None when `name` is not a surname and one character."""
+    """The one-character given name a narrative calls a person by after naming him in full (周平 → 平,
+    欧阳瞻 → 瞻: 「平自赤壁败后」), or None when `name` is not a surname and one character."""
     surname = _surname(name)
     return name[len(surname) :] if surname is not None and len(name) == len(surname) + 1 else None
 

@@ -20,6 +20,7 @@ from elasticsearch import Elasticsearch
 from core.access import ALL_DOCUMENTS, Scope
 from core.config import Settings
 from core.embeddings import load_embedder
+from core.kbs import write_profile
 from core.reader import Reader
 from core.redact import redact_url
 from core.store import EmbedderMismatchError, IndexNotFoundError, create_client, read_index_meta
@@ -76,6 +77,11 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON line (for scripts)")
+    parser.add_argument(
+        "--profile",
+        metavar="NAME",
+        help="the base's text profile, stored with it (classical-novel for a classical novel; '' for none)",
+    )
     return parser
 
 
@@ -256,6 +262,8 @@ def _index(
         error_file=error_file,
         progress=not args.no_progress,
     )
+    if args.profile is not None:
+        write_profile(es, args.index, args.profile or None)
     return _report(summary, loaded, sync, error_file, as_json=args.json)
 
 

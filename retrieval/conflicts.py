@@ -23,6 +23,7 @@ With a model, the judgement finds conflicts of any kind (names, yes/no too): `se
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import Literal
 
 import cn2an
@@ -30,9 +31,14 @@ from pydantic import BaseModel, Field
 
 from core.chunking import split_sentences
 from core.text import ChineseTokenizer, bigram_terms
+from retrieval.units import Unit, unit_pattern
+
+Units = frozenset[tuple[str, Unit]]  # a text profile's own units, beside `retrieval.units.UNITS`
 
 DISAGREE = "资料之间有出入"
 CHECK_THE_ORIGINALS = "请对照原始资料核实，本回答不替资料做取舍"
+# Where the documents date themselves, the newer version supersedes the older, by their own words.
+SUPERSEDES = "按资料自身的日期，[{number}]（{date}）是较新的版本，取代较早的版本"
 
 MIN_ANCHOR_OVERLAP = 0.5  # shared character bigrams / the smaller clause's
 # Clauses this alike say one thing, whatever words the question used (本机充满约需90分钟 against 120分钟 for
@@ -40,15 +46,17 @@ MIN_ANCHOR_OVERLAP = 0.5  # shared character bigrams / the smaller clause's
 SAME_STATEMENT = 0.8
 
 CN_DIGITS = "零〇一二两三四五六七八九十百千万亿"
-_UNITS = (
-    "万人|万元|亿元|美元|千瓦|千米|公里|厘米|毫米|公斤|千克|毫克|毫升|小时|分钟|周岁|点钟|"
-    "年|月|日|点|岁|人|名|个|次|天|周|秒|米|里|斤|克|吨|元|瓦|伏|度|℃|%|％|页|章|回|卷|匹|骑|艘|座|户|"
-    "片|粒|袋|支|滴|丈|尺|寸|步|石|mAh|kWh|ATM|GHz|MHz|Hz|dB|kPa|MPa|GB|MB|TB|mg|ml|kg|km|cm|mm|kW|W|V|m"
-)
 _DATE = re.compile(
     r"(\d{4}|[〇零一二三四五六七八九]{4})年(\d{1,2}|[一二三四五六七八九十]{1,3})月(?:(\d{1,2}|[一二三四五六七八九十]{1,3})[日号])?"
 )
-_FIGURE = re.compile(rf"(\d+(?:\.\d+)?|[{CN_DIGITS}]+)\s?({_UNITS})")
+# 3月31日 (顺延至次年3月31日): a day of the year, compared with another document's day of the year.
+_MONTH_DAY = re.compile(r"(\d{1,2}|[一二三四五六七八九十]{1,3})月(\d{1,2}|[一二三四五六七八九十]{1,3})[日号]")
+MONTH_DAY = "月日"
+_DIGITS = re.compile(r"\d")
+_NEGATIVE = re.compile(r"(?:零下|负|(?<![\d\w.])[-－−])$")
+_BOUNDS = set("高低上下前后多少大小早晚长短")  # the side of a range a bound is on
+# Between the two bounds of one range (低于0℃或高于50℃, 3至5天): the other bound is no condition of its own.
+_RANGE_JOINT = re.compile(r"^[^，,；;。]{0,4}?(?:或|至|到|~|～|-|－|—|和|、)[^，,；;。]{0,4}$")
 # A day of the week (每周一闭馆, 星期四, 礼拜天), not a count (每周一次: once a week).
 _WEEKDAY = re.compile(r"(?:星期|礼拜|周)([一二三四五六日天])(?![次个遍回])")
 WEEKDAY = "星期"
@@ -94,6 +102,7 @@ class Figure:
     context: str  # the text the anchor is read from: the clause (or, when too short, the sentence) less the figure
     conditions: tuple[str, ...]  # the clause's other figures (工作满十年的员工…15天: 十年), sorted
     said: str  # the two characters after the figure in its clause (每周一闭馆: 闭馆): what a day is said to be
+    lead: str = ""  # its clause before it, verbatim (血糖低于): the direction and what it is said of
 
 
 @dataclass(frozen=True)
@@ -102,6 +111,12 @@ class FigureConflict:
 
     part: str
     figures: list[Figure]  # one per distinct value, in the order quoted
+
+
+@cache
+def _figure_pattern(extra: Units = frozenset()) -> re.Pattern[str]:
+    """A number and its unit (`retrieval.units`, and a profile's `extra`)."""
+    return re.compile(rf"(\d+(?:\.\d+)?|[{CN_DIGITS}]+)\s?({unit_pattern(extra)})")
 
 
 def _number(text: str) -> float | None:
@@ -117,7 +132,12 @@ def _bigrams(text: str) -> frozenset[str]:
 
 
 def _figure(
-    quote: Quote, sentence: str, span: tuple[int, int], unit: str, era: str, value: tuple[float, ...]
+    quote: Quote,
+    sentence: str,
+    span: tuple[int, int],
+    unit: str,
+    value: tuple[float, ...],
+    extra: Units = frozenset(),
 ) -> Figure:
     """The figure at `span` of `sentence`, with its clause and the characters around it. A clause
     too short to say what it is about (卒于234年) is read with the rest of its sentence."""
@@ -132,10 +152,37 @@ def _figure(
         context = f"{sentence[:start]}，{sentence[end:]}"
     next_to = before.rstrip(_FILLERS)[-1:] or after[:1]
     clause = sentence[first:last]
-    others = (m for m in _FIGURE.finditer(clause) if not (first + m.start() < end and start < first + m.end()))
-    conditions = tuple(sorted(m.group() for m in others))
-    anchor = _bigrams(context)
-    return Figure(quote, sentence, unit, era, value, clause.strip(), anchor, next_to, context, conditions, after[:2])
+    conditions = tuple(sorted(_conditions(sentence, span, first, last, unit, extra)))
+    era = sentence[max(0, start - _ERA_CHARS) : start] if unit == "年" and value[0] < 100 else ""
+    return Figure(
+        quote,
+        sentence,
+        unit,
+        era,
+        value,
+        clause.strip(),
+        _bigrams(context),
+        next_to,
+        context,
+        conditions,
+        after[:2],
+        sentence[first:start],
+    )
+
+
+def _conditions(sentence: str, span: tuple[int, int], first: int, last: int, unit: str, extra: Units) -> list[str]:
+    """The clause's other figures (工作满十年的员工…15天: 十年), less the other bound of a range the
+    figure is one end of (低于0℃或高于50℃: 50℃ is no condition of 0℃)."""
+    start, end = span
+    found = []
+    for match in _figure_pattern(extra).finditer(sentence, first, last):
+        if match.start() < end and start < match.end():
+            continue
+        between = sentence[end : match.start()] if match.start() >= end else sentence[match.end() : start]
+        if match.group(2) == unit and _RANGE_JOINT.match(between):
+            continue
+        found.append(match.group())
+    return found
 
 
 def said_alike(a: Figure, b: Figure) -> bool:
@@ -144,27 +191,34 @@ def said_alike(a: Figure, b: Figure) -> bool:
     return a.unit != WEEKDAY or a.said == b.said
 
 
-def figures_of(quote: Quote) -> list[Figure]:
-    """Every full date, number with a unit and day of the week in the quote, each with its clause."""
+def figures_of(quote: Quote, extra: Units = frozenset()) -> list[Figure]:
+    """Every date (with or without its year), number with a unit (`retrieval.units`, and a profile's
+    `extra`) and day of the week in the quote, each with its clause."""
     found: list[Figure] = []
     for sentence in split_sentences(quote.text):
         taken: list[tuple[int, int]] = []
-        for match in _DATE.finditer(sentence):
-            parts = [_number(group) for group in match.groups() if group]
-            if all(part is not None for part in parts):
-                taken.append(match.span())
-                date = tuple(part for part in parts if part is not None)
-                found.append(_figure(quote, sentence, match.span(), "date", "", date))
-        for match in _FIGURE.finditer(sentence):
+        for pattern, unit in ((_DATE, "date"), (_MONTH_DAY, MONTH_DAY)):
+            for match in pattern.finditer(sentence):
+                parts = [_number(group) for group in match.groups() if group]
+                if all(part is not None for part in parts) and not _overlaps(match.span(), taken):
+                    taken.append(match.span())
+                    date = tuple(part for part in parts if part is not None)
+                    found.append(_figure(quote, sentence, match.span(), unit, date, extra))
+        for match in _figure_pattern(extra).finditer(sentence):
             value = _number(match.group(1))
-            if value is None or any(a < match.end() and match.start() < b for a, b in taken):
+            if value is None or _overlaps(match.span(), taken):
                 continue
+            if _NEGATIVE.search(sentence[: match.start()]):  # 零下10℃, -20℃ (not the 5-10 of a range)
+                value = -value
             unit = match.group(2).replace("％", "%")
-            era = sentence[max(0, match.start() - _ERA_CHARS) : match.start()] if unit == "年" and value < 100 else ""
-            found.append(_figure(quote, sentence, match.span(), unit, era, (value,)))
+            found.append(_figure(quote, sentence, match.span(), unit, (value,), extra))
         for match in _WEEKDAY.finditer(sentence):
-            found.append(_figure(quote, sentence, match.span(), WEEKDAY, "", (_WEEKDAY_NUMBER[match.group(1)],)))
+            found.append(_figure(quote, sentence, match.span(), WEEKDAY, (_WEEKDAY_NUMBER[match.group(1)],)))
     return found
+
+
+def _overlaps(span: tuple[int, int], taken: Sequence[tuple[int, int]]) -> bool:
+    return any(a < span[1] and span[0] < b for a, b in taken)
 
 
 def _same_subject(a: Figure, b: Figure, part_terms: set[str], words: Callable[[Figure], set[str]]) -> bool:
@@ -173,6 +227,8 @@ def _same_subject(a: Figure, b: Figure, part_terms: set[str], words: Callable[[F
     if _qualified_apart(a, b, words):  # 整机保修期 is not 电池保修期; 成人剂量 is not 儿童剂量
         return False
     if a.next_to not in b.clause or b.next_to not in a.clause:  # 生于181年 is not 234年去世
+        return False
+    if a.next_to != b.next_to and {a.next_to, b.next_to} <= _BOUNDS:  # 低于0℃ is not the 高于50℃ of one range
         return False
     if not said_alike(a, b):
         return False
@@ -197,21 +253,26 @@ def _qualified_apart(a: Figure, b: Figure, words: Callable[[Figure], set[str]]) 
     return own(a, b) and own(b, a)
 
 
-def figure_conflicts(quotes: Sequence[Quote], tokenizer: ChineseTokenizer) -> list[FigureConflict]:
+def figure_conflicts(
+    quotes: Sequence[Quote], tokenizer: ChineseTokenizer, units: Units = frozenset()
+) -> list[FigureConflict]:
     """Per question part, the figures about one subject on which different documents disagree (their
-    whole texts naming the same of the part's words)."""
+    whole texts naming the same of the part's words); `units`: a text profile's own."""
     conflicts: list[FigureConflict] = []
 
     def words(figure: Figure) -> set[str]:  # with their dictionary sub-words: 普通商品 names 普通
         return {
-            sub for word in tokenizer.content_words(figure.context) if len(word) > 1 for sub in tokenizer.expand(word)
+            sub
+            for word in tokenizer.content_words(figure.context)
+            if len(word) > 1 and not _DIGITS.search(word)  # the other bound of a range (0℃或高于50℃) is no qualifier
+            for sub in tokenizer.expand(word)
         }
 
     for part in dict.fromkeys(quote.part for quote in quotes):
         # the part's words, and its character pairs where jieba cuts them apart (年假有几天: 年 / 假)
         terms = {term for term in [*tokenizer.query_terms(part), *bigram_terms(part)] if len(term) > 1}
         names = _subject_words(part, tokenizer)
-        figures = [f for quote in quotes if quote.part == part for f in figures_of(quote)]
+        figures = [f for quote in quotes if quote.part == part for f in figures_of(quote, units)]
         topic = {quote: _named(quote, names) for quote in dict.fromkeys(f.quote for f in figures)}  # once a quote
         reported: set[int] = set()
         for i, first in enumerate(figures):
@@ -286,6 +347,41 @@ class Conflict(BaseModel):
 
     claim: str = Field(description="what the sources disagree on")
     sources: list[ConflictSource] = Field(min_length=2)
+    newest: int | None = Field(
+        default=None, description="the citation number of the side whose document dates itself latest, if all do"
+    )
+    newest_date: str = Field(default="", description="that document's own date, as it writes it")
+
+
+# A document's own date: when it takes effect or was issued (自2024年1月1日起施行, 2023年修订), or its edition
+# (2024年版, 2024版).
+_OWN_DATE = re.compile(
+    r"(?P<date>(?P<year>\d{4})年(?:(?P<month>\d{1,2})月(?:(?P<day>\d{1,2})日)?)?)起?(?:施行|生效|实施|执行|修订|发布|印发|版)"
+    r"|(?P<edition>(?P<edition_year>\d{4})版)"
+)
+
+
+def document_date(*texts: str) -> tuple[tuple[int, ...], str] | None:
+    """The latest date the texts (a document's title, file name, chunk) give the document itself, and its
+    wording, or None."""
+    found: list[tuple[tuple[int, ...], str]] = []
+    for text in texts:
+        for match in _OWN_DATE.finditer(text or ""):
+            if match["edition"]:
+                found.append(((int(match["edition_year"]), 0, 0), match["edition"]))
+            else:
+                parts = (match["year"], match["month"], match["day"])
+                found.append((tuple(int(part or 0) for part in parts), match.group()))
+    return max(found) if found else None
+
+
+def newest_side(dates: Sequence[tuple[int, tuple[tuple[int, ...], str] | None]]) -> tuple[int, str] | None:
+    """Of the sides' (citation number, document date), the number and date wording of the newest, when
+    every side dates itself and one date is the latest alone."""
+    if len(dates) < 2 or any(date is None for _, date in dates):
+        return None
+    ranked = sorted(((date[0], number, date[1]) for number, date in dates if date), reverse=True)
+    return (ranked[0][1], ranked[0][2]) if ranked[0][0] != ranked[1][0] else None
 
 
 def describe(conflicts: Sequence[Conflict]) -> str:
@@ -295,7 +391,8 @@ def describe(conflicts: Sequence[Conflict]) -> str:
         sides = "；".join(
             f"{_KIND_LABEL[source.kind]}[{source.number}]：「{source.says}」" for source in conflict.sources
         )
-        lines.append(f"{DISAGREE}（{conflict.claim}）：{sides}。{CHECK_THE_ORIGINALS}。")
+        newer = f"{SUPERSEDES.format(number=conflict.newest, date=conflict.newest_date)}；" if conflict.newest else ""
+        lines.append(f"{DISAGREE}（{conflict.claim}）：{sides}。{newer}{CHECK_THE_ORIGINALS}。")
     return "\n".join(lines)
 
 

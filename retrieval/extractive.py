@@ -37,7 +37,8 @@ from core.schema import Mode
 from core.text import ChineseTokenizer
 from retrieval.answer_kinds import AnswerKind, asked_attribute, asked_kind, holds
 from retrieval.conflicts import Conflict, describe
-from retrieval.premises import PREMISE_DENIED, contradiction, figure_premise, forbidden_premise, premise_of
+from retrieval.premises import PREMISE_DENIED, Denial, Prohibited, figure_premise, forbidden_premise, unknown_codes
+from retrieval.profiles import DEFAULT, TextProfile
 from retrieval.results import Hit, interleave
 from retrieval.retriever import Retriever
 
@@ -45,6 +46,7 @@ HEADER = "（抽取式回答：未使用大模型，以下句子均为资料原�
 NO_EVIDENCE = "资料中没有找到足以回答的原文"
 CLOSEST = "最接近的原文（不足以确认）："
 UNCONFIRMED = "无法从上下文确认"
+FORBIDDEN = "资料明确提醒不要这样做"  # a part asking whether it may do what a source forbids
 
 _SENTENCE_ENDS = "[？?！!；;。\n]+"
 _CONJUNCTIONS = "另外|此外|并且|而且|以及|还有|同时|然后|再者|顺便问一下"
@@ -54,8 +56,8 @@ _QUESTION_MARK = re.compile(
 )
 _ELLIPTICAL = re.compile(r"(?:有|是|又|还|在|会|能|用)")  # no subject of its own: 有多重…
 _PRONOUN = re.compile(r"(?:他|她|它|其|该|此|这|那)")  # a subject named in the part before: 他的…
-# 「刘备、关羽、张飞各自用什么兵器？」: two or more short subjects, then 各自/分别/各 and what each is asked
-# (各自的兵器 → 刘备的兵器). Not 「刘备与孙夫人分别后…」: 分别 the verb (to part), followed by
+# 「赵阳、孙越、李通各自用什么兵器？」: two or more short subjects, then 各自/分别/各 and what each is asked
+# (各自的兵器 → 赵阳的兵器). Not 「赵阳与孙夫人分别后…」: 分别 the verb (to part), followed by
 # 后/时/之际/以来/多年/的.
 _DISTRIBUTIVE = re.compile(
     r"^(?P<subjects>[^，,。？?；;]{2,40}?)(?:各自|分别(?!后|时|之|以|多年|的)|各(?!自))(?P<asked>[^，,。？?；;]+)$"
@@ -98,7 +100,9 @@ class PartAnswer(BaseModel):
     wanted: str | None = None  # the kind of answer the part asks for, when it has a visible form (重量)
     wanted_found: bool = True  # whether a quote holds one (`retrieval.answer_kinds`)
     premise_denied: str | None = None  # the premise a source contradicts (`retrieval.premises`): the quote says so
+    forbidden: str | None = None  # what the part asks leave to do and a source forbids: the quote says so
     vouched: bool = False  # a distributed part's own sentence holds the specific kind asked (`select`)
+    headings_quoted: bool = False  # its base's text profile quotes headings (a novel's chapter titles)
 
 
 @dataclass(frozen=True)
@@ -191,7 +195,7 @@ def split_question(question: str, max_parts: int = 8) -> list[str]:
     """Parts of a compound question, in order, each searched on its own.
 
     Cuts at sentence ends and conjunctions, then glues back what cannot stand alone: a fragment
-    that asks nothing joins the next part ("刘备以及关羽在哪里结义？" stays whole), one without a
+    that asks nothing joins the next part ("赵阳以及孙越在哪里结义？" stays whole), one without a
     subject (有多重…) stays with the part before. A part that opens with a pronoun (他…, 这把刀…)
     stays a part (it is judged on its own words) and is searched with the part before
     (`search_texts`). A request for links is a part of its own. Past `max_parts`, the rest
@@ -232,8 +236,8 @@ def _clauses(question: str) -> list[str]:
 
 
 def _subjects(clause: str) -> tuple[list[str], str] | None:
-    """The subjects a distributive clause asks the same of, and what it asks (「刘备、关羽、张飞各自用什么
-    兵器」 → [刘备, 关羽, 张飞], 用什么兵器); None for any other clause."""
+    """The subjects a distributive clause asks the same of, and what it asks (「赵阳、孙越、李通各自用什么
+    兵器」 → [赵阳, 孙越, 李通], 用什么兵器); None for any other clause."""
     found = _DISTRIBUTIVE.match(clause)
     if found is None:
         return None
@@ -244,8 +248,8 @@ def _subjects(clause: str) -> tuple[list[str], str] | None:
 
 
 def distribute(part: str) -> list[str]:
-    """A part asking the same of several subjects, one part per subject: 「刘备、关羽、张飞各自用什么
-    兵器」 asks 刘备用什么兵器, 关羽用什么兵器 and 张飞用什么兵器, and each is answered by its own quote
+    """A part asking the same of several subjects, one part per subject: 「赵阳、孙越、李通各自用什么
+    兵器」 asks 赵阳用什么兵器, 孙越用什么兵器 and 李通用什么兵器, and each is answered by its own quote
     (the one sentence naming all three weapons is found for each). Anything else stays whole."""
     found = _subjects(part)
     return [f"{subject}{found[1]}" for subject in found[0]] if found else [part]
@@ -278,9 +282,9 @@ def distributed(question: str) -> dict[str, Distributed]:
 
 def search_texts(parts: list[str], question: str) -> list[list[str]]:
     """What to search for each part of `question`, the hits of its texts interleaved (`interleave`).
-    A part `distribute` made is searched alone and with its clause: 「刘备、关羽、张飞用什么兵器」 finds
-    the one sentence naming the three weapons (刘备用什么兵器 alone finds those in 孙夫人's room), and
-    曹操字什么 alone finds 「姓曹名操字孟德」, which the clause misses (dev, docs/workflow.md). A part
+    A part `distribute` made is searched alone and with its clause: 「赵阳、孙越、李通用什么兵器」 finds
+    the one sentence naming the three weapons (赵阳用什么兵器 alone finds those in 孙夫人's room), and
+    周平字什么 alone finds 「姓曹名操字孟德」, which the clause misses (dev, docs/workflow.md). A part
     opening with a pronoun carries the part before it, so 他的口号是什么 is searched with 张角是谁
     (without a model the pronoun is not resolved)."""
     together = distributed(question)
@@ -293,7 +297,7 @@ def search_texts(parts: list[str], question: str) -> list[list[str]]:
 
 
 def follow_up_terms(earlier: str, question: str, tokenizer: ChineseTokenizer, limit: int = 4) -> list[str]:
-    """The earlier question's key terms that a follow-up leans on (他的…, 那张飞呢, 还有…): searched
+    """The earlier question's key terms that a follow-up leans on (他的…, 那李通呢, 还有…): searched
     with it, since without a model nothing rewrites it. None when the question names its subject."""
     if not (_PRONOUN.search(question) or _ELLIPTICAL.match(question)):
         return []
@@ -332,7 +336,7 @@ def _covers(term: str, text: str) -> bool:
     return sum(b in text for b in bigrams) * 2 > len(bigrams)
 
 
-Names = Mapping[str, Sequence[str]]  # a query term → the other names the base gives it (关羽 → 云长)
+Names = Mapping[str, Sequence[str]]  # a query term → the other names the base gives it (孙越 → 伯远)
 
 
 def other_names(expansions: Sequence[Expansion]) -> dict[str, list[str]]:
@@ -344,7 +348,7 @@ def other_names(expansions: Sequence[Expansion]) -> dict[str, list[str]]:
 
 
 def _named(term: str, text: str, names: Names) -> bool:
-    """The term, or another name of what it names, is in the text (关羽 asked, 云长 written)."""
+    """The term, or another name of what it names, is in the text (孙越 asked, 伯远 written)."""
     return any(_covers(form, text) for form in (term, *names.get(term, ())))
 
 
@@ -393,7 +397,7 @@ class Window:
 
 def _sentence_windows(source: Source, context: int) -> list[Window]:
     """A window around every quotable sentence: the answer often sits next to the sentence that
-    names the subject (曰…, then what was said), so a sentence is scored and quoted with its neighbours."""
+    names the subject (说…, then what was said), so a sentence is scored and quoted with its neighbours."""
     pieces = split_sentences(source.text)
     offsets = [0, *accumulate(len(piece) for piece in pieces)]
     found = []
@@ -512,6 +516,7 @@ def select(
     held: Callable[[Sequence[str]], set[str]] | None = None,
     names: Names | None = None,
     origin: Distributed | None = None,
+    profile: TextProfile = DEFAULT,
 ) -> PartAnswer:
     """The best sentence windows for `part`, in book order, and whether they answer it. `held`
     tells which terms the whole base holds: a term of the part that neither the sources nor the
@@ -523,17 +528,18 @@ def select(
     candidates = windows_of(sources, limits.context)
     if not candidates:
         return PartAnswer(part=part, extracts=[], answered=False, best_similarity=0.0, coverage=0.0)
-    kind = asked_kind(part)
+    kind = asked_kind(part, profile.kinds)
     names = names or {}
     scored = _scored(part, terms, names, kind, candidates, embedder, limits)
     kept = _quoted(scored, any(source.given for source in sources), limits)
-    vouched = False  # a distributed part's own sentence holds the specific kind asked (「张飞造丈八点钢矛。」)
+    vouched = False  # a distributed part's own sentence holds the specific kind asked (「李通造丈八点钢矛。」)
     if origin is not None:
         kept, vouched = _about(kept, origin, names, kind, limits.sentences)
     union = coverage(terms, "".join(e.text for e in kept), names)
     top_similarity = max(extract.similarity for _, extract in scored)
     unknown, absent, unsourced = _unmentioned(part, terms, sources, tokenizer, held, names)
-    strangers = [term for term in unknown if tokenizer.is_person(term)] if held is not None else []
+    # people and codes (错误码E9) the base never mentions
+    strangers = [*(t for t in unknown if tokenizer.is_person(t)), *unknown_codes(part, unknown)] if held else []
     found = holds(kind, [extract.text for extract in kept])
     # A vouched part is answered however far the shared clause's cosine falls: one sentence about three
     # subjects is far from each.
@@ -559,6 +565,7 @@ def select(
         wanted=kind.name if kind else None,
         wanted_found=found,
         vouched=vouched,
+        headings_quoted=profile.headings_quoted,
     )
 
 
@@ -572,8 +579,8 @@ def _unmentioned(
 ) -> tuple[list[str], str | None, str | None]:
     """The part's `terms` that neither its sources nor the base mention (血型, 高铁), and the attribute
     it names and asks for (蓝鲸科技的CEO是谁: CEO) when none of its sources mentions it: absent (the
-    base never speaks of it either) or unsourced (the base does, of something else: 关羽的妻子叫什么名字,
-    and the passages found about 关羽 never say 妻子). Either way no quote can answer: the question
+    base never speaks of it either) or unsourced (the base does, of something else: 孙越的妻子叫什么名字,
+    and the passages found about 孙越 never say 妻子). Either way no quote can answer: the question
     names what it wants, so this is a plausible detail, not a paraphrase (dev: docs/workflow.md).
     The base is asked once, for both."""
     attribute = asked_attribute(part)
@@ -612,11 +619,11 @@ def _about(
     extracts: list[Extract], origin: Distributed, names: Names, kind: AnswerKind | None, limit: int
 ) -> tuple[list[Extract], bool]:
     """A distributed part's quotes cut to their sentences that name its subject and hold the specific
-    kind asked, each quoted on its own (刘备用什么兵器: 「玄德谢别二客，便命良匠打造双股剑。」, not the
+    kind asked, each quoted on its own (赵阳用什么兵器: 「子昂谢别二客，便命良匠打造双股剑。」, not the
     sentence of all three weapons three times), the `limit` best: such a sentence answers the part
     (True). Otherwise its quotes less those about another subject of the clause and not its own
     (高血糖有什么症状: not 「低血糖是指…」), all of them when that leaves none: a sentence naming
-    someone proves less (in 「玄德看其人：身长九尺」 the height is the other man's)."""
+    someone proves less (in 「子昂看其人：身长九尺」 the height is the other man's)."""
     subject = origin.subject
     if kind is not None and kind.specific:
         sentences = {
@@ -639,7 +646,7 @@ def _about(
 
 def _said_of(subject: str, text: str, names: Names, kind: AnswerKind) -> bool:
     """`text` names `subject` (or another name of it) and holds an answer of `kind`, with no other
-    person referred to between the two (「玄德回视其人，身长八尺」 is 其人's height, not 玄德's)."""
+    person referred to between the two (「子昂回视其人，身长八尺」 is 其人's height, not 子昂's)."""
     found = kind.holds.search(text)
     if found is None:
         return False
@@ -652,24 +659,33 @@ def _said_of(subject: str, text: str, names: Names, kind: AnswerKind) -> bool:
 
 
 def deny_premise(
-    answer: PartAnswer, sources: Sequence[Source], names: Names, tokenizer: ChineseTokenizer
+    answer: PartAnswer,
+    sources: Sequence[Source],
+    names: Names,
+    tokenizer: ChineseTokenizer,
+    profile: TextProfile = DEFAULT,
 ) -> PartAnswer:
-    """`answer`, unless its part takes for granted a success, states a figure, or sets a scene that a
-    sentence of `sources` (the part's every hit, best first) contradicts or forbids
-    (`retrieval.premises`): then that sentence is the part's only quote, and the part is not answered."""
+    """`answer`, unless a sentence of `sources` (the part's every hit, best first) contradicts what its
+    part takes for granted (`retrieval.premises`, and the base's text profile's own check): then that
+    sentence is the part's only quote, and the part is not answered. A part asking whether it may do
+    what a source forbids is answered by the prohibition, quoted first (`forbidden`)."""
     texts = [(s.id, s.text) for s in sources]
-    premise = premise_of(answer.part, tokenizer)
-    found = contradiction(premise, texts, names) if premise else None
+    part = answer.part
+    denied: Denial | None = next((d for check in profile.premises if (d := check(part, texts, names, tokenizer))), None)
     denied = (
-        (premise.clause, *found)
-        if premise and found
-        else figure_premise(answer.part, texts, tokenizer) or forbidden_premise(answer.part, texts, tokenizer)
+        denied or figure_premise(part, texts, tokenizer, profile.units) or forbidden_premise(part, texts, tokenizer)
     )
     if denied is None:
         return answer
-    clause, source_id, sentence = denied
-    quote = Extract(text=sentence, source_id=source_id, order=(0, 0, 0, 0, 0), similarity=0.0, coverage=0.0, score=0.0)
-    return answer.model_copy(update={"extracts": [quote], "answered": False, "premise_denied": clause})
+    quote = Extract(
+        text=denied.sentence, source_id=denied.source_id, order=(0, 0, 0, 0, 0), similarity=0.0, coverage=0.0, score=0.0
+    )
+    if isinstance(denied, Prohibited) and denied.asks_leave:
+        others = [extract for extract in answer.extracts if denied.sentence not in extract.text]
+        return answer.model_copy(
+            update={"extracts": [quote, *others[:1]], "answered": True, "forbidden": denied.clause}
+        )
+    return answer.model_copy(update={"extracts": [quote], "answered": False, "premise_denied": denied.clause})
 
 
 def lacks(part: PartAnswer) -> str | None:
@@ -693,6 +709,15 @@ class Quoted:
     title: str = ""
 
 
+# A heading: a short line with no punctuation of a sentence (「三、低血糖的处理」, 「## 保修」). Never a quote.
+_HEADING = re.compile(r"^[^。！？!?；;，,：:]{1,30}$")
+
+
+def is_heading(line: str) -> bool:
+    """Whether a line of a source is a heading, not a sentence that could be quoted."""
+    return bool(_HEADING.match(line.strip(_BLANK)))
+
+
 def compose(
     parts: Sequence[PartAnswer],
     sources: dict[str, Quoted],
@@ -700,10 +725,10 @@ def compose(
     notes: Sequence[str] = (),
     disagreements: Sequence[Conflict] = (),
 ) -> str:
-    """The answer: the header and `notes` (how the question was searched), per part its quotes
-    `「…」[n]` (web ones with their URL), the sources that disagree (`disagreements`, each side
-    quoted), then 「无法从上下文确认：…」 naming the unanswered parts and why (`why_not`). Only
-    quotes and fixed phrases."""
+    """The answer: the header and `notes` (how the question was searched), then per part what answers
+    first: its quotes `「…」[n]` (web ones with their URL); or, for a part not answered, 「无法从上下文确认：…」
+    and why, then the sentence denying its premise or at most one closest quote; then the sources that
+    disagree (`disagreements`, each side quoted). Only quotes and fixed phrases; a heading is never quoted."""
     lines = [HEADER, *notes]
     numbered = len(parts) > 1
     web = [quoted for quoted in sources.values() if quoted.url]
@@ -713,25 +738,46 @@ def compose(
         if part.wants_links:
             lines += [f"「{quoted.title}」{quoted.url}[{quoted.number}]" for quoted in web]
             continue
-        if part.premise_denied:
-            lines.append(f"{PREMISE_DENIED}（问题假定「{part.premise_denied}」），资料原文：")
-        elif part.extracts and not part.answered:
-            lines.append(CLOSEST)
-        for extract in part.extracts:
-            quoted = sources[extract.source_id]
-            link = f"（{quoted.url}）" if quoted.url else ""
-            # A passage may run over a paragraph break: one quote line per paragraph, each cited.
-            paragraphs = (line.strip(_BLANK) for line in extract.text.split("\n"))
-            lines += [f"「{paragraph}」[{quoted.number}]{link}" for paragraph in paragraphs if paragraph]
+        extracts = part.extracts
+        if not part.answered:
+            lines.append(_unconfirmed(part, why_not))
+            if part.premise_denied:
+                lines.append(f"{PREMISE_DENIED}（问题假定「{part.premise_denied}」），资料原文：")
+            elif extracts := _closest(extracts, part.headings_quoted):
+                lines.append(CLOSEST)
+        elif part.forbidden:
+            lines.append(f"{FORBIDDEN}（「{part.forbidden}」），资料原文：")
+        for extract in extracts:
+            lines += _quote_lines(extract, sources[extract.source_id], part.headings_quoted)
     if disagreements:
         lines.append(describe(disagreements))
-    missing = [part.part for part in parts if not part.answered]
-    if missing:
-        lacking = [reason for part in parts if not part.answered and (reason := lacks(part))]
-        denied = [PREMISE_DENIED] if any(part.premise_denied for part in parts) else []
-        reasons = "；".join([NO_EVIDENCE, *denied, *dict.fromkeys(lacking), *why_not])
-        lines.append(f"{UNCONFIRMED}：{'；'.join(missing)}（{reasons}）。")
     return "\n".join(lines)
+
+
+def _unconfirmed(part: PartAnswer, why_not: Sequence[str]) -> str:
+    """「无法从上下文确认：<part>（why）。」"""
+    denied = [PREMISE_DENIED] if part.premise_denied else []
+    lacking = [reason] if (reason := lacks(part)) else []
+    return f"{UNCONFIRMED}：{part.part}（{'；'.join([NO_EVIDENCE, *denied, *lacking, *why_not])}）。"
+
+
+def _closest(extracts: Sequence[Extract], headings: bool = False) -> list[Extract]:
+    """The one best-scoring quote that is more than a heading (unless `headings` are quoted), if any."""
+    quotable = [
+        e
+        for e in extracts
+        if headings or not all(is_heading(line) for line in e.text.split("\n") if line.strip(_BLANK))
+    ]
+    return sorted(quotable, key=lambda e: -e.score)[:1]
+
+
+def _quote_lines(extract: Extract, quoted: Quoted, headings: bool = False) -> list[str]:
+    """A quote's lines, each cited: a passage may run over a paragraph break; its headings are left out
+    (unless `headings` are quoted: a text profile's whose headings say what happens)."""
+    link = f"（{quoted.url}）" if quoted.url else ""
+    paragraphs = (line.strip(_BLANK) for line in extract.text.split("\n"))
+    kept = [paragraph for paragraph in paragraphs if paragraph and (headings or not is_heading(paragraph))]
+    return [f"「{paragraph}」[{quoted.number}]{link}" for paragraph in kept or [extract.text.strip(_BLANK)]]
 
 
 def quoted_ids(parts: Sequence[PartAnswer]) -> list[str]:
@@ -755,11 +801,14 @@ def answer_locally(
     max_parts: int,
     passages: int,
     limits: Thresholds,
+    profile: TextProfile | None = None,
 ) -> LocalAnswer:
     """The extractive answer from the knowledge base alone: the steps of the service's extractive
-    graph with web search off, in one call (each part searched `k` deep, its top `passages` quoted)."""
+    graph with web search off, in one call (each part searched `k` deep, its top `passages` quoted), with
+    the base's text profile unless `profile` is given."""
     parts = split_question(question, max_parts)
     tokenizer = retriever.index_tokenizer(scope)
+    profile = profile or retriever.text_profile(scope)
     origins = distributed(question)
     answers = []
     for part, texts in zip(parts, search_texts(parts, question), strict=True):
@@ -771,7 +820,7 @@ def answer_locally(
         origin = origins.get(part)
         sources = score_passages(retriever, scope, part, every[:passages])
         names = other_names(retriever.expansions(scope, part))
-        selected = select(part, sources, retriever.embedder, tokenizer, limits, held, names, origin)
-        answers.append(deny_premise(selected, every, names, tokenizer))
+        selected = select(part, sources, retriever.embedder, tokenizer, limits, held, names, origin, profile)
+        answers.append(deny_premise(selected, every, names, tokenizer, profile))
     numbers = {source_id: Quoted(number) for number, source_id in enumerate(quoted_ids(answers), start=1)}
     return LocalAnswer(compose(answers, numbers, []), answers)

@@ -1,317 +1,321 @@
-"""A question that takes for granted what the documents say did not happen, and the sentence that says so.
+"""A question that takes for granted what the documents say otherwise, and the sentence that says so.
 
-「关羽在麦城打败吕蒙之后去了哪里？」 presupposes a victory; the book has 关公…被潘璋部将马忠所获. Every
-word of the premise is in that passage, so similarity and keyword coverage call it an answer. Without
-a model this module reads the one form such a question takes: a premise clause ending in 之后/以后/后
-that claims a success for its subject (打败, 大胜, 守住, 治好, 病好, 赦免, 脱险 …), then what is asked. The
-premise is contradicted when a sentence of the part's sources names that subject (or another name
-the caller's aliases give it) and, within the same clause run, a setback (被擒, 所获, 兵败, 死于, 首级,
-归天, 放去 …), in a passage about the premise's scene (麦城, 吕蒙), or when the roles are reversed: the
-loser overcomes the subject (「夏侯存…只一合，被云长砍死」 against 夏侯存打败关羽). A passive clause claims
-the success for its agent: 「吕蒙在荆州被关羽斩杀后…」 takes 关羽's victory over 吕蒙 for granted, and
-「云长父子遇害」 denies it. The part is then not answered: the answer quotes that sentence and says that
-the documents say otherwise (`retrieval.extractive.compose`).
+Three general checks, for any base (a text profile may add its own: `retrieval.profiles`):
 
-A part may also state a figure the documents give otherwise: 「陪产假延长到30天以后需要提交什么材料？」
-when the handbook says 男员工享有陪产假15天, 「试用期六个月结束后怎么转正？」 when it says 试用期为三个月
-(`figure_premise`), or take for granted what the documents forbid: 「AirFresh P5 放在浴室里用时应该开
-哪个模式？」 when the manual says 请勿在浴室等潮湿环境中使用本机 (`forbidden_premise`). A premise of any
-other form is left to the verdict.
+- **A figure about the same subject** (`figure_premise`): 「试用期工资是转正工资的80%」 states 80% of what
+  its words before the figure name (试用期, 工资, 转正). It is compared with the figures of the same
+  dimension (`retrieval.units`: mmol/L is a concentration, 3个月 a duration, 一个 no amount) that the
+  sources say of the same subject, the figures whose own clause shares most of those words, not with
+  any number of the hits: 病假期间发放基本工资的80% shares only 工资, so 试用期工资为转正工资的70% denies it.
+  A direction is part of the figure: 「血糖高于3.9 mmol/L」 is denied by 「血糖低于3.9 mmol/L」 (高/低, 以上/
+  以下, 超过/不足, 之前/之后).
+- **An action the documents forbid** (`forbidden_premise`): what the part proposes (「开封后放冷冻室」,
+  「昏迷了，喂糖水」) against what follows 切勿, 禁止, 不得, 请勿, 不宜, 不要, 严禁 … in a source (「切勿给
+  昏迷者喂食物或糖水」), in any phrasing. A part that asks what happens or what to do after it (会怎样,
+  怎么办) takes nothing forbidden for granted; one asking whether it may (能…吗) is answered by the
+  prohibition (`Prohibited.asks_leave`).
+- **A code or model the base never mentions** (`unknown_codes`): 错误码E9 when the manual lists E1–E8.
+
+The part is then not answered: the answer quotes the sentence and says the documents say otherwise
+(`retrieval.extractive.compose`).
 """
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from core.chunking import split_sentences
-from core.text import ChineseTokenizer, given_name
-from retrieval.conflicts import Figure, Quote, figures_of, said_alike
+from core.text import ChineseTokenizer
+from retrieval.conflicts import MONTH_DAY, WEEKDAY, Figure, Quote, Units, figures_of, said_alike
+from retrieval.units import comparable, in_base, unit_of
 
 PREMISE_DENIED = "资料所述与问题的前提不符"  # said in the answer, with or without a model
 
-# The premise: a clause of 4 to 30 characters, then 之后/以后/后 and the question (not the 后 of
-# 最后, 日后, 背后, 后来, 后主 …).
-_PREMISE = re.compile(
-    r"^(?P<premise>[^，,。？?]{4,30}?)(?:之后|以后|(?<![最日背然前午随此今其])后(?![来主面人代世宫妃患]))[，,]?(?P<asked>.+)$"
-)
-# Success claimed for the subject (the premise's first name: 关羽 in 关羽在麦城打败吕蒙).
-_SUCCESS = re.compile(
-    r"打败|击败|击退|战胜|打赢|大胜|获胜|取胜|得胜|大破|攻进|攻入|攻下|攻破|攻占|夺回|夺取|守住|保住|"
-    r"治好|医好|治愈|病好|病愈|痊愈|康复|赦免|饶了|饶恕|救出|救活|救下|救回|脱险|逃脱|逃出|活了|生还|"
-    r"斩了|斩杀|杀了|杀死|擒住|擒获|活捉|收服|降服"
-)
-# The subject ends where the clause before the claim turns to a place or a helper (关羽|在麦城).
-_SUBJECT_END = re.compile(r"在|于|让|被|把|将|从|到|率|带|用|与|和|同|跟")
-# With 被 the subject undergoes the claim: only these are a success for it (被曹操赦免); any other is
-# the agent's (严颜被张飞擒住: 张飞's).
-_SPARED = re.compile(r"赦免|饶了|饶恕|放了|救出|救活|救下|救回")
-# A setback for whom the sentence names just before it (the same clause run: no 。！？ between).
-_SETBACK = (
-    r"被擒|被获|所获|被执|被捉|所擒|被杀|所杀|被斩|所斩|被害|遇害|身死|而死|死于|身亡|自刎|自杀|缢死|"
-    r"首级|下狱|狱中|兵败|败走|败退|败回|大败而|败后|之败|退兵|不信|放去|放了|放过|不食|归天|而亡|而卒|病故|病亡"
-)
 _FIRST_CALENDAR_YEAR = 1000  # a figure in 年 from here on is a year, not a span
-_GAP = 12  # characters at most between the subject's name and the setback
-# A kinsman right after the name is whose setback it is (卓母亦被杀, 关羽子关平被擒); 父子 and 兄弟
-# include the subject (关公父子皆遇害).
-_KIN = re.compile(r"[母父妻子女兄弟妾侄](?![子弟])")
-# Nor are those of the people under the subject (关羽部将…被擒, 孙越帐下之人…); its army's are its own.
-_UNDERLINGS = re.compile(r"(?:的|之)?(?:部将|部下|帐下|手下|麾下|家人|家小|老小)")
+# Right before a figure, what makes it no amount stated: an ordinal or an asked count (第二次, 哪两个, 几个).
+_NOT_STATED = re.compile(r"(?:第|哪|几|多少)$")
+# Directions either side of a figure: (before it, after it) → its sense.
+_DIRECTIONS = (
+    (
+        re.compile(r"(?:高于|超过|大于|多于|不低于|不少于|至少|(?<![不未])满|超出)$"),
+        re.compile(r"^(?:以上|及以上|或以上|之上)"),
+        "above",
+    ),
+    (
+        re.compile(r"(?:低于|不足|小于|少于|不超过|不高于|未满|不满|不到|至多|最多)$"),
+        re.compile(r"^(?:以下|及以下|以内|之内|内)"),
+        "below",
+    ),
+    (re.compile(r"(?:提前)$"), re.compile(r"^(?:之前|以前|前)"), "before"),
+    (re.compile(r"(?:推迟|延后)$"), re.compile(r"^(?:之后|以后|后)"), "after"),
+)
+_OPPOSITE = {"above": "below", "below": "above", "before": "after", "after": "before"}
+_FILLERS = "为是约有达共计在的了仅只近逾需要"
 
 
 @dataclass(frozen=True)
-class Premise:
-    """What a part takes for granted: the clause, its subject and the success it claims."""
+class Denial:
+    """What a part takes for granted (`clause`) and the source sentence that says otherwise."""
 
     clause: str
-    subject: str
-    claim: str
-    target: str = ""  # what follows the claim (丁原 in 吕布杀了丁原): a setback said of it is not the subject's
-    # A passive clause (吕蒙被关羽斩杀): the subject is the agent, whose setbacks are many and mostly of
-    # other days, so only one said in the same clause (no comma between) denies it.
-    passive: bool = False
-    loser: str = ""  # whom the claim is over, when a name (廖化 in 郑伦杀了廖化, 吕蒙 in 吕蒙被关羽斩杀)
-    # The event's other words (麦城, 吕蒙 in 关羽在麦城打败吕蒙): a setback denies the claim only in a
-    # passage about that event, not the subject's death in another (「后夏侯渊为黄忠所斩」 against
-    # 夏侯渊杀了龚都).
-    scene: tuple[str, ...] = ()
+    source_id: str
+    sentence: str
 
 
-def premise_of(part: str, tokenizer: ChineseTokenizer | None = None) -> Premise | None:
-    """The premise a part takes for granted, when it claims a success for a named subject. The
-    subject ends at a place or a helper (关羽|在麦城); when nothing marks its end (曹丕亲征东吴大胜),
-    it is the name the clause opens with, as the `tokenizer` reads it."""
-    found = _PREMISE.match(part)
-    if found is None:
-        return None
-    clause = found["premise"]
-    claim = _SUCCESS.search(clause)
-    if claim is None:
-        return None
-    before = clause[: claim.start()]
-    end = _SUBJECT_END.search(before, 2)  # a name may start with one of them (于禁, 和洽)
-    subject = before[: end.start()] if end else before
-    if len(subject) > 4 and tokenizer is not None:
-        subject = next((name for name in tokenizer.names(before)[:1] if before.startswith(name)), subject)
-    if not 2 <= len(subject) <= 4:
-        return None
-    passive = before.rfind("被")
-    if passive >= 0 and not _SPARED.fullmatch(claim.group()):
-        # 吕蒙在荆州被关羽斩杀: the success is the agent's (关羽), over the one the clause opens with.
-        agent = before[passive + 1 :]
-        if not 2 <= len(agent) <= 4:
-            return None
-        scene = _scene(clause, agent, claim.group(), tokenizer)
-        return Premise(clause, agent, claim.group(), subject, passive=True, loser=subject, scene=scene)
-    target = clause[claim.end() :]
-    loser = _leading_name(target, tokenizer)
-    return Premise(
-        clause, subject, claim.group(), target, loser=loser, scene=_scene(clause, subject, claim.group(), tokenizer)
-    )
-
-
-def _scene(clause: str, subject: str, claim: str, tokenizer: ChineseTokenizer | None) -> tuple[str, ...]:
-    """The clause's words of two characters or more that are neither its subject nor its claim."""
-    if tokenizer is None:
-        return ()
-    words = tokenizer.content_words(clause.replace(subject, " ").replace(claim, " "))
-    return tuple(dict.fromkeys(word for word in words if len(word) > 1))
-
-
-def _leading_name(text: str, tokenizer: ChineseTokenizer | None) -> str:
-    """The name `text` opens with (廖化 in 廖化, 曹操 in 曹操的大军), or nothing."""
-    if tokenizer is not None:
-        return next((name for name in tokenizer.names(text)[:1] if text.startswith(name)), "")
-    return text if 2 <= len(text) <= 4 else ""
-
-
-def contradiction(
-    premise: Premise, texts: Sequence[tuple[str, str]], names: Mapping[str, Sequence[str]]
-) -> tuple[str, str] | None:
-    """The first (source id, sentence) among `texts` ((id, text) pairs, best first) that names the
-    premise's subject, by its name or another one the caller may see, with a setback right after it;
-    failing that, by its one-character given name (曹操: 「操自赤壁败后」)."""
-    given = given_name(premise.subject)
-    for forms in ((premise.subject, *names.get(premise.subject, ())), (given,) if given else ()):
-        if forms and (found := _first_setback(forms, premise, texts)):
-            return found
-    return _reversed(premise, texts, names) if premise.loser else None
-
-
-# The loser's hand on the subject: a kill, a capture or a defeat (被甘宁一刀斩于马下, 斩郑伦, 为陆逊所败).
-_OVERCOME = r"斩|杀|砍|刺|擒|捉|获|射|败|破"
-_CLAUSE_MARKS = "，,；;：:"
-
-
-def _reversed(
-    premise: Premise, texts: Sequence[tuple[str, str]], names: Mapping[str, Sequence[str]]
-) -> tuple[str, str] | None:
-    """The first sentence where the premise's loser overcomes its subject: 「马延正欲交锋，早被甘宁一刀斩于马下」
-    against 马延斩了甘宁, 「被廖化一刀，斩郑伦于马下」 against 郑伦杀了廖化, 「…为陆逊所败」 against a victory over
-    陆逊 (the loser's other names count, as the subject's do)."""
-    winner = "|".join(re.escape(form) for form in (premise.subject, *names.get(premise.subject, ())))
-    loser = "|".join(re.escape(form) for form in (premise.loser, *names.get(premise.loser, ())))
-    nearest = rf"(?:(?!{winner})[^。！？!?])"  # the clause after the subject's last mention before the 被
-    passive = re.compile(
-        rf"(?:{winner})(?P<before>{nearest}{{0,30}}?)被(?:{loser})[^。！？!?，,]{{0,6}}?(?:{_OVERCOME})"
-    )
-    active = re.compile(rf"(?:{loser})[^。！？!?]{{0,10}}?(?:{_OVERCOME})[了死杀于]?(?:{winner})")
-    undergone = re.compile(rf"(?:{winner})[^。！？!?]{{0,12}}?为(?:{loser})所(?:{_OVERCOME}|害)")
-    for source_id, text in texts:
-        for sentence in split_sentences(text):
-            undergoes = any(_nobody_else(found["before"]) for found in passive.finditer(sentence))
-            if undergoes or active.search(sentence) or undergone.search(sentence):
-                return source_id, sentence.strip()
+def _direction(figure: Figure) -> str | None:
+    """The sense the clause gives the figure (低于3.9: below; 30天以上: above), or None."""
+    lead = figure.lead.rstrip(" " + _FILLERS)
+    for before_mark, after_mark, sense in _DIRECTIONS:
+        if before_mark.search(lead) or after_mark.match(figure.said):
+            return sense
     return None
 
 
-def _nobody_else(before: str) -> bool:
-    """Whether a 被 after the subject's name is said of the subject: at most two characters of its
-    clause come before it (「马延正欲交锋，早被甘宁…」, 「只一合，被云长砍死」), and the name is not
-    followed by a kinsman or someone under the subject (「马延部将周平正欲交锋，被甘宁…」)."""
-    last = max(before.rfind(mark) for mark in _CLAUSE_MARKS)
-    return len(before) - last - 1 <= 2 and not _someone_elses(before)
-
-
-def _someone_elses(after_name: str) -> bool:
-    """Whether what follows the subject's name makes it someone else's: a kinsman (卓母亦被杀) or
-    people under the subject (关羽部将…, 孙越帐下之人…)."""
-    return bool(_KIN.match(after_name) or _UNDERLINGS.match(after_name))
-
-
-def _first_setback(forms: Sequence[str], premise: Premise, texts: Sequence[tuple[str, str]]) -> tuple[str, str] | None:
-    """The first sentence, in a text about the premise's scene, where one of `forms` is followed, within
-    the clause run (within the clause, for a passive premise), by a setback that is the subject's own:
-    not the premise's target's (「布向前，一刀砍下丁原首级」: the head is 丁原's), a kinsman's (卓母亦被杀)
-    or the subject's men's, not supposed, wished for or refused, and not said after whom another fought."""
-    names = "|".join(re.escape(form) for form in forms)
-    stops = "。！？!?，,；;：:" if premise.passive else "。！？!?"
-    # A lookahead, so that every mention of the subject is read (「魏延与杨柏交战，不十合，杨柏败走」)
-    setback = re.compile(rf"(?=(?P<name>{names})(?P<between>[^{stops}]{{0,{_GAP}}}?)(?P<setback>{_SETBACK}))")
-    targets = [premise.target[i : i + 2] for i in range(len(premise.target) - 1)]
-    for source_id, text in _about_the_scene(premise, texts):
-        for sentence in split_sentences(text):
-            found = setback.finditer(sentence)
-            if any(
-                _subjects_own(one["between"], one["setback"], targets) and _named_here(premise, sentence, one)
-                for one in found
-            ):
-                return source_id, sentence.strip()
-    return None
-
-
-def _about_the_scene(premise: Premise, texts: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
-    """The texts naming one of the premise's scene words (all of them when it has none). A longer word
-    counts by its first two characters too: a place's name without its kind (赤壁 of 赤壁之战, 落凤 of
-    落凤坡: 「操自赤壁败后」)."""
-    heads = {word[:2] for word in premise.scene}
-    return [(i, text) for i, text in texts if not heads or any(head in text for head in heads)]
-
-
-# Just before the name, what makes the setback not the named one's: a supposition (「倘布败回」), or a
-# wish, a verb between (「愿斩张郃首级」: not 「备若知云长父子遇害」, where 刘备 learning of it is
-# supposed); or the name is whom the clause's subject met or fought (「孟达…与张郃交锋，大败而回」,
-# 「姜叙、杨卓如何抵得马超，大败而走」): the setback is the subject's.
-_NOT_ITS_OWN = re.compile(r"(?:[倘若如假与和同跟及]|[愿欲誓必抵敌遇].)$")
-
-
-def _named_here(premise: Premise, sentence: str, found: re.Match[str]) -> bool:
-    """Whether the setback `found` after a name of the subject may be the subject's: the name is not a
-    given name inside the full one (张|郃, read with the full name), nor after what makes the setback
-    someone else's (`_NOT_ITS_OWN`)."""
-    if sentence[: found.end("name")].endswith(premise.subject) and found["name"] != premise.subject:
+def _amount(figure: Figure, units: Units) -> bool:
+    """Whether a figure of a question states an amount the documents could give otherwise: not an
+    ordinal or an asked count (第二次, 哪两个), a year of the calendar (a subject has many) or one of a
+    count (一个: 主刷多少钱一个 asks a price)."""
+    if _NOT_STATED.search(figure.lead.rstrip()) or figure.unit == "date":
         return False
-    return _NOT_ITS_OWN.search(sentence[max(0, found.start() - 2) : found.start()]) is None
-
-
-# Before a setback: it is wished, feared or refused, not undergone (「马超言：未成功，不可退兵」).
-_NEGATED = re.compile(r"(?:不可|不肯|不敢|不能|不得|不要|勿|莫|休|未)$")
-# 所杀, 所擒 …: undergone by the one named before the 为 or 被 that brings in its agent (龚都已被夏侯渊所杀).
-# Right after the name, the name is the agent (「龚都已被夏侯渊所杀」 for 夏侯渊); with no agent, the one
-# named last (「关公勇猛，颜良、文丑俱为所杀」: 颜良 and 文丑).
-_AGENT_BROUGHT_IN = re.compile(r"[为被][^为被]+$")
-
-
-def _subjects_own(between: str, setback: str, targets: Sequence[str]) -> bool:
-    """Whether a setback after the subject's name, `between` characters on, is the subject's own."""
-    if _someone_elses(between) or any(t in between for t in targets) or _NEGATED.search(between):
+    if figure.unit == "年" and figure.value[0] >= _FIRST_CALENDAR_YEAR:
         return False
-    return not setback.startswith("所") or _AGENT_BROUGHT_IN.search(between) is not None
+    unit = unit_of(figure.unit, units)
+    return figure.unit in (WEEKDAY, MONTH_DAY) or (unit is not None and not (unit.count and figure.value == (1.0,)))
+
+
+def _alike(asked: Figure, stated: Figure, units: Units) -> bool:
+    """Two figures that measure the same thing (3个月 and 90天; two days the same is said of)."""
+    if asked.unit in (WEEKDAY, MONTH_DAY, "date") or stated.unit in (WEEKDAY, MONTH_DAY, "date"):
+        return asked.unit == stated.unit and said_alike(asked, stated)
+    return comparable(asked.unit, stated.unit, units) and asked.era == stated.era
+
+
+def _value(figure: Figure, units: Units) -> tuple[float, ...]:
+    if len(figure.value) > 1:
+        return figure.value
+    return (round(in_base(figure.value[0], figure.unit, units), 6),)
+
+
+Subject = list[tuple[str, ...]]  # a figure's subject: per word, its forms (the word and its sub-words: 洗脚水, 洗脚)
+
+
+def _subject(figure: Figure, tokenizer: ChineseTokenizer) -> tuple[Subject, Subject]:
+    """The words of a question's figure's subject: those before it in its clause (试用期, 工资, 转正 in
+    试用期工资是转正工资的80%), and those after it (低血糖 in 血糖低于3.9就是低血糖吗), each with its
+    dictionary sub-words (洗脚水 is said as 洗脚)."""
+    after = figure.context.split("，", 1)[1] if "，" in figure.context else ""
+
+    def words(text: str, forms: bool) -> Subject:
+        found = dict.fromkeys(w for w in tokenizer.content_words(text) if len(w) > 1 and not _numeric(w))
+        return [(w, *(sub for sub in tokenizer.expand(w) if forms and len(sub) > 1 and sub != w)) for w in found]
+
+    # after the figure, a word only as written: 低血糖 is not the 血糖 of 血糖高于13.9为高血糖
+    return words(figure.lead, True), words(after, False)
+
+
+def _said(subject: Subject, text: str) -> int:
+    """How many of a subject's words `text` says, in any of their forms."""
+    return sum(any(form in text for form in forms) for forms in subject)
+
+
+def _numeric(word: str) -> bool:
+    """A number, a direction or a copula: no word of what a figure is said of."""
+    return bool(re.search(r"[\d一二三四五六七八九十百千万两]", word)) or word in _NOT_SUBJECT
+
+
+_NOT_SUBJECT = frozenset(
+    [
+        "不满",
+        "未满",
+        "高于",
+        "低于",
+        "超过",
+        "不足",
+        "以上",
+        "以下",
+        "大于",
+        "小于",
+        "多于",
+        "少于",
+        "不超过",
+        "以内",
+        "之内",
+        "之前",
+        "以前",
+        "之后",
+        "以后",
+        "至少",
+        "最多",
+        "达到",
+        "就是",
+        "就算",
+        "算是",
+        "延长",
+        "缩短",
+    ]
+)
 
 
 def figure_premise(
-    part: str, texts: Sequence[tuple[str, str]], tokenizer: ChineseTokenizer
-) -> tuple[str, str, str] | None:
-    """(the part's clause stating a figure, source id, sentence) when a sentence of `texts` ((id,
-    text) pairs, best first) names a word the part puts before its figure (陪产假 in 陪产假延长到30天)
-    and states a figure of the same unit, none of them the part's value (15天, not 30天), and no such
-    sentence states the part's value (新加坡1974年… is not denied by 新加坡1965年独立 when another
-    sentence says 新加坡于1974年…); of several, the one sharing most of the clause's words. An ordinal
-    (第二次), an asked count (哪两个) and a year of the calendar (新加坡1974年…: a subject has many)
-    state no amount."""
-    asked_figures = figures_of(Quote(part, "", "", part))
-    if not asked_figures:  # most parts state no figure: the sources are not read for one
+    part: str, texts: Sequence[tuple[str, str]], tokenizer: ChineseTokenizer, units: Units = frozenset()
+) -> Denial | None:
+    """The figure `part` states that the sources ((id, text) pairs, best first) give otherwise for the
+    same subject: of the figures of the same dimension, those whose clause (then sentence) names most
+    of the words before the part's figure, at least half of them; none of them with the part's value,
+    or one with its value and the opposite direction."""
+    for asked in figures_of(Quote(part, "", "", part), units):
+        if not _amount(asked, units) or any(other.endswith(asked.unit) for other in asked.conditions):
+            continue  # no amount, or a bound of a range the part states (满10年不满20年): a case, not a claim
+        lead, rest = _subject(asked, tokenizer)
+        if not lead and not rest:
+            continue
+        denial = _denied_figure(asked, lead or rest, rest if lead else [], texts, units, _supposed(asked))
+        if denial is not None:
+            return denial
+    return None
+
+
+# A figure in a supposed condition (低于5℃时能充电吗, 如果超过30天): asked about, not taken for granted.
+_SUPPOSED = re.compile(r"^(?:时|的时候|的话)")
+_SUPPOSING = re.compile(r"如果|假如|假设|若是|要是|万一")
+
+
+def _supposed(figure: Figure) -> bool:
+    after = figure.context.split("，", 1)[-1]
+    return _direction(figure) is not None and bool(_SUPPOSED.match(after) or _SUPPOSING.search(figure.lead))
+
+
+def _denied_figure(
+    asked: Figure,
+    lead: Subject,
+    rest: Subject,
+    texts: Sequence[tuple[str, str]],
+    units: Units,
+    supposed: bool = False,
+) -> Denial | None:
+    """The best sentence about `asked`'s subject that gives it otherwise (`figure_premise`); of a
+    `supposed` figure (低于5℃时), only one giving its value the opposite direction."""
+    needed = len(lead) // 2  # at least half of them, filler verbs aside (密码最长可以设置: 密码)
+    ranked: list[tuple[tuple[int, int, int], Figure]] = []
+    alike: list[Figure] = []
+    for source_id, text in texts:
+        for stated in figures_of(Quote(asked.quote.part, source_id, source_id, text), units):
+            if not _alike(asked, stated, units):
+                continue
+            alike.append(stated)
+            said = _said(lead, stated.sentence)
+            if said >= max(1, needed):
+                ranked.append(((_said(lead, stated.clause), said, _said(rest, stated.clause)), stated))
+    if not ranked:
         return None
-    stated = [figure for source_id, text in texts for figure in figures_of(Quote(part, source_id, source_id, text))]
-    found: list[tuple[int, str, str, str]] = []
-    for asked in asked_figures:
-        before = asked.context.split("，", 1)[0]
-        if before.endswith(("第", "哪")) or _calendar(asked):
-            continue  # 第二次, 哪两个公司: no amount stated; 1974年: a time, of which a subject has many
-        leading = {word for word in tokenizer.content_words(before) if len(word) > 1}
-        words = leading | {word for word in tokenizer.content_words(asked.context) if len(word) > 1}
-        about = {
-            key: values
-            for key, values in _values_by_sentence(stated, asked).items()
-            if any(word in key[1] for word in leading)
-        }
-        if any(asked.value in values for values in about.values()):
-            continue  # the documents give the part's figure too: a premise they state
-        for source_id, sentence in about:
-            found.append((sum(word in sentence for word in words), asked.clause, source_id, sentence.strip()))
-    if not found:
-        return None
-    best = max(found, key=lambda hit: hit[0])  # the first of the best: texts come best first
-    return best[1], best[2], best[3]
+    best = max(score for score, _ in ranked)
+    top = [stated for score, stated in ranked if score == best]
+    value, sense = _value(asked, units), _direction(asked)
+    same = [stated for stated in top if _value(stated, units) == value]
+    if not sense and all(_direction(stated) for stated in top):
+        return None  # an instance of a threshold (一万元的报销 against 超过5000元的报销), not another value
+    if not same and not supposed:
+        return Denial(asked.clause, top[0].quote.source_id, top[0].sentence.strip())
+    reversed_ = [stated for stated in same if sense and _direction(stated) == _OPPOSITE[sense]]
+    # A bound of two ranges (满1年不满10年 and 满10年不满20年): the value said the part's way anywhere is no denial.
+    said_so = any(_value(f, units) == value and _direction(f) == sense for f in alike)
+    if reversed_ and len(reversed_) == len(same) and not said_so:
+        return Denial(asked.clause, reversed_[0].quote.source_id, reversed_[0].sentence.strip())
+    return None
 
 
-def _calendar(figure: Figure) -> bool:
-    """A date or a year of the calendar (1974年), not an amount (30天, 六个月)."""
-    return figure.unit == "date" or (figure.unit == "年" and figure.value[0] >= _FIRST_CALENDAR_YEAR)
-
-
-def _values_by_sentence(stated: Sequence[Figure], asked: Figure) -> dict[tuple[str, str], set[tuple[float, ...]]]:
-    """The values each (source id, sentence) of `stated` gives in the unit (and era) of `asked`; of days
-    of the week, those said to be what the part says of its day (每周二闭馆: the day 闭馆, not the
-    days 开放 in the same sentence)."""
-    values: dict[tuple[str, str], set[tuple[float, ...]]] = {}
-    for figure in stated:
-        if figure.unit == asked.unit and figure.era == asked.era and said_alike(figure, asked):
-            values.setdefault((figure.quote.source_id, figure.sentence), set()).add(figure.value)
-    return values
-
-
-# A premise clause that sets a scene (放在浴室里用时, 过滤海水以后), and a prohibition in a document:
-# what follows the marker, up to the clause's end, is forbidden (请勿在浴室等潮湿环境中使用本机).
+# A prohibition in a document: what follows the marker, to the clause's end, is forbidden.
+_FORBIDDEN = re.compile(
+    r"(?:请勿|切勿|切忌|严禁|禁止|不得(?!已|不)|不适用于|不宜|不要|不可(?!抗|能|少|逆|避|思|靠|缺|分|取|信|测|以|用(?![于来作]))|避免|忌)"
+    r"(?P<forbidden>[^，,。；;！!？?：:“”]+)"
+)
+# A part asking what follows an act, or what to do about it, takes nothing forbidden for granted.
+_CONSEQUENCE = re.compile(
+    r"会怎样|会怎么样|会不会|会有什么|后果|怎么办|如何处理|怎么处理|有什么影响|有何影响|为什么不|为何不"
+)
+# A part asking whether it may (能给他喂糖水吗): the prohibition is its answer, not a denied premise.
+_LEAVE = re.compile(
+    r"能不能|可不可以|能否|可否|行不行|是否可以|是否能|可以吗|能吗|行吗|(?:能|可以|可)[^，,。？?]{1,20}吗"
+)
+# A part that names a prohibition asks about it (禁止带刀的规定是什么时候宣布的).
+_ASKS_ABOUT = re.compile(r"请勿|切勿|严禁|禁止|不得|不宜|不要|不可|(?<!能)不能|为什么|为何")
+# A scene the part sets (放在浴室里用时, 过滤海水以后): any of its words forbidden denies it.
 _WHEN = re.compile(r"^(?P<premise>[^，,。？?]{2,30}?)(?:的时候|时(?!候)|之后|以后)")  # not 什么时候: it asks
-_FORBIDDEN = re.compile(r"(?:请勿|切勿|严禁|禁止|不得(?!已)|不适用于|不宜)(?P<forbidden>[^，,。；;！!？?：:“”]+)")
+# Words of a prohibition that say nothing of what is forbidden (请勿在浴室…使用本机: 浴室 is what matters).
+_GENERIC = frozenset({"本机", "本品", "本产品", "产品", "设备", "机器", "使用", "进行", "操作", "其中", "情况", "时候"})
 
 
-def forbidden_premise(
-    part: str, texts: Sequence[tuple[str, str]], tokenizer: ChineseTokenizer
-) -> tuple[str, str, str] | None:
-    """(the part's premise clause, source id, sentence) when the part sets its question in a scene
-    (…时, …以后) one of whose words a sentence of `texts` forbids (浴室 in 放在浴室里用时, against
-    请勿在浴室…使用本机); the first such sentence, `texts` coming best first. Names do not count: a
-    narrative's 「若擒不得赵云」 forbids nothing to 赵云取桂阳时."""
-    scene = _WHEN.match(part)
-    if scene is None:
+@dataclass(frozen=True)
+class Prohibited(Denial):
+    """A prohibition against the act a part proposes; `asks_leave`: the part asks whether it may."""
+
+    asks_leave: bool = False
+
+
+def forbidden_premise(part: str, texts: Sequence[tuple[str, str]], tokenizer: ChineseTokenizer) -> Prohibited | None:
+    """The first sentence of `texts` (best first) forbidding the act `part` proposes: the part shares
+    half the prohibition's words, two at least (昏迷, 糖水 of 切勿给昏迷者喂食物或糖水), or its last word
+    when the hits rarely say it (冷冻室 of 切勿放入冷冻室), or a rare word of a scene the part sets (浴室 of
+    放在浴室里用时). Words most hits hold (胰岛素 in a diabetes guide) and names do not count."""
+    if _CONSEQUENCE.search(part) or _ASKS_ABOUT.search(part):
         return None
-    names = set(tokenizer.names(scene["premise"]))
-    words = [word for word in tokenizer.content_words(scene["premise"]) if len(word) > 1 and word not in names]
+    names = set(tokenizer.names(part))
+    words = {word for word in tokenizer.content_words(part) if word not in names}
+    scene = _WHEN.match(part)
+    scenery = (
+        {w for w in tokenizer.content_words(scene["premise"]) if len(w) > 1 and w not in names} if scene else set()
+    )
+    common, rare = _common(texts, tokenizer)
     for source_id, text in texts:
         for sentence in split_sentences(text):
-            forbidden = " ".join(found["forbidden"] for found in _FORBIDDEN.finditer(sentence))
-            if any(word in forbidden for word in words):
-                return scene["premise"], source_id, sentence.strip()
+            for found in _FORBIDDEN.finditer(sentence):
+                act = [w for w in tokenizer.content_words(found["forbidden"]) if len(w) > 1]
+                act = [w for w in act if w not in _GENERIC | common | names]
+                if _proposes(act, words, part, rare) or any(w in act and w in rare for w in scenery):
+                    clause = scene["premise"] if scene else part
+                    return Prohibited(clause, source_id, sentence.strip(), bool(_LEAVE.search(part)))
     return None
+
+
+_COMMON_SHARE = 0.5  # a word in more than this share of the hits (3 at least) says nothing of an act
+_RARE_SENTENCES = 2  # a word in at most this many sentences of the hits is what a prohibition is about
+
+
+def _common(texts: Sequence[tuple[str, str]], tokenizer: ChineseTokenizer) -> tuple[set[str], set[str]]:
+    """The words most of the hits hold (公司 in a staff handbook: sharing one proves nothing), and those
+    few of their sentences say (冷冻室, 浴室: sharing one does)."""
+    in_texts: dict[str, int] = {}
+    in_sentences: dict[str, int] = {}
+    for _, text in texts:
+        for word in set(tokenizer.content_words(text)):
+            in_texts[word] = in_texts.get(word, 0) + 1
+        for sentence in split_sentences(text):
+            for word in set(tokenizer.content_words(sentence)):
+                in_sentences[word] = in_sentences.get(word, 0) + 1
+    common = {w for w, n in in_texts.items() if len(texts) >= 3 and n >= 3 and n > _COMMON_SHARE * len(texts)}
+    return common, {w for w, n in in_sentences.items() if n <= _RARE_SENTENCES}
+
+
+def _proposes(act: list[str], words: set[str], part: str, rare: set[str]) -> bool:
+    """Whether the part's words meet a prohibition's (`forbidden_premise`)."""
+    shared = [w for w in act if w in words or w in part]
+    most = max(2, (len(act) + 1) // 2)
+    last = bool(act) and act[-1] in shared and act[-1] in rare
+    verb = len(act) == 1 or any(w[0] in part for w in act[:-1])  # 放 of 放入冷冻室; not 扎手指 for 挤压手指
+    return len(shared) >= most or (last and verb)
+
+
+# A code or a model: letters then a digit (E9, X200, AB-12), never a unit (5V, 3GB).
+_CODE = re.compile(r"(?<![A-Za-z0-9])[A-Za-z]{1,4}-?\d{1,5}[A-Za-z]?(?![A-Za-z0-9])")
+
+
+def codes_of(part: str) -> list[str]:
+    """The codes and model names a part names (错误码E9, X200 型号)."""
+    return list(dict.fromkeys(found.group() for found in _CODE.finditer(part)))
+
+
+def unknown_codes(part: str, unknown: Sequence[str]) -> list[str]:
+    """The part's codes that neither its sources nor the base mention (`unknown`: its terms so found,
+    lower-cased as the index holds them): the documents do not mention them."""
+    missing = {term.lower() for term in unknown}
+    return [code for code in codes_of(part) if code.lower() in missing]

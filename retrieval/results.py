@@ -48,7 +48,7 @@ class RerankUsed(BaseModel):
 
 class QueryExpansion(BaseModel):
     """A name of the query and another name of it the keyword lists also searched, with where that
-    was learnt: 玄德 → 刘备, 「《三国演义》第1回: 姓刘名备，字玄德。」 (core/aliases.py)."""
+    was learnt: 子昂 → 赵阳, 「《三国演义》第1回: 姓刘名备，字子昂。」 (core/aliases.py)."""
 
     term: str
     expansion: str
@@ -69,7 +69,7 @@ class Hit(ChunkFields):
     # The chunk's passages that matched best, best first (empty when the base has no passage
     # vectors or the mode ran no passage search): where the extractive answer and the reranker start.
     passages: list[PassageMatch] = Field(default_factory=list)
-    # The query's alias expansions this chunk holds: the keyword lists found it by them too (玄德 → 刘备).
+    # The query's alias expansions this chunk holds: the keyword lists found it by them too (子昂 → 赵阳).
     expansions: list[QueryExpansion] = Field(default_factory=list)
     # Reranked hybrid hits only: the reranker's score and the fused rank and score before it.
     rerank: RerankEvidence | None = None

@@ -47,6 +47,7 @@ from retrieval import lists
 from retrieval.compare import Comparison, relate
 from retrieval.fusion import FusionParams, fuse
 from retrieval.lists import SearchFilter
+from retrieval.profiles import TextProfile, profile_named
 from retrieval.rerank import Reranker, build_reranker
 from retrieval.results import FusionUsed, Hit, PassageMatch, QueryExpansion, SearchResult
 
@@ -403,6 +404,10 @@ class Retriever:
         body = lists.passage_knn(vector, len(chunk_ids), candidates, ids, lists.MAX_PASSAGES_PER_CHUNK, exact=True)
         raws = Reader(self.es, scope).search(lists.envelope(len(chunk_ids), source=False) | body)["hits"]["hits"]
         return {chunk_id_from_fields(raw["fields"]): passage_matches(raw) for raw in raws}
+
+    def text_profile(self, scope: Scope) -> TextProfile:
+        """The base's text profile (`_meta.kb.profile`, core/kbs.py): the default for a modern base."""
+        return profile_named(self._index(scope.kb)[0].kb.get("profile"))
 
     def index_tokenizer(self, scope: Scope) -> ChineseTokenizer:
         """The tokenizer `scope`'s base was cut with: the base dictionaries plus its stored corpus

@@ -29,6 +29,7 @@ from core.kbs import (
     read_kb,
     write_base_aliases,
     write_fusion,
+    write_profile,
 )
 from core.reader import base_stats
 from core.store import IndexNotFoundError, read_index_meta
@@ -170,6 +171,11 @@ class KnowledgeBases:
     def write_fusion(self, name: str, setting: FusionSetting | None) -> None:
         """Store the base's fusion (None: the service default); its next search uses it."""
         write_fusion(self.es, name, setting)
+        self._changed(name)
+
+    def write_profile(self, name: str, profile: str | None) -> None:
+        """Set the base's text profile (None: the default path)."""
+        write_profile(self.es, name, profile)
         self._changed(name)
 
     def aliases(self, name: str) -> tuple[Alias, ...]:

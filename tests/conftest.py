@@ -34,6 +34,7 @@ from core.access import ALL_DOCUMENTS
 from core.config import Settings
 from core.documents import Document
 from core.embeddings import Embedder, load_embedder
+from core.kbs import write_profile
 from core.text import get_tokenizer
 from indexing.loaders import LoadLimits, split_chapters
 from indexing.options import IndexOptions
@@ -177,6 +178,7 @@ def knowledge_base(es: Elasticsearch, embedder: Embedder, documents: Sequence[Do
 def sanguo_kb(es: Elasticsearch, embedder: Embedder) -> Iterator[str]:
     """`sanguo_slices()` indexed once per session by the real pipeline; tests only read it."""
     with knowledge_base(es, embedder, sanguo_slices(), "test-sanguo") as alias:
+        write_profile(es, alias, "classical-novel")  # the novel's own rules (retrieval/profiles)
         yield alias
 
 

@@ -20,6 +20,7 @@ from core.embeddings import Embedder
 from core.text import get_tokenizer
 from retrieval import answer_kinds, extractive
 from retrieval.premises import PREMISE_DENIED
+from retrieval.profiles import classical_novel
 from retrieval.results import Hit, interleave
 from retrieval.retriever import build_retriever
 from service.graph import QueryResult, WorkflowDeps, build_deps
@@ -28,6 +29,12 @@ from tests.conftest import ask, sanguo_slices
 OATH = "刘备、关羽、张飞在哪里结义？"
 UNANSWERABLE = "诸葛亮的手机号码是多少？"
 EXTRACTIVE_PATH = ["split_question", "retrieve", "select_evidence", "quote_answer"]
+
+
+NOVEL = classical_novel.PROFILE
+# The novel's sentences are judged with its text profile (its weapons, mounts and units), as a base holding
+# it is (retrieval/profiles); the default path's own figures are tested in tests/test_premises_general.py.
+select_novel = partial(extractive.select, profile=NOVEL)
 
 
 # --- units ----------------------------------------------------------------------------------
@@ -120,7 +127,7 @@ def limits(**changes: Any) -> extractive.Thresholds:
 def test_a_part_naming_what_no_source_mentions_is_not_answered(embedder: Embedder) -> None:
     """刘备's blood group: the sources share 刘备 with the part, and never mention 血型 (asked without naming
     an attribute, 刘备的血型, which would not be answered whatever the thresholds)."""
-    select = partial(extractive.select, "刘备是什么血型", [LIU_BEI], embedder, get_tokenizer())
+    select = partial(select_novel, "刘备是什么血型", [LIU_BEI], embedder, get_tokenizer())
     assert select(limits(max_unknown_terms=1)).answered
     strict = select(limits(max_unknown_terms=0))
     assert strict.unknown == ["血型"] and not strict.answered
@@ -130,7 +137,7 @@ def test_a_part_naming_what_no_source_mentions_is_not_answered(embedder: Embedde
 def test_a_part_naming_someone_the_base_never_mentions_is_not_answered(embedder: Embedder) -> None:
     """李白 on 刘备: every other figure open, the part still is not answered, and the answer says whom
     the documents never mention; a base that names him (held) answers it."""
-    select = partial(extractive.select, "李白为刘备写过哪首诗", [LIU_BEI], embedder, get_tokenizer(), limits())
+    select = partial(select_novel, "李白为刘备写过哪首诗", [LIU_BEI], embedder, get_tokenizer(), limits())
     stranger = select(held=lambda terms: set())
     assert stranger.strangers == ["李白"] and not stranger.answered and stranger.extracts
     answer = extractive.compose([stranger], {LIU_BEI.id: extractive.Quoted(1)}, [])
@@ -145,13 +152,13 @@ def test_a_part_asking_for_an_attribute_no_document_mentions_is_not_answered(emb
     """蓝鲸科技的CEO是谁: the profile names its founder, never a CEO. Every other figure open, the part
     is not answered and the answer says what the documents never mention; an attribute the source
     states (创始人) leaves it to the other figures."""
-    select = partial(extractive.select, "蓝鲸科技的CEO是谁", [COMPANY], embedder, get_tokenizer(), limits())
+    select = partial(select_novel, "蓝鲸科技的CEO是谁", [COMPANY], embedder, get_tokenizer(), limits())
     absent = select(held=lambda terms: set())
     assert absent.absent_attribute == "CEO" and absent.unsourced_attribute is None
     assert not absent.answered and absent.extracts
     answer = extractive.compose([absent], {COMPANY.id: extractive.Quoted(1)}, [])
     assert extractive.CLOSEST in answer and "资料中没有提到CEO" in answer
-    founder = extractive.select("蓝鲸科技的创始人是谁", [COMPANY], embedder, get_tokenizer(), limits(), lambda t: set())
+    founder = select_novel("蓝鲸科技的创始人是谁", [COMPANY], embedder, get_tokenizer(), limits(), lambda t: set())
     assert founder.absent_attribute is None and founder.unsourced_attribute is None and founder.answered
 
 
@@ -162,7 +169,7 @@ def test_a_part_asking_for_an_attribute_its_sources_never_mention_is_not_answere
     """关羽的妻子叫什么名字: the base speaks of wives (held), but the passages found about 关羽 never say
     妻子, so no quote of them can name her. The answer says the passages found do not mention it,
     not that the documents never do; a source that mentions her answers."""
-    select = partial(extractive.select, "关羽的妻子叫什么名字", embedder=embedder, tokenizer=get_tokenizer())
+    select = partial(select_novel, "关羽的妻子叫什么名字", embedder=embedder, tokenizer=get_tokenizer())
     unsourced = select(sources=[GUAN_YU], limits=limits(), held=lambda terms: set(terms))
     assert unsourced.unsourced_attribute == "妻子" and unsourced.absent_attribute is None
     assert not unsourced.answered and unsourced.extracts
@@ -226,7 +233,7 @@ def test_a_sentence_the_search_matched_is_preferred(embedder: Embedder) -> None:
     text = LIU_BEI.text
     second = text.index("身长")
     matched = dataclasses.replace(LIU_BEI, matched=((second, second + 12),))
-    select = partial(extractive.select, "刘备长什么样", [matched], embedder, get_tokenizer())
+    select = partial(select_novel, "刘备长什么样", [matched], embedder, get_tokenizer())
     preferred = select(limits(passage_weight=1.0, sentences=1, context=0))
     assert preferred.extracts[0].text == "身长七尺五寸，两耳垂肩。"
     assert select(limits(passage_weight=0.0, sentences=1, context=0)).extracts[0].text != preferred.extracts[0].text
@@ -237,7 +244,7 @@ def test_a_quote_far_below_the_best_does_not_pad_the_answer(embedder: Embedder) 
     it, so it is quoted only when the gap allowed is wide."""
     tea = extractive.Source("tea", "青岚镇的云雾茶社由林晚舟于二〇一五年创办。")
     bridge = extractive.Source("bridge", "白鹭山在青岚镇北面，山上有一座石拱桥，名叫望归桥。")
-    select = partial(extractive.select, "青岚镇云雾茶社是谁创办的", [bridge, tea], embedder, get_tokenizer())
+    select = partial(select_novel, "青岚镇云雾茶社是谁创办的", [bridge, tea], embedder, get_tokenizer())
     assert [e.source_id for e in select(limits(max_gap=0.2)).extracts] == ["tea"]
     wide = select(limits(max_gap=99.0)).extracts
     assert [e.source_id for e in wide] == ["bridge", "tea"]  # no chapters: the order the search ranked them
@@ -271,7 +278,7 @@ def test_a_quote_far_below_the_best_does_not_pad_the_answer(embedder: Embedder) 
     ],
 )
 def test_a_part_asking_for_a_figure_wants_one(part: str, kind: str, answer: str, not_answer: str) -> None:
-    asked = answer_kinds.asked_kind(part)
+    asked = answer_kinds.asked_kind(part, NOVEL.kinds)  # the novel's profile: the general kinds and its own
     assert asked is not None and asked.name == kind
     assert answer_kinds.holds(asked, [not_answer, answer])
     assert not answer_kinds.holds(asked, [not_answer])
@@ -297,11 +304,11 @@ def test_a_part_asking_for_a_weight_no_quote_gives_is_not_answered(embedder: Emb
     """刘备's swords are named, never weighed: the closest quote is shown as such, and the answer says
     which kind of answer the quotes lack; his height is in the same sentences and is answered."""
     swords = extractive.Source("swords", "玄德造双股剑。云长造青龙偃月刀，又名冷艳锯。张飞造丈八点钢矛。")
-    weight = extractive.select("刘备的双股剑有多重", [swords], embedder, get_tokenizer(), limits())
+    weight = select_novel("刘备的双股剑有多重", [swords], embedder, get_tokenizer(), limits())
     assert weight.extracts and not weight.answered and weight.wanted == "重量" and not weight.wanted_found
     answer = extractive.compose([weight], {"swords": extractive.Quoted(1)}, [])
     assert extractive.CLOSEST in answer and "所引原文没有给出所问的重量" in answer
-    height = extractive.select("刘备有多高", [LIU_BEI], embedder, get_tokenizer(), limits())
+    height = select_novel("刘备有多高", [LIU_BEI], embedder, get_tokenizer(), limits())
     assert height.answered and height.wanted == "身高" and height.wanted_found
 
 
@@ -309,7 +316,7 @@ def test_a_window_holding_the_kind_of_answer_asked_is_preferred(embedder: Embedd
     """Both sentences name the sword; only the second gives a weight, and with the kind's bonus it
     is the quote for 「有多重」 (without the bonus, the sentence sharing more of the part's words wins)."""
     blade = extractive.Source("blade", "关羽的青龙偃月刀，名闻天下，关羽常提此刀。\n此刀又名冷艳锯，重八十二斤。")
-    select = partial(extractive.select, "关羽的青龙偃月刀有多重", [blade], embedder, get_tokenizer())
+    select = partial(select_novel, "关羽的青龙偃月刀有多重", [blade], embedder, get_tokenizer())
     weighed = select(limits(kind_weight=0.5, coverage_weight=0.5, sentences=1, context=0))
     assert weighed.extracts[0].text == "此刀又名冷艳锯，重八十二斤。" and weighed.wanted_found
     named = select(limits(kind_weight=0.0, coverage_weight=0.5, sentences=1, context=0))
@@ -337,7 +344,7 @@ def test_a_distributed_part_quotes_its_own_sentence_and_it_answers(
     sentence that names its subject (by any of its names) with a weapon, and that answers it even
     where the similarity gate is shut; the same part asked on its own gets the whole passage and the gate."""
     origin = extractive.distributed("刘备、关羽、张飞各自用什么兵器？")[part]
-    select = partial(extractive.select, part, [WEAPONS], embedder, get_tokenizer(), limits(min_similarity=0.99))
+    select = partial(select_novel, part, [WEAPONS], embedder, get_tokenizer(), limits(min_similarity=0.99))
     distributed = select(names=NAMES, origin=origin)
     assert [e.text for e in distributed.extracts] == [sentence]
     assert distributed.answered and distributed.vouched
@@ -358,9 +365,7 @@ def test_a_distributed_part_is_not_vouched_for_by_a_weak_sentence(embedder: Embe
     subject itself: otherwise the quotes stay whole and the similarity gate decides."""
     origin = extractive.Distributed(subject="刘备", clause="刘备、关羽" + part.removeprefix("刘备"))
     source = extractive.Source("other", text)
-    found = extractive.select(
-        part, [source], embedder, get_tokenizer(), limits(min_similarity=0.99), None, NAMES, origin
-    )
+    found = select_novel(part, [source], embedder, get_tokenizer(), limits(min_similarity=0.99), None, NAMES, origin)
     assert not found.vouched and not found.answered and found.extracts[0].text == text
 
 
@@ -371,7 +376,7 @@ def test_a_distributed_part_leaves_out_what_is_said_of_another_subject(embedder:
     low = extractive.Source("low", "低血糖是指血液中的葡萄糖浓度过低。常见表现有心慌、出冷汗、手抖。")
     origin = extractive.distributed("高血糖和低血糖分别有什么症状？")["高血糖有什么症状"]
     assert origin.others == ("低血糖",)
-    select = partial(extractive.select, "高血糖有什么症状", [low, high], embedder, get_tokenizer(), limits())
+    select = partial(select_novel, "高血糖有什么症状", [low, high], embedder, get_tokenizer(), limits())
     assert [e.source_id for e in select(origin=origin).extracts] == ["high"]
     assert {e.source_id for e in select().extracts} == {"high", "low"}
 
@@ -411,7 +416,7 @@ def test_a_window_naming_the_subject_by_another_name_covers_it(embedder: Embedde
     sentence that repeats 关羽 wins."""
     text = "关羽与众人饮酒，关羽大笑，关羽起身出帐。\n云长造青龙偃月刀，又名冷艳锯。\n张辽引兵出城，曹军大乱。"
     source = extractive.Source("blade", text)
-    select = partial(extractive.select, "关羽用什么兵器", [source], embedder, get_tokenizer())
+    select = partial(select_novel, "关羽用什么兵器", [source], embedder, get_tokenizer())
     settings = limits(kind_weight=0.2, coverage_weight=2.0, sentences=1, context=0)
     named = select(settings, None, {"关羽": ["云长"]})
     assert named.extracts[0].text == "云长造青龙偃月刀，又名冷艳锯。"
@@ -513,3 +518,12 @@ def test_an_unanswerable_question_says_it_cannot_confirm(make_deps) -> None:
     assert f"{extractive.UNCONFIRMED}：诸葛亮的手机号码是多少" in result.answer
     assert "网络搜索不可用：未配置 BOCHA_API_KEY" in result.answer
     assert_only_quotes(result, slices())
+
+
+@pytest.mark.parametrize("part", ["关羽用什么兵器", "许田打围时曹操骑的是什么马", "张飞的丈八点钢矛有多长"])
+def test_the_novels_kinds_are_asked_only_with_its_profile(part: str) -> None:
+    """On a base without the classical-novel profile, a weapon or a mount is no kind, and a length in 丈
+    and 尺 is none either; with it, they are."""
+    default = answer_kinds.asked_kind(part)
+    assert default is None or not answer_kinds.holds(default, ["长一丈八尺"])
+    assert answer_kinds.asked_kind(part, NOVEL.kinds) is not None

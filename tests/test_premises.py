@@ -10,8 +10,10 @@ from core.access import Scope
 from core.config import Settings
 from core.documents import Document
 from core.embeddings import Embedder
+from core.kbs import write_profile
 from core.text import get_tokenizer, given_name
 from retrieval import extractive, premises
+from retrieval.profiles import classical_novel as novel
 from retrieval.retriever import build_retriever
 from service.graph import QueryOptions, build_deps, run_query
 from tests.conftest import knowledge_base
@@ -31,32 +33,32 @@ REPORT = "赵阳率军在青石岭与孙越交战，两军相持三日。\n赵�
     ],
 )
 def test_a_premise_claiming_a_success_is_read(part: str, subject: str, claim: str) -> None:
-    premise = premises.premise_of(part)
+    premise = novel.premise_of(part)
     assert premise is not None and (premise.subject, premise.claim) == (subject, claim)
 
 
 def test_a_death_denies_a_recovery() -> None:
-    premise = premises.premise_of("赵阳在营中病好之后去了哪里")
+    premise = novel.premise_of("赵阳在营中病好之后去了哪里")
     assert premise is not None
     texts = [("camp", "赵阳病重。是夜，赵阳奄然归天。孙越闻之大喜。")]
-    assert premises.contradiction(premise, texts, {}) == ("camp", "是夜，赵阳奄然归天。")
+    assert novel.contradiction(premise, texts, {}) == ("camp", "是夜，赵阳奄然归天。")
 
 
 def test_a_kinsmans_setback_is_not_the_subjects() -> None:
     """「卓母亦被杀」 is his mother's death, not 董卓's; 「父子皆遇害」 is both of theirs."""
-    premise = premises.premise_of("赵阳被孙越救出青石岭后去了哪里")
+    premise = novel.premise_of("赵阳被孙越救出青石岭后去了哪里")
     assert premise is not None
-    assert premises.contradiction(premise, [("a", "赵阳母亦被杀。赵阳子赵平被擒。")], {}) is None
-    assert premises.contradiction(premise, [("b", "赵阳父子皆遇害。")], {}) == ("b", "赵阳父子皆遇害。")
+    assert novel.contradiction(premise, [("a", "赵阳母亦被杀。赵阳子赵平被擒。")], {}) is None
+    assert novel.contradiction(premise, [("b", "赵阳父子皆遇害。")], {}) == ("b", "赵阳父子皆遇害。")
 
 
 def test_a_subject_with_nothing_marking_its_end_is_the_name_the_clause_opens_with() -> None:
     """「赵阳亲征青石岭大胜之后…」: no 在 or 于 ends the subject; the tokenizer reads 赵阳 as a name."""
     part = "赵阳亲征青石岭大胜之后封了谁为大将"
-    assert premises.premise_of(part) is None
-    premise = premises.premise_of(part, get_tokenizer(None))
+    assert novel.premise_of(part) is None
+    premise = novel.premise_of(part, get_tokenizer(None))
     assert premise is not None and (premise.subject, premise.claim) == ("赵阳", "大胜")
-    assert premises.contradiction(premise, [("report", REPORT)], {}) == ("report", "赵阳兵败被擒，押送孙越营中。")
+    assert novel.contradiction(premise, [("report", REPORT)], {}) == ("report", "赵阳兵败被擒，押送孙越营中。")
 
 
 @pytest.mark.parametrize(
@@ -69,50 +71,50 @@ def test_a_subject_with_nothing_marking_its_end_is_the_name_the_clause_opens_wit
     ],
 )
 def test_other_parts_take_nothing_for_granted(part: str) -> None:
-    assert premises.premise_of(part) is None
+    assert novel.premise_of(part) is None
 
 
 def test_a_passive_premise_claims_the_success_for_its_agent() -> None:
     """「孙越在青石岭被赵阳打败之后…」 takes 赵阳's victory for granted, and 赵阳's defeat denies it; a
     captive's question (严颜被张飞擒住后…) is denied only by a setback of the captor's, not the captive's."""
-    premise = premises.premise_of("孙越在青石岭被赵阳打败之后去了哪里")
+    premise = novel.premise_of("孙越在青石岭被赵阳打败之后去了哪里")
     assert premise is not None and (premise.subject, premise.claim, premise.target) == ("赵阳", "打败", "孙越")
-    assert premises.contradiction(premise, [("report", REPORT)], {}) == ("report", "赵阳兵败被擒，押送孙越营中。")
+    assert novel.contradiction(premise, [("report", REPORT)], {}) == ("report", "赵阳兵败被擒，押送孙越营中。")
     # The agent's setback must be in the same clause: a later death is not the victory denied.
     later = [("later", "赵阳引兵回城，数年后病故。")]
-    assert premises.contradiction(premise, later, {}) is None
-    active = premises.premise_of("赵阳在青石岭打败孙越之后去了哪里")
-    assert active is not None and premises.contradiction(active, later, {}) is not None
-    captive = premises.premise_of("严颜被张飞擒住后说了一句什么硬气的话")
+    assert novel.contradiction(premise, later, {}) is None
+    active = novel.premise_of("赵阳在青石岭打败孙越之后去了哪里")
+    assert active is not None and novel.contradiction(active, later, {}) is not None
+    captive = novel.premise_of("严颜被张飞擒住后说了一句什么硬气的话")
     assert captive is not None and (captive.subject, captive.target) == ("张飞", "严颜")
-    assert premises.contradiction(captive, [("b", "严颜兵败被擒，面不改色。")], {}) is None
+    assert novel.contradiction(captive, [("b", "严颜兵败被擒，面不改色。")], {}) is None
 
 
 def test_a_setback_of_the_subject_contradicts_the_premise_by_any_of_its_names() -> None:
-    premise = premises.premise_of("赵阳在青石岭打败孙越之后去了哪里")
+    premise = novel.premise_of("赵阳在青石岭打败孙越之后去了哪里")
     assert premise is not None
     texts = [("other", "孙越大胜，班师回城。"), ("report", REPORT)]
-    assert premises.contradiction(premise, texts, {}) == ("report", "赵阳兵败被擒，押送孙越营中。")
+    assert novel.contradiction(premise, texts, {}) == ("report", "赵阳兵败被擒，押送孙越营中。")
     by_name = [("report", REPORT.replace("赵阳兵败", "子昂兵败"))]
-    assert premises.contradiction(premise, by_name, {}) is None
-    assert premises.contradiction(premise, by_name, {"赵阳": ["子昂"]}) is not None
-    winner = premises.premise_of("孙越在青石岭打败赵阳之后去了哪里")
-    assert winner is not None and premises.contradiction(winner, texts, {}) is None  # 孙越 had no setback
+    assert novel.contradiction(premise, by_name, {}) is None
+    assert novel.contradiction(premise, by_name, {"赵阳": ["子昂"]}) is not None
+    winner = novel.premise_of("孙越在青石岭打败赵阳之后去了哪里")
+    assert winner is not None and novel.contradiction(winner, texts, {}) is None  # 孙越 had no setback
 
 
 def test_a_setback_under_the_one_character_given_name_contradicts_after_the_full_name() -> None:
     """A narrative names 曹操 in full once and 操 after: 「操自赤壁败后」 denies a victory at 赤壁 (the
     sentence naming him in full comes first when both say it); a setback of the premise's target
     is not the subject's (「布向前，一刀砍下丁原首级」: 丁原's head, and 吕布 did kill him)."""
-    premise = premises.premise_of("曹操在赤壁之战大胜之后封了谁为大将军")
+    premise = novel.premise_of("曹操在赤壁之战大胜之后封了谁为大将军")
     assert premise is not None
     texts = [("a", "众将皆来贺喜。操自赤壁败后，常思报仇。"), ("b", "曹操兵败，走华容道。")]
-    assert premises.contradiction(premise, texts[:1], {}) == ("a", "操自赤壁败后，常思报仇。")
-    assert premises.contradiction(premise, texts, {}) == ("b", "曹操兵败，走华容道。")
-    killer = premises.premise_of("吕布杀了丁原投靠董卓后，愿意认董卓做什么")
+    assert novel.contradiction(premise, texts[:1], {}) == ("a", "操自赤壁败后，常思报仇。")
+    assert novel.contradiction(premise, texts, {}) == ("b", "曹操兵败，走华容道。")
+    killer = novel.premise_of("吕布杀了丁原投靠董卓后，愿意认董卓做什么")
     assert killer is not None and killer.target == "丁原投靠董卓"
-    assert premises.contradiction(killer, [("c", "布向前，一刀砍下丁原首级。")], {}) is None
-    assert premises.contradiction(killer, [("d", "布向前，一刀砍下首级。")], {}) is not None
+    assert novel.contradiction(killer, [("c", "布向前，一刀砍下丁原首级。")], {}) is None
+    assert novel.contradiction(killer, [("d", "布向前，一刀砍下首级。")], {}) is not None
 
 
 @pytest.mark.parametrize(
@@ -126,9 +128,9 @@ def test_a_setback_under_the_one_character_given_name_contradicts_after_the_full
 )
 def test_the_losers_hand_on_the_subject_denies_its_victory(sentence: str) -> None:
     """「夏侯存打败关羽之后…」 against 「夏侯存…只一合，被云长砍死」: the roles of the premise reversed."""
-    premise = premises.premise_of("孙越斩了赵阳之后去了哪里")
+    premise = novel.premise_of("孙越斩了赵阳之后去了哪里")
     assert premise is not None and (premise.subject, premise.loser) == ("孙越", "赵阳")
-    assert premises.contradiction(premise, [("a", sentence)], {"赵阳": ["子昂"]}) == ("a", sentence)
+    assert novel.contradiction(premise, [("a", sentence)], {"赵阳": ["子昂"]}) == ("a", sentence)
 
 
 @pytest.mark.parametrize(
@@ -140,8 +142,8 @@ def test_the_losers_hand_on_the_subject_denies_its_victory(sentence: str) -> Non
     ],
 )
 def test_the_losers_hand_on_someone_else_denies_nothing(sentence: str) -> None:
-    premise = premises.premise_of("孙越斩了赵阳之后去了哪里")
-    assert premise is not None and premises.contradiction(premise, [("a", sentence)], {}) is None
+    premise = novel.premise_of("孙越斩了赵阳之后去了哪里")
+    assert premise is not None and novel.contradiction(premise, [("a", sentence)], {}) is None
 
 
 @pytest.mark.parametrize(
@@ -157,22 +159,22 @@ def test_the_losers_hand_on_someone_else_denies_nothing(sentence: str) -> None:
 )
 def test_a_setback_the_subject_does_not_undergo_denies_nothing(sentence: str) -> None:
     """「龚都已被夏侯渊所杀」 is no setback of 夏侯渊's; 「马超言：…不可退兵」 none of 马超's."""
-    premise = premises.premise_of("赵阳杀了周平之后去了哪里")
-    assert premise is not None and premises.contradiction(premise, [("a", sentence)], {}) is None
+    premise = novel.premise_of("赵阳杀了周平之后去了哪里")
+    assert premise is not None and novel.contradiction(premise, [("a", sentence)], {}) is None
     undergone = "周平为赵阳所杀。赵阳后为孙越所杀。"
-    assert premises.contradiction(premise, [("b", undergone)], {}) == ("b", "赵阳后为孙越所杀。")
+    assert novel.contradiction(premise, [("b", undergone)], {}) == ("b", "赵阳后为孙越所杀。")
     again = "孙越与赵阳交战，不十合，赵阳败走。"  # every mention is read: the second one's setback is its own
-    assert premises.contradiction(premise, [("c", again)], {}) == ("c", again)
+    assert novel.contradiction(premise, [("c", again)], {}) == ("c", again)
 
 
 def test_a_setback_in_a_passage_about_another_event_denies_nothing() -> None:
     """Everyone in a chronicle dies at last: 「后夏侯渊为黄忠所斩」 does not deny 夏侯渊杀了龚都. With the
     tokenizer the premise keeps its scene (青石岭, 孙越), and only a passage naming it can deny it."""
-    premise = premises.premise_of("赵阳在青石岭打败孙越之后去了哪里", get_tokenizer(None))
+    premise = novel.premise_of("赵阳在青石岭打败孙越之后去了哪里", get_tokenizer(None))
     assert premise is not None and "孙越" in premise.scene
     later = [("later", "数年后，赵阳出猎，为流矢所中，兵败身死。")]
-    assert premises.contradiction(premise, later, {}) is None
-    assert premises.contradiction(premise, [*later, ("report", REPORT)], {}) == (
+    assert novel.contradiction(premise, later, {}) is None
+    assert novel.contradiction(premise, [*later, ("report", REPORT)], {}) == (
         "report",
         "赵阳兵败被擒，押送孙越营中。",
     )
@@ -209,7 +211,7 @@ HANDBOOK = [
 )
 def test_a_figure_the_documents_give_otherwise_is_a_denied_premise(part: str, sentence: str) -> None:
     found = premises.figure_premise(part, HANDBOOK, get_tokenizer())
-    assert found is not None and found[2] == sentence
+    assert found is not None and found.sentence == sentence
 
 
 @pytest.mark.parametrize(
@@ -262,14 +264,13 @@ MANUAL = [
 )
 def test_a_scene_the_documents_forbid_is_a_denied_premise(part: str, sentence: str) -> None:
     found = premises.forbidden_premise(part, MANUAL, get_tokenizer())
-    assert found is not None and found[2] == sentence
+    assert found is not None and found.sentence == sentence
 
 
 @pytest.mark.parametrize(
     "part",
     [
         "净水器工作时突然断电会怎样",  # the forbidden act is asked about, not taken for granted
-        "这台净水器能不能用来过滤海水",  # no scene
         "赵云取桂阳时，太守赵范想把谁许配给他",  # 擒不得赵云 forbids nothing; a name does not count
         "平民禁止带刀的规定是什么时候宣布的",  # 什么时候 asks a time, it sets no scene
     ],
@@ -282,7 +283,9 @@ def test_a_question_about_what_is_forbidden_is_no_premise(part: str) -> None:
 def test_a_denied_premise_is_quoted_and_not_answered() -> None:
     part = "赵阳在青石岭打败孙越之后去了哪里"
     answered = extractive.PartAnswer(part=part, extracts=[], answered=True, best_similarity=0.95, coverage=1.0)
-    denied = extractive.deny_premise(answered, [extractive.Source("report", REPORT)], {}, get_tokenizer())
+    denied = extractive.deny_premise(
+        answered, [extractive.Source("report", REPORT)], {}, get_tokenizer(), novel.PROFILE
+    )
     assert not denied.answered and denied.premise_denied == "赵阳在青石岭打败孙越"
     assert [e.text for e in denied.extracts] == ["赵阳兵败被擒，押送孙越营中。"]
     answer = extractive.compose([denied], {"report": extractive.Quoted(1)}, [])
@@ -292,11 +295,15 @@ def test_a_denied_premise_is_quoted_and_not_answered() -> None:
 
 
 def test_the_workflow_says_the_documents_deny_the_premise(es: Elasticsearch, embedder: Embedder) -> None:
-    """Without a model, over a real base: the false premise is denied with its quote; the same question
-    with the premise the documents state is answered as usual."""
+    """Without a model, over a real base with the classical-novel profile: the false premise is denied with
+    its quote; the same question with the premise the documents state is answered as usual; on the same
+    base without the profile, the narrative rule does not run."""
     documents = [Document("report", REPORT, "战报.txt"), Document("weather", "青石岭多雾，秋季尤甚。", "地志.txt")]
     with knowledge_base(es, embedder, documents, "test-premises") as alias:
         settings = Settings(_env_file=None, es_index=alias)
+        deps = build_deps(settings, es, build_retriever(settings, es, embedder)).for_scope(Scope.whole(alias))
+        modern = asyncio.run(run_query(deps, "赵阳在青石岭打败孙越之后去了哪里？", QueryOptions()))
+        write_profile(es, alias, novel.NAME)  # what the admin's PATCH /kbs/{kb} stores
         deps = build_deps(settings, es, build_retriever(settings, es, embedder)).for_scope(Scope.whole(alias))
         false = asyncio.run(run_query(deps, "赵阳在青石岭打败孙越之后去了哪里？", QueryOptions()))
         true = asyncio.run(run_query(deps, "孙越在青石岭打败赵阳之后去了哪里？", QueryOptions()))
@@ -304,3 +311,4 @@ def test_the_workflow_says_the_documents_deny_the_premise(es: Elasticsearch, emb
     assert premises.PREMISE_DENIED in false.answer and "「赵阳兵败被擒，押送孙越营中。」[1]" in false.answer
     assert false.evaluations[0].missing == ["赵阳在青石岭打败孙越之后去了哪里"]
     assert premises.PREMISE_DENIED not in true.answer
+    assert premises.PREMISE_DENIED not in modern.answer  # without the profile, the narrative rules do not run

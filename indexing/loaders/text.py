@@ -22,7 +22,7 @@ _CN_DIGITS = dict(zip("零〇一二两三四五六七八九", [0, 0, 1, 2, 2, 3,
 _CN_UNITS = {"十": 10, "百": 100, "千": 1000}
 # `第12章 title`, `第十二回 title`, optionally as a Markdown heading: the number word ends the
 # line or is followed by a space or colon, and the line is short, so prose such as
-# `第三回合，张飞又胜` is not taken for a heading.
+# `第三回合，李通又胜` is not taken for a heading.
 _HEADING = re.compile(
     r"^[ \t\u3000]*(?:#{1,6}[ \t]*)?第[ \t]*([0-9０-９]+|[零〇一二两三四五六七八九十百千]+)[ \t]*[章回]"
     r"(?:[ \t\u3000:：、.．]+(?P<title>[^\n]*?))?[ \t\u3000]*$",

@@ -72,6 +72,7 @@ async def select_evidence(state: WorkflowState, runtime: Runtime[RunContext]) ->
     limits = Thresholds.from_settings(settings)
     web = state.get("web_results", [])
     tokenizer = await asyncio.to_thread(retriever.index_tokenizer, ctx.deps.scope)
+    profile = await asyncio.to_thread(retriever.text_profile, ctx.deps.scope)
     before = {answer.part: answer for answer in state.get("part_answers", [])}
     origins = extractive.distributed(state["question"])
     answers = []
@@ -96,14 +97,15 @@ async def select_evidence(state: WorkflowState, runtime: Runtime[RunContext]) ->
                 held,
                 names,
                 origins.get(part),
+                profile,
             )
             found = (await asyncio.to_thread(select)).model_copy(update={"part": part})
             for extract in found.extracts:  # each quote goes out as it is chosen, before the answer is composed
                 runtime.stream_writer({"event": "quote", "data": {"part": part, "text": extract.text}})
             every = _sources(state, part, len(state.get("found", {}).get(part, [])))  # a premise is checked on all hits
-            answers.append(extractive.deny_premise(found, every, names, tokenizer))
+            answers.append(extractive.deny_premise(found, every, names, tokenizer, profile))
     step = _verdict(answers, with_web=bool(web))
-    disagreements = _disagreements(state, answers, tokenizer)
+    disagreements = _disagreements(state, answers, tokenizer, profile.units)
     contexts, _ = state_contexts(state, ctx)
     warnings = await log_verdict(ctx, state["question"], contexts_hash(contexts), step, disagreements)
     search_web, why, unavailable = after_evaluation(state, ctx, step, state["llm_calls"])
@@ -143,7 +145,9 @@ def _verdict(answers: list[PartAnswer], with_web: bool) -> EvaluationStep:
     )
 
 
-def _disagreements(state: WorkflowState, answers: list[PartAnswer], tokenizer: ChineseTokenizer) -> list[Conflict]:
+def _disagreements(
+    state: WorkflowState, answers: list[PartAnswer], tokenizer: ChineseTokenizer, units: conflicts.Units
+) -> list[Conflict]:
     """Figures and dates on which the quotes of an answered part, from different documents, disagree
     (`retrieval.conflicts`), each side cited with the number the answer gives it."""
     contexts, quoted = _numbered(state, answers)
@@ -155,16 +159,30 @@ def _disagreements(state: WorkflowState, answers: list[PartAnswer], tokenizer: C
         if answer.answered and not answer.wants_links
         for e in answer.extracts
     ]
-    return [
-        Conflict(
-            claim=found.part,
-            sources=[
-                conflict_source(by_number[quoted[figure.quote.source_id].number], figure.clause)
-                for figure in found.figures
-            ],
+    found_conflicts = []
+    for found in conflicts.figure_conflicts(quotes, tokenizer, units):
+        numbers = [quoted[figure.quote.source_id].number for figure in found.figures]
+        dates = [(n, _own_date(passages.get(f.quote.source_id))) for n, f in zip(numbers, found.figures, strict=True)]
+        newest = conflicts.newest_side(dates)
+        found_conflicts.append(
+            Conflict(
+                claim=found.part,
+                sources=[
+                    conflict_source(by_number[number], figure.clause)
+                    for number, figure in zip(numbers, found.figures, strict=True)
+                ],
+                newest=newest[0] if newest else None,
+                newest_date=newest[1] if newest else "",
+            )
         )
-        for found in conflicts.figure_conflicts(quotes, tokenizer)
-    ]
+    return found_conflicts
+
+
+def _own_date(passage: Passage | None) -> tuple[tuple[int, ...], str] | None:
+    """The date a base passage's document gives itself (its title, file name or the chunk: 2024年版)."""
+    if passage is None:
+        return None
+    return conflicts.document_date(passage.title or "", passage.source or "", passage.text)
 
 
 def _conflict_quote(part: str, extract: Extract, passage: Passage | None) -> conflicts.Quote:

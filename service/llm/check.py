@@ -27,9 +27,9 @@ from service.llm.client import ChatModel, LLMNotConfiguredError, ask_structured,
 from service.llm.rerank import LlmScorer
 from service.llm.structured import Strategy
 
-PROBE_QUESTION = "刘备、关羽、张飞在哪里结义？"
+PROBE_QUESTION = "赵阳、孙越、李通在哪里结义？"
 PROBE_ANSWER: list[BaseMessage] = [HumanMessage("用一句话回答：一年有几个季节？")]
-PROBE_PASSAGES = ["曹操在许都屯田，积谷备战。", "刘备、关羽、张飞在桃园结为兄弟。", "诸葛亮躬耕于隆中。"]
+PROBE_PASSAGES = ["周平在许都屯田，积谷备战。", "赵阳、孙越、李通在桃园结为兄弟。", "陈恪躬耕于隆中。"]
 PROBE_RELEVANT = 1  # the passage a reranker must put first for PROBE_QUESTION
 
 

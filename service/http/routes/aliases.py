@@ -41,8 +41,8 @@ AliasText = Annotated[
 
 
 class AliasPair(StrictModel):
-    alias: AliasText = Field(description="the other name (玄德, HbA1c)")
-    name: AliasText = Field(description="the name it stands for (刘备, 糖化血红蛋白)")
+    alias: AliasText = Field(description="the other name (子昂, HbA1c)")
+    name: AliasText = Field(description="the name it stands for (赵阳, 糖化血红蛋白)")
 
     @field_validator("alias", "name")
     @classmethod

@@ -10,6 +10,7 @@ from core.config import Settings
 from core.contract import StrictModel
 from core.kbs import KB_NAME_PATTERN, KnowledgeBase, KnowledgeBaseStats
 from core.store import IndexNotFoundError
+from retrieval.profiles import ProfileName
 from retrieval.results import FusionUsed
 from retrieval.retriever import RetrievalParams, fusion_used
 from service.deps import AdminBase, CallerDep, ReadBase, ServicesDep, get_caller
@@ -47,6 +48,9 @@ class KnowledgeBaseView(BaseModel):
     replicas: int
     created_at: str | None
     fusion: FusionView
+    profile: str | None = Field(
+        description="the base's text profile (rules a kind of text needs, e.g. classical-novel); null: none"
+    )
     passages: PassageWindowsView | None = Field(
         description="the passage windows its chunks hold vectors of (null: one vector per chunk, built before "
         + "passage vectors: rebuild with `python -m indexing ... --recreate` to get them)"
@@ -105,6 +109,7 @@ def _view(settings: Settings, kb: KnowledgeBase, stats: KnowledgeBaseStats | Non
         created_at=kb.created_at,
         fusion=fusion_view(settings, kb, caller),
         passages=PassageWindowsView(**kb.passages.to_meta()) if kb.passages else None,
+        profile=kb.profile,
     )
 
 
@@ -159,3 +164,18 @@ def delete(base: AdminBase, services: ServicesDep) -> Response:
     """Delete a base and all its chunks (needs the admin role on it)."""
     services.kbs.delete(base.kb)
     return Response(status_code=204)
+
+
+class KnowledgeBaseChange(StrictModel):
+    profile: ProfileName | None = Field(
+        description="a text profile (rules a kind of text needs: classical-novel for a classical novel), or null"
+    )
+
+
+@router.patch("/kbs/{kb}", response_model=KnowledgeBaseView, responses=error_responses(422))
+def change(body: KnowledgeBaseChange, base: AdminBase, services: ServicesDep) -> KnowledgeBaseView:
+    """Change a base's settings (needs the admin role on it): its text profile, e.g. classical-novel for a
+    classical novel; null goes back to the default path."""
+    services.kbs.write_profile(base.kb, body.profile)
+    stats = services.kbs.stats([base.scope]).get(base.kb)
+    return _view(services.settings, services.kbs.read(base.kb), stats, base.caller)

@@ -1,0 +1,215 @@
+"""The general premise checks (retrieval/premises.py), answer kinds (retrieval/answer_kinds.py) and the
+answer's order (retrieval/extractive.py), each with a true and a false case from more than one domain:
+a medical guide, a staff handbook (policy) and a product manual."""
+
+import pytest
+
+from core.text import get_tokenizer
+from retrieval import extractive, premises
+from retrieval.answer_kinds import asked_kind, holds
+from retrieval.conflicts import (
+    Conflict,
+    ConflictSource,
+    Quote,
+    describe,
+    document_date,
+    figure_conflicts,
+    figures_of,
+    newest_side,
+)
+
+MEDICAL = [
+    ("sugar", "空腹血糖低于3.9 mmol/L为低血糖，应立即处理。血糖高于13.9 mmol/L为高血糖，应及时就医。"),
+    ("insulin", "未开封的胰岛素应冷藏保存。胰岛素开封后可在室温下保存28天，切勿放入冷冻室。"),
+    ("coma", "如患者意识不清或昏迷，切勿给昏迷者喂食物或糖水，应立即拨打120。"),
+]
+POLICY = [
+    ("leave", "病假需提供二级以上医院开具的证明，病假期间发放基本工资的80%。婚假为3天。"),
+    ("probation", "试用期为三个月，试用期工资为转正工资的70%。"),
+    ("code", "员工不得将公司源代码上传至个人网盘。"),
+]
+MANUAL = [
+    ("battery", "请勿在低于0℃或高于50℃的环境中充电。长期不用时，每3个月充一次电。"),
+    ("errors", "错误码E1至E8的含义见下表。E1表示水箱缺水，E8表示电机过热。"),
+]
+ALL = [*MEDICAL, *POLICY, *MANUAL]
+
+
+@pytest.mark.parametrize(
+    ("part", "sentence"),
+    [
+        # 80% is the sick-pay rate too; the probation clause is what speaks of 试用期工资
+        ("试用期工资是转正工资的80%，转正后能涨多少", "试用期为三个月，试用期工资为转正工资的70%。"),
+        # 13.9 is the high threshold: a low one stated with it is the 3.9 one's subject
+        ("血糖低于13.9 mmol/L就是低血糖吗", "空腹血糖低于3.9 mmol/L为低血糖，应立即处理。"),
+        # the low threshold's value with the direction reversed
+        ("血糖高于3.9 mmol/L就是低血糖吗", "空腹血糖低于3.9 mmol/L为低血糖，应立即处理。"),
+        ("试用期六个月结束后怎么转正", "试用期为三个月，试用期工资为转正工资的70%。"),  # 个月: a duration, not a count
+    ],
+)
+def test_a_figure_about_the_same_subject_given_otherwise_is_denied(part: str, sentence: str) -> None:
+    found = premises.figure_premise(part, ALL, get_tokenizer())
+    assert found is not None and found.sentence == sentence
+
+
+@pytest.mark.parametrize(
+    "part",
+    [
+        "试用期工资是转正工资的70%吗",  # what the documents say
+        "病假期间发放基本工资的80%吗",  # 80% said of 病假, not of 试用期
+        "血糖低于3.9 mmol/L就是低血糖吗",  # the threshold and its direction as stated
+        "主刷多少钱一个",  # 一个 is a count, no amount
+        "环境温度低于5℃时充电要多久",  # a supposed condition, not a claim
+        "婚假为3天对吗",
+    ],
+)
+def test_a_figure_the_documents_give_or_do_not_speak_of_is_no_premise(part: str) -> None:
+    assert premises.figure_premise(part, ALL, get_tokenizer()) is None
+
+
+def test_units_are_read_as_units() -> None:
+    """mmol/L is a concentration, not millimetres; 个月 a duration; 一个 a count."""
+    units = [f.unit for f in figures_of(Quote("", "", "", "血糖5.6mmol/L，滤网5mm，试用期三个月，主刷一个"))]
+    assert units == ["mmol/L", "mm", "个月", "个"]
+
+
+@pytest.mark.parametrize(
+    ("part", "sentence", "leave"),
+    [
+        ("胰岛素开封后放冷冻室能保存多久", "胰岛素开封后可在室温下保存28天，切勿放入冷冻室。", False),
+        ("我爸昏迷了，喂糖水应该喂多少", "如患者意识不清或昏迷，切勿给昏迷者喂食物或糖水，应立即拨打120。", False),
+        ("我爸昏迷了，能喂糖水吗", "如患者意识不清或昏迷，切勿给昏迷者喂食物或糖水，应立即拨打120。", True),
+        ("把源代码上传到个人网盘后要通知谁", "员工不得将公司源代码上传至个人网盘。", False),
+    ],
+)
+def test_an_act_the_documents_forbid_is_caught_in_any_phrasing(part: str, sentence: str, leave: bool) -> None:
+    found = premises.forbidden_premise(part, ALL, get_tokenizer())
+    assert found is not None and found.sentence == sentence and found.asks_leave == leave
+
+
+@pytest.mark.parametrize(
+    "part",
+    [
+        "昏迷的人喂了糖水会怎样",  # asks the consequence
+        "源代码不小心上传到网盘了怎么办",  # asks a remedy
+        "胰岛素开封后能在室温下放多久",  # nothing forbidden proposed
+        "为什么不得上传源代码",  # asks about the prohibition itself
+    ],
+)
+def test_a_part_that_proposes_nothing_forbidden_is_no_premise(part: str) -> None:
+    assert premises.forbidden_premise(part, ALL, get_tokenizer()) is None
+
+
+def test_a_code_the_base_never_mentions_is_unknown() -> None:
+    assert premises.unknown_codes("错误码E9是什么意思", ["错误码", "e9"]) == ["E9"]
+    assert premises.unknown_codes("错误码E8是什么意思", ["错误码"]) == []  # the base holds e8
+    assert premises.codes_of("X200 的电压是5V，内存3GB") == ["X200"]  # units are no codes
+    part = extractive.PartAnswer(
+        part="错误码E9是什么意思", extracts=[], answered=False, best_similarity=0.9, coverage=1.0, strangers=["E9"]
+    )
+    assert extractive.lacks(part) == "资料中没有提到E9"
+
+
+@pytest.mark.parametrize(
+    ("part", "quote", "held"),
+    [
+        ("充电要多久", "长期不用时，每3个月充一次电。", False),  # a frequency, not a duration
+        ("充电要多久", "充满电约需3小时。", True),
+        ("年会几月举行", "本办法自2024年1月1日起施行。", False),  # the document's own date
+        ("年会几月举行", "年会于每年12月举行。", True),
+    ],
+)
+def test_an_answer_kind_takes_only_its_own_figures(part: str, quote: str, held: bool) -> None:
+    kind = asked_kind(part)
+    assert kind is not None and holds(kind, [quote]) == held
+
+
+@pytest.mark.parametrize(
+    ("part", "kind"),
+    [("培训费用由谁承担", None), ("温度过高怎么办", None), ("培训费用是多少", "金额"), ("体温多少度算发烧", "温度")],
+)
+def test_a_kind_named_by_a_noun_is_not_asked_by_a_who_or_how_question(part: str, kind: str | None) -> None:
+    found = asked_kind(part)
+    assert (found.name if found else None) == kind
+
+
+@pytest.mark.parametrize(
+    ("quote", "held"),
+    [("他积劳成疾，病逝于军中。", True), ("他辅佐幼主，六出祁山，鞠躬尽瘁。", False)],
+)
+def test_how_someone_died_is_answered_only_by_a_quote_saying_so(quote: str, held: bool) -> None:
+    """「诸葛亮是怎么死的？」 was marked enough while quoting nothing about his death (issue 61)."""
+    kind = asked_kind("陈恪是怎么死的？")
+    assert kind is not None and kind.name == "死因" and holds(kind, [quote]) == held
+
+
+def _part(answered: bool, *texts: tuple[str, float]) -> extractive.PartAnswer:
+    extracts = [
+        extractive.Extract(text=text, source_id="a", order=(0, 0, 0, 0, i), similarity=0.8, coverage=0.5, score=score)
+        for i, (text, score) in enumerate(texts)
+    ]
+    return extractive.PartAnswer(
+        part="滤网多少钱", extracts=extracts, answered=answered, best_similarity=0.8, coverage=0.5
+    )
+
+
+def test_a_refusal_says_so_first_then_one_closest_quote_never_a_heading() -> None:
+    part = _part(False, ("三、滤网的更换", 0.9), ("滤网寿命约为3000小时，到期请更换。", 0.7), ("请勿水洗滤网。", 0.6))
+    lines = extractive.compose([part], {"a": extractive.Quoted(1)}, []).split("\n")
+    assert lines[1].startswith(f"{extractive.UNCONFIRMED}：滤网多少钱（")
+    assert lines[2:] == [extractive.CLOSEST, "「滤网寿命约为3000小时，到期请更换。」[1]"]
+
+
+def test_an_answer_quotes_all_but_its_headings() -> None:
+    part = _part(True, ("三、滤网的更换\n滤网寿命约为3000小时。", 0.9), ("请勿水洗滤网。", 0.8))
+    lines = extractive.compose([part], {"a": extractive.Quoted(1)}, []).split("\n")
+    assert lines[1:] == ["「滤网寿命约为3000小时。」[1]", "「请勿水洗滤网。」[1]"]
+    assert extractive.is_heading("三、滤网的更换") and not extractive.is_heading("滤网寿命约为3000小时。")
+
+
+def test_a_question_asking_leave_for_a_forbidden_act_is_answered_by_the_prohibition() -> None:
+    asked = extractive.PartAnswer(
+        part="我爸昏迷了，能喂糖水吗", extracts=[], answered=False, best_similarity=0.8, coverage=0.5
+    )
+    sources = [extractive.Source(source_id, text) for source_id, text in MEDICAL]
+    answer = extractive.deny_premise(asked, sources, {}, get_tokenizer())
+    assert answer.answered and answer.forbidden and answer.extracts[0].source_id == "coma"
+    text = extractive.compose([answer], {"coma": extractive.Quoted(1)}, [])
+    assert extractive.FORBIDDEN in text and extractive.UNCONFIRMED not in text
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "values"),
+    [
+        ("年假最多可顺延至次年3月31日。", "年假最多可顺延至次年6月30日。", [[(3.0, 31.0), (6.0, 30.0)]]),  # no year
+        (
+            "请勿在低于0℃或高于50℃的环境中充电。",
+            "请勿在低于5℃或高于45℃的环境中充电。",
+            [[(0.0,), (5.0,)], [(50.0,), (45.0,)]],
+        ),
+        ("试用期工资为转正工资的70%。", "试用期工资为转正工资的80%。", [[(70.0,), (80.0,)]]),
+        ("请勿在低于0℃或高于50℃的环境中充电。", "请勿在低于0℃或高于50℃的环境中充电。", []),  # the same range
+    ],
+)
+def test_versions_disagree_on_a_day_a_range_bound_or_a_percentage(first: str, second: str, values: list) -> None:
+    quotes = [
+        Quote("年假、充电温度、试用期工资", "1", "v1", first),
+        Quote("年假、充电温度、试用期工资", "2", "v2", second),
+    ]
+    found = figure_conflicts(quotes, get_tokenizer())
+    assert [[figure.value for figure in conflict.figures] for conflict in found] == values
+
+
+def test_the_newer_dated_version_is_said_to_supersede_the_older() -> None:
+    old = document_date("员工手册（2022年版）", "本办法自2022年1月1日起施行")
+    new = document_date("员工手册.txt", "本办法自2024年3月1日起施行。年假最多可顺延至次年6月30日。")
+    assert old is not None and new is not None and new[1] == "2024年3月1日起施行"
+    assert newest_side([(1, old), (2, new)]) == (2, "2024年3月1日起施行")
+    assert newest_side([(1, old), (2, None)]) is None  # one side does not date itself: nothing is chosen
+    assert newest_side([(1, new), (2, new)]) is None  # the same date: neither supersedes
+    sides = [
+        ConflictSource(number=n, kind="local", title="手册", says=says) for n, says in ((1, "3月31日"), (2, "6月30日"))
+    ]
+    dated = describe([Conflict(claim="年假顺延", sources=sides, newest=2, newest_date="2024年3月1日起施行")])
+    assert "[2]（2024年3月1日起施行）是较新的版本，取代较早的版本" in dated
+    assert "取代" not in describe([Conflict(claim="年假顺延", sources=sides)])
