@@ -40,7 +40,7 @@ from typing import Any
 from elasticsearch import Elasticsearch
 from tqdm import tqdm
 
-from bench.datasets import Dataset, load_named
+from bench.datasets import Dataset, corpus_of, load_named
 from bench.embedding_cache import CachedEmbedder, cache_path
 from core.access import ALL_DOCUMENTS, Scope
 from core.aliases import Alias
@@ -61,6 +61,7 @@ from evaluation.metrics import (
     Lists,
     choose,
     config_of,
+    fused_ids,
     hybrid,
     label,
     margins,
@@ -285,6 +286,12 @@ def corpora_table(report: dict[str, Any]) -> list[str]:
                 f"| {name} | {split} | {part} | {h['n']} | {_ci(v['R@1'])} | {_ci(v['MRR@10'])} | {_ci(h['R@1'])} "
                 f"| {_ci(h['R@5'])} | {_ci(h['MRR@10'])} |"
             )
+    for name, misses in report.get("lookalikes", {}).items():
+        if misses:
+            found = ", ".join(
+                f"{mode} {len(ids)}" + (f" ({' '.join(ids)})" if ids else "") for mode, ids in misses.items()
+            )
+            lines += ["", f"{name}: first hit in the look-alike twin document {LOOKALIKES[name]}: {found}."]
     return [*lines, ""]
 
 
@@ -378,6 +385,30 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 PARAPHRASED = ("paraphrase", "colloquial")  # question styles that share few words with their evidence
+# Documents of a corpus that differ in one word (高/低血糖): a first hit in the twin is the worst miss.
+LOOKALIKES = {"diabetes": ("02_低血糖.md", "03_高血糖与酮症.md")}
+
+
+def lookalike_misses(dataset: Dataset, lists: dict[str, Lists], config: dict[str, Any]) -> dict[str, list[str]]:
+    """Per list (and hybrid by `config`), the questions about one of the dataset's look-alike documents
+    whose first hit is in its twin."""
+    twins = LOOKALIKES.get(dataset.name)
+    if not twins:
+        return {}
+    corpus = corpus_of(dataset.documents, dataset.chunk_size, dataset.chunk_overlap)
+    document = {chunk_id: doc for chunk_id, (doc, _text) in corpus.chunks.items()}
+    misses: dict[str, list[str]] = {}
+    for q in (q for q in dataset.queries if q.id in lists):
+        own = {document[chunk_id] for chunk_id in q.relevant}
+        if len(own) != 1 or not own <= set(twins):
+            continue
+        twin = next(doc for doc in twins if doc not in own)
+        firsts = {mode: [i for i, _ in lists[q.id][mode][:1]] for mode in LISTS}
+        for mode, first in (firsts | {"hybrid": fused_ids(lists[q.id], config)[:1]}).items():
+            misses.setdefault(mode, [])
+            if first and document.get(first[0]) == twin:
+                misses[mode].append(q.id)
+    return misses
 
 
 def _mean_interval(values: list[float]) -> list[float]:
@@ -560,6 +591,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "ablation": {},
         "vectors": {},
         "default": {},  # the service's own fusion (its settings), per dataset: `corpora_table`
+        "lookalikes": {},  # first hits in a look-alike twin document, dev and test together
     }
     for dataset in datasets:
         retriever, alias = ablations[dataset.name][1]
@@ -567,6 +599,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         service_dev = dev_lists[dataset.name][SERVICE.name]
         report["datasets"][dataset.name] = dataset_report(dataset, test_lists, service_dev, config)
         report["default"][dataset.name] = default_rows(dataset, {"dev": service_dev, "test": test_lists}, default)
+        report["lookalikes"][dataset.name] = lookalike_misses(dataset, service_dev | test_lists, default)
         report["ablation"][dataset.name] = ablation_report(dataset, dev_lists[dataset.name], config)
         if not args.no_vector_ablation:
             service = {"dev": service_dev, "test": test_lists}
