@@ -220,6 +220,7 @@ def markdown(report: dict[str, Any]) -> str:
         f"**Chosen fusion (on dev): {label(report['chosen'])}.**",
         "",
         *corpora_table(report),
+        *corpora_table(report, "uncovered"),
     ]
     for name, result in report["datasets"].items():
         skipped = f" ({len(result['skipped'])} blank questions left out: {', '.join(result['skipped'])})"
@@ -268,15 +269,19 @@ def _ci(found: list[float]) -> str:
     return f"{found[0]:.3f} [{found[1]:.2f}, {found[2]:.2f}]"
 
 
-def corpora_table(report: dict[str, Any]) -> list[str]:
-    """Every corpus under the service's default fusion: vector and hybrid, all and paraphrased questions."""
+def corpora_table(report: dict[str, Any], key: str = "default") -> list[str]:
+    """Every corpus under the service's default fusion: vector and hybrid, all and paraphrased questions
+    (`key` "uncovered": the same fusion with coverage off)."""
+    fusion = report["default_fusion"] | ({"coverage": 0.0} if key == "uncovered" else {})
+    if not report.get(key):
+        return []
     lines = [
-        f"### Every corpus, the service's fusion ({label(report['default_fusion'])}); mean [bootstrap 95 %]",
+        f"### Every corpus, {label(fusion)}; mean [bootstrap 95 %]",
         "",
         "| corpus | split | questions | n | vector R@1 | vector MRR@10 | hybrid R@1 | hybrid R@5 | hybrid MRR@10 |",
         "|---|---|---|---:|---|---|---|---|---|",
     ]
-    for name, rows in report["default"].items():
+    for name, rows in report[key].items():
         for key, row in rows.items():
             if not row["hybrid"]["n"]:
                 continue
@@ -286,7 +291,7 @@ def corpora_table(report: dict[str, Any]) -> list[str]:
                 f"| {name} | {split} | {part} | {h['n']} | {_ci(v['R@1'])} | {_ci(v['MRR@10'])} | {_ci(h['R@1'])} "
                 f"| {_ci(h['R@5'])} | {_ci(h['MRR@10'])} |"
             )
-    for name, misses in report.get("lookalikes", {}).items():
+    for name, misses in report.get("lookalikes", {}).items() if key == "default" else ():
         if misses:
             found = ", ".join(
                 f"{mode} {len(ids)}" + (f" ({' '.join(ids)})" if ids else "") for mode, ids in misses.items()
@@ -592,6 +597,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "vectors": {},
         "default": {},  # the service's own fusion (its settings), per dataset: `corpora_table`
         "lookalikes": {},  # first hits in a look-alike twin document, dev and test together
+        "uncovered": {},  # the service's fusion without coverage, when FUSION_COVERAGE is set: `corpora_table`
     }
     for dataset in datasets:
         retriever, alias = ablations[dataset.name][1]
@@ -599,6 +605,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         service_dev = dev_lists[dataset.name][SERVICE.name]
         report["datasets"][dataset.name] = dataset_report(dataset, test_lists, service_dev, config)
         report["default"][dataset.name] = default_rows(dataset, {"dev": service_dev, "test": test_lists}, default)
+        if default.get("coverage"):  # what the same fusion gave before keyword lists weighed their coverage
+            plain = default | {"coverage": 0.0}
+            report["uncovered"][dataset.name] = default_rows(dataset, {"dev": service_dev, "test": test_lists}, plain)
         report["lookalikes"][dataset.name] = lookalike_misses(dataset, service_dev | test_lists, default)
         report["ablation"][dataset.name] = ablation_report(dataset, dev_lists[dataset.name], config)
         if not args.no_vector_ablation:
