@@ -385,6 +385,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-vector-ablation", action="store_true", help="skip today's chunk vectors (a second index of each dataset)"
     )
     parser.add_argument("--out", type=Path, default=RESULTS / "retrieval_eval")
+    parser.add_argument("--lists-out", type=Path, help="also write every question's lists here (fuse again offline)")
     parser.add_argument("--update-docs", action="store_true", help=f"write the tables into {DOCS.relative_to(REPO)}")
     return parser
 
@@ -582,6 +583,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ablations = {d.name: ablation(es, d, embedder, settings, args) for d in datasets}
     dev_lists = {name: lists for name, (lists, _service) in ablations.items()}
     default = config_of(RetrievalParams.from_settings(settings))
+    saved: dict[str, dict[str, dict[str, Lists]]] = {}
     config, fusion_rows = choose(
         {d.name: (d.queries, dev_lists[d.name][SERVICE.name]) for d in datasets}, args.tolerance, args.cost_tolerance
     )
@@ -604,6 +606,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         test_lists = ranked_lists(retriever, alias, dataset, "test")
         service_dev = dev_lists[dataset.name][SERVICE.name]
         report["datasets"][dataset.name] = dataset_report(dataset, test_lists, service_dev, config)
+        saved[dataset.name] = {"dev": service_dev, "test": test_lists}
         report["default"][dataset.name] = default_rows(dataset, {"dev": service_dev, "test": test_lists}, default)
         if default.get("coverage"):  # what the same fusion gave before keyword lists weighed their coverage
             plain = default | {"coverage": 0.0}
@@ -613,6 +616,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.no_vector_ablation:
             service = {"dev": service_dev, "test": test_lists}
             report["vectors"][dataset.name] = vector_ablation(es, dataset, embedder, settings, args, service, config)
+    if args.lists_out:
+        args.lists_out.write_text(json.dumps(saved, ensure_ascii=False), encoding="utf-8")
     report["seconds"] = round(time.perf_counter() - started, 1)
     report["embedding_cache"] = {"hits": embedder.hits, "misses": embedder.misses}
 
