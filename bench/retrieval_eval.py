@@ -282,10 +282,10 @@ def corpora_table(report: dict[str, Any], key: str = "default") -> list[str]:
         "|---|---|---|---:|---|---|---|---|---|",
     ]
     for name, rows in report[key].items():
-        for key, row in rows.items():
+        for row_name, row in rows.items():
             if not row["hybrid"]["n"]:
                 continue
-            split, part = key.split()
+            split, part = row_name.split()
             v, h = row["vector"], row["hybrid"]
             lines.append(
                 f"| {name} | {split} | {part} | {h['n']} | {_ci(v['R@1'])} | {_ci(v['MRR@10'])} | {_ci(h['R@1'])} "

@@ -12,9 +12,10 @@ explanation of a hit is exactly those contributions, so a reader can add them up
 
 **Coverage** (any method, `FusionParams.coverage` > 0): a keyword list whose top hits match only
 incidental words of the question (「一个星期」, 「突然」) is outvoted by one that matched what the question
-is about. Each keyword list's weight is multiplied by coverage ** `coverage`, where its coverage is the
-mean, over its top `COVERAGE_TOP` hits, of the share of the question's content words (each weighted by
-its rarity, core/text.py) that the hit's text holds. The vector list keeps its weight: when the
+is about. Each keyword list's weight is multiplied by min(1, coverage / `COVERAGE_FULL`) ** `coverage`,
+where its coverage is the mean, over its top `COVERAGE_TOP` hits, of the share of the question's content
+words (each weighted by its rarity, core/text.py) that the hit's text holds. `COVERAGE_FULL` and the
+exponent were chosen on the dev questions of every corpus by the worst one (bench/results/any_corpus.md). The vector list keeps its weight: when the
 question's words are not the documents' (a paraphrase), the keyword lists step back for it.
 
 bench/retrieval_eval.py compares them on the dev questions with this very code.
@@ -28,6 +29,7 @@ from core.config import FusionMethod
 
 Ranked = Sequence[tuple[str, float]]  # (chunk id, list score), best first
 COVERAGE_TOP = 3  # a keyword list's top hits whose coverage of the question's words counts
+COVERAGE_FULL = 0.5  # a keyword list whose top hits hold this share of the question keeps its whole weight
 
 
 @dataclass(frozen=True)
@@ -54,11 +56,12 @@ class FusionParams:
             raise ValueError(f"the coverage exponent must be at least 0, got {self.coverage}")
 
     def weight(self, name: str, coverage: Mapping[str, float]) -> float:
-        """List `name`'s weight for this query: its own, times its coverage ** `coverage` when it has one."""
+        """List `name`'s weight for this query: its own, times min(1, coverage / `COVERAGE_FULL`) ** `coverage`
+        when it has a coverage."""
         own = self.weights.get(name, 1.0)
         if self.coverage == 0 or name not in coverage:
             return own
-        return own * float(coverage[name] ** self.coverage)
+        return own * float(min(1.0, coverage[name] / COVERAGE_FULL) ** self.coverage)
 
 
 @dataclass(frozen=True)

@@ -129,7 +129,7 @@ def test_a_keyword_list_matching_only_incidental_words_steps_back_for_the_vector
     keyword = [("high", 12.0), ("low", 3.0), ("x", 2.5)]
     lists = {"vector": [("low", 0.93), ("high", 0.90), ("x", 0.80)], "bm25": keyword, "bigram": keyword}
     coverage = {name: list_coverage(lists[name], texts, words, top=1) for name in ("bm25", "bigram")}
-    assert coverage["bm25"] == pytest.approx(8.3 / (8.3 + 16.0 + 14.4))
+    assert coverage["bm25"] == pytest.approx(8.3 / (8.3 + 16.0 + 14.4))  # under COVERAGE_FULL: weighed down
     plain = FusionParams(FusionMethod.ZSCORE, 60, {})
     weighted = FusionParams(FusionMethod.ZSCORE, 60, {}, coverage=2.0)
     assert fuse(lists, plain, top=1, coverage=coverage)[0].id == "high"  # coverage off: outvoted
