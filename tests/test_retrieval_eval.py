@@ -124,14 +124,14 @@ def test_medical_questions_have_a_split_and_one_passage() -> None:
 def test_a_keyword_list_matching_only_incidental_words_steps_back_for_the_vector_list() -> None:
     # 「突然叫不醒，能灌糖水吗」: the keyword lists' top hit shares only the common 突然 with the question,
     # the vector list's top hit holds the rare 糖水 and 叫不醒 ... as a person asked them.
-    words = QueryWords({"突然": 8.3, "叫不醒": 16.0, "糖水": 14.4})
+    words = QueryWords({"突然": 8.3, "叫不醒": 16.0, "灌": 12.0, "糖水": 14.4})
     texts = {"high": "血糖突然升高时多喝水", "low": "叫不醒时切勿喂食物或糖水"}
-    keyword = [("high", 12.0), ("low", 3.0), ("x", 2.5)]
+    keyword = [("high", 5.0), ("low", 4.0), ("x", 1.0)]
     lists = {"vector": [("low", 0.93), ("high", 0.90), ("x", 0.80)], "bm25": keyword, "bigram": keyword}
     coverage = {name: list_coverage(lists[name], texts, words, top=1) for name in ("bm25", "bigram")}
-    assert coverage["bm25"] == pytest.approx(8.3 / (8.3 + 16.0 + 14.4))  # under COVERAGE_FULL: weighed down
+    assert coverage["bm25"] == pytest.approx(8.3 / (8.3 + 16.0 + 12.0 + 14.4))  # under COVERAGE_FULL: weighed down
     plain = FusionParams(FusionMethod.ZSCORE, 60, {})
-    weighted = FusionParams(FusionMethod.ZSCORE, 60, {}, coverage=2.0)
+    weighted = FusionParams(FusionMethod.ZSCORE, 60, {}, coverage=1.0)
     assert fuse(lists, plain, top=1, coverage=coverage)[0].id == "high"  # coverage off: outvoted
     assert fuse(lists, weighted, top=1, coverage=coverage)[0].id == "low"
     # A keyword list that matched what the question is about keeps its full weight.
