@@ -13,6 +13,12 @@ question set follows too.
   when it contains the question's evidence string, whatever the chunk boundaries.
 - `medical`: bench/data/medical_passages.jsonl and medical_queries.jsonl, look-alike passage
   pairs over 20 term pairs (高/低血糖, 甲亢/甲减, 左/右心衰, …), split dev/test by term pair.
+- `handbook`: bench/data/handbook_corpus.jsonl (short made-up rules and manuals) and the answerable
+  questions of handbook_questions.jsonl; a chunk is relevant when it holds the evidence.
+- `diabetes`, `policy`, `doorlock` (`MODERN`): Markdown documents in bench/data/NAME/, read by the
+  indexing job's own Markdown loader (headings become sections), with the answerable questions of
+  bench/data/NAME_questions.jsonl (bench/data/README.md).
+- `cmrc-small`: the first `CMRC_SMALL` paragraphs of CMRC 2018 dev and their questions: quick.
 """
 
 import json
@@ -27,6 +33,8 @@ from indexing.loaders import load_text
 
 BENCH_DATA = Path(__file__).resolve().parent / "data"
 CMRC_CHUNK_SIZE = 1000  # longer than any CMRC paragraph: one paragraph, one chunk
+CMRC_SMALL = 80  # paragraphs of `cmrc-small`: Wikipedia prose beside the made-up corpora, indexed in a minute
+MODERN = ("diabetes", "policy", "doorlock")  # modern Markdown corpora (bench/data/README.md)
 
 
 DATA = Path(__file__).resolve().parents[1] / "data"  # the corpora the project carries (data/README.md)
@@ -60,10 +68,11 @@ class Dataset:
     chunk_overlap: int
     chunks: dict[str, str] = field(default_factory=dict)  # chunk id -> text, as the pipeline will index them
     skipped: list[str] = field(default_factory=list)  # ids of questions left out: blank in the source
+    prefix: str = "eval"  # of its indices' names: several checkouts share one Elasticsearch
 
     @property
     def alias(self) -> str:
-        return f"eval-{self.name}"
+        return f"{self.prefix}-{self.name}"
 
 
 def corpus_of(documents: list[Document], chunk_size: int, chunk_overlap: int) -> Corpus:
@@ -90,20 +99,23 @@ def cmrc_answers(root: Path | None = None) -> dict[str, str]:
     }
 
 
-def load_cmrc(root: Path | None = None) -> Dataset:
-    """All of CMRC 2018 dev + trial; a paragraph's questions are all dev or all test (seeded by its id)."""
+def load_cmrc(root: Path | None = None, paragraphs_kept: int | None = None) -> Dataset:
+    """All of CMRC 2018 dev + trial (or its first `paragraphs_kept` paragraphs: `cmrc-small`); a
+    paragraph's questions are all dev or all test (seeded by its id)."""
     root = root or DATA / "cmrc2018"
     paragraphs = []
     for split in ("dev", "trial"):
         data = json.loads((root / f"cmrc2018_{split}.json").read_text(encoding="utf-8"))["data"]
         paragraphs += [paragraph for article in data for paragraph in article["paragraphs"]]
+    paragraphs = paragraphs[:paragraphs_kept]
     documents = [Document(doc_id=p["id"], text=p["context"], source="cmrc2018") for p in paragraphs]
     corpus = corpus_of(documents, CMRC_CHUNK_SIZE, 0)
     questions = [(p["id"], qa) for p in paragraphs for qa in p["qas"]]
     queries = [Query(qa["id"], qa["question"], corpus.of_document(pid), split_of(None, pid)) for pid, qa in questions]
     blank = [query.id for query in queries if not query.text.strip()]  # two in the trial set
     kept = [query for query in queries if query.text.strip()]
-    return Dataset("cmrc", documents, kept, CMRC_CHUNK_SIZE, 0, corpus.texts, skipped=blank)
+    name = "cmrc" if paragraphs_kept is None else "cmrc-small"
+    return Dataset(name, documents, kept, CMRC_CHUNK_SIZE, 0, corpus.texts, skipped=blank)
 
 
 def _split_of(item: dict[str, str]) -> str:
@@ -148,12 +160,52 @@ def load_medical(
     return Dataset("medical", documents, found, DEFAULT_CHUNK_SIZE, DEFAULT_CHUNK_OVERLAP, corpus.texts)
 
 
+def handbook_documents() -> list[Document]:
+    """bench/data/handbook_corpus.jsonl: one document per line."""
+    return [
+        Document(item["id"], item["text"], item["source"], title=item["title"])
+        for item in read_jsonl(BENCH_DATA / "handbook_corpus.jsonl")
+    ]
+
+
+def modern_documents(name: str) -> list[Document]:
+    """The Markdown files of bench/data/NAME/, as the indexing job loads them (sections from headings)."""
+    return [doc for path in sorted((BENCH_DATA / name).glob("*.md")) for doc in load_text(path, path.name)]
+
+
+def evidence_dataset(name: str, documents: list[Document], questions: Path, chunk_size: int, overlap: int) -> Dataset:
+    """`documents` and the answerable questions of `questions`, relevant where their evidence is."""
+    corpus = corpus_of(documents, chunk_size, overlap)
+    queries = []
+    for item in read_jsonl(questions):
+        if item["kind"] != "answerable":
+            continue
+        relevant = corpus.containing(item["evidence"])
+        if not relevant:
+            raise ValueError(f"{questions}: evidence of {item['id']} is in no {chunk_size}-character chunk")
+        queries.append(Query(item["id"], item["question"], relevant, _split_of(item), item.get("style", "")))
+    return Dataset(name, documents, queries, chunk_size, overlap, corpus.texts)
+
+
+def load_modern(name: str, chunk_size: int = DEFAULT_CHUNK_SIZE, overlap: int = DEFAULT_CHUNK_OVERLAP) -> Dataset:
+    """A modern corpus: `handbook` (JSON lines) or one of `MODERN` (Markdown)."""
+    documents = handbook_documents() if name == "handbook" else modern_documents(name)
+    return evidence_dataset(name, documents, BENCH_DATA / f"{name}_questions.jsonl", chunk_size, overlap)
+
+
 def load_named(name: str) -> Dataset:
-    """A dataset by its command-line name: `cmrc` (all paragraphs), `sanguo`, `medical`."""
+    """A dataset by its command-line name: `cmrc` (all paragraphs), `cmrc-small`, `sanguo`, `medical`,
+    `handbook` and the `MODERN` corpora."""
     if name == "cmrc":
         return load_cmrc()
+    if name == "cmrc-small":
+        return load_cmrc(paragraphs_kept=CMRC_SMALL)
     if name == "sanguo":
         return load_sanguo()
     if name == "medical":
         return load_medical()
-    raise ValueError(f"unknown dataset {name!r}: use cmrc, sanguo or medical")
+    if name == "handbook" or name in MODERN:
+        return load_modern(name)
+    raise ValueError(
+        f"unknown dataset {name!r}: use cmrc, cmrc-small, sanguo, medical, handbook or {', '.join(MODERN)}"
+    )

@@ -43,19 +43,30 @@ import re
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from itertools import product
 from pathlib import Path
 from typing import Any
 
 from elasticsearch import Elasticsearch
 
-from bench.datasets import BENCH_DATA, cmrc_answers, load_cmrc, load_medical, load_sanguo, read_jsonl
+from bench.datasets import (
+    BENCH_DATA,
+    CMRC_SMALL,
+    MODERN,
+    Dataset,
+    cmrc_answers,
+    load_cmrc,
+    load_medical,
+    load_named,
+    load_sanguo,
+    read_jsonl,
+)
 from bench.embedding_cache import CachedEmbedder, cache_path
 from bench.latency import percentile
-from bench.retrieval_eval import REPO, RESULTS, machine, update_docs
+from bench.retrieval_eval import REPO, RESULTS, SERVICE, ensure_indexed, machine, update_docs
 from core.access import ALL_DOCUMENTS, Scope
 from core.config import Settings
-from core.documents import Document
 from core.embeddings import load_embedder
 from core.reader import Reader
 from core.schema import Mode
@@ -76,32 +87,27 @@ _MARKUP = re.compile(r"\[\d+\](?:（https?://[^）]*）)?|[「」\n]")
 
 
 def load_questions(question_set: str = "sanguo") -> list[dict[str, Any]]:
-    if question_set == "handbook":
-        return read_jsonl(BENCH_DATA / "handbook_questions.jsonl")
+    if question_set == "handbook" or question_set in MODERN:
+        return read_jsonl(BENCH_DATA / f"{question_set}_questions.jsonl")
     if question_set == "medical":
         return [
             {"id": q.id, "question": q.text, "kind": "answerable", "split": q.split} for q in load_medical().queries
         ]
-    if question_set == "cmrc":
+    if question_set in ("cmrc", "cmrc-small"):
         answers = cmrc_answers()
+        kept = CMRC_SMALL if question_set == "cmrc-small" else None
+        written = read_jsonl(BENCH_DATA / "cmrc_unanswerable.jsonl") if kept else []  # about those paragraphs
         return [
             {"id": q.id, "question": q.text, "kind": "answerable", "split": q.split, "evidence": answers[q.id]}
-            for q in load_cmrc().queries
+            for q in load_cmrc(paragraphs_kept=kept).queries
             if q.id in answers
-        ]
+        ] + written
     answerable = [{**item, "kind": "answerable"} for item in read_jsonl(BENCH_DATA / "sanguo_questions.jsonl")]
     return (
         answerable
         + read_jsonl(BENCH_DATA / "sanguo_unanswerable.jsonl")
         + read_jsonl(BENCH_DATA / "sanguo_distributive.jsonl")
     )
-
-
-def handbook_documents() -> list[Document]:
-    return [
-        Document(item["id"], item["text"], item["source"], title=item["title"])
-        for item in read_jsonl(BENCH_DATA / "handbook_corpus.jsonl")
-    ]
 
 
 def indexed_chunks(es: Elasticsearch, index: str) -> list[str]:
@@ -165,6 +171,7 @@ def run_all(
                 "contradiction_quoted": contains(result.answer, item["contradicted_by"])
                 if item.get("contradicted_by")
                 else None,
+                "sides_quoted": [contains(result.answer, side) for side in item.get("conflict", [])],
             }
         )
         print(f"\r{number}/{len(questions)}", end="", file=sys.stderr, flush=True)
@@ -233,6 +240,9 @@ def figures(runs: list[dict[str, Any]], similarity: float, coverage: float, unkn
     found["compound_says_unconfirmed"] = share([judged[id(r)]["admits"] for r in compound])
     distributive = [r for r in runs if r["kind"] == "distributive"]
     found["distributive_parts_quoted"] = share([quoted for r in distributive for quoted in r["parts_quoted"]])
+    conflicts = [r for r in runs if r["kind"] == "conflict"]  # two versions disagree: both should be quoted
+    found["conflict_both_sides_quoted"] = share([all(r.get("sides_quoted", [False])) for r in conflicts])
+    found["conflict_newer_quoted"] = share([bool(r.get("sides_quoted", [False])[0]) for r in conflicts])
     found["distributive_all_quoted_and_answered"] = share(
         [all(r["parts_quoted"]) and judged[id(r)]["all_answered"] for r in distributive]
     )
@@ -298,12 +308,14 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+SETS = ("sanguo", "handbook", "medical", "cmrc", "cmrc-small", *MODERN)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench.extractive_eval", description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--set", dest="question_set", choices=("sanguo", "handbook", "medical", "cmrc"), default="sanguo"
-    )
-    parser.add_argument("--index", help="alias (or index) holding the corpus (default: extractive-sanguo, eval-SET)")
+    parser.add_argument("--set", dest="question_set", default="sanguo", help=f"one or more of {','.join(SETS)}, or all")
+    parser.add_argument("--index", help="alias (or index) holding the corpus (default: the retrieval evaluation's)")
+    parser.add_argument("--prefix", default="eval", help="of the default indices' names (a shared Elasticsearch)")
     parser.add_argument("--book", type=Path, help="the book (default: data/sanguo/sanguo_yanyi.txt)")
     parser.add_argument("--save", type=Path, help="write the report here instead of bench/results and the docs")
     parser.add_argument(
@@ -313,21 +325,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def ensure_index(
-    es: Elasticsearch, settings: Settings, embedder: CachedEmbedder, question_set: str, book: Path | None
-) -> None:
-    """The corpus indexed under `settings.es_index` by the indexing job, unless it is there already."""
+def dataset_of(question_set: str, book: Path | None, prefix: str) -> Dataset:
+    """The corpus a set asks about, chunked as the retrieval evaluation indexes it."""
+    dataset = load_sanguo(path=book) if question_set == "sanguo" and book else load_named(question_set)
+    return replace(dataset, prefix=prefix)
+
+
+def ensure_index(es: Elasticsearch, settings: Settings, embedder: CachedEmbedder, dataset: Dataset) -> None:
+    """`settings.es_index` built from `dataset` by the indexing job, unless it is there already."""
     if concrete_indices(es, settings.es_index):
         return
-    documents = {
-        "handbook": handbook_documents,
-        "medical": lambda: load_medical().documents,
-        "cmrc": lambda: load_cmrc().documents,
-        "sanguo": lambda: load_sanguo(path=book).documents,
-    }[question_set]()
     index_documents(
         es,
-        documents,
+        dataset.documents,
         alias=settings.es_index,
         visible=ALL_DOCUMENTS,
         embedder=embedder,
@@ -352,30 +362,39 @@ def publish(report: dict[str, Any], question_set: str) -> None:
         json.dumps(report, ensure_ascii=False, indent=1), encoding="utf-8"
     )
     (RESULTS / f"extractive_eval{suffix}.md").write_text(table + "\n", encoding="utf-8")
-    update_docs(table, f"<!-- {marker}:begin -->", f"<!-- {marker}:end -->", REPO / "docs" / "workflow.md")
+    docs = REPO / "docs" / "workflow.md"
+    if f"<!-- {marker}:begin -->" in docs.read_text(
+        encoding="utf-8"
+    ):  # the sets the docs show; others in bench/results
+        update_docs(table, f"<!-- {marker}:begin -->", f"<!-- {marker}:end -->", docs)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    index = args.index or ("extractive-sanguo" if args.question_set == "sanguo" else f"eval-{args.question_set}")
-    settings = Settings(es_index=index)
+def evaluate_set(question_set: str, args: argparse.Namespace, embedder: CachedEmbedder) -> dict[str, Any]:
+    """One set's report: its index (the retrieval evaluation's service index unless `--index`), every
+    question answered, thresholds tuned on dev for 三国 and the service's elsewhere."""
+    dataset = dataset_of(question_set, args.book, args.prefix)
+    settings = Settings()
     es = create_client(settings)
-    embedder = CachedEmbedder(load_embedder(settings.embedder, settings), cache_path(settings))
-    ensure_index(es, settings, embedder, args.question_set, args.book)
+    if args.index:
+        settings = Settings(es_index=args.index)
+        ensure_index(es, settings, embedder, dataset)
+    else:
+        settings = Settings(es_index=ensure_indexed(es, dataset, SERVICE, embedder, settings, reindex=False))
+    index = settings.es_index
     chunks = indexed_chunks(es, index)
     text = "\x1e".join(chunks)
-    questions = load_questions(args.question_set)
+    questions = load_questions(question_set)
     askable = [q for q in questions if q.get("evidence") is None or q["evidence"] in text]
     retriever = Retriever(
         es, embedder, get_tokenizer(settings.jieba_user_dict), RetrievalParams.from_settings(settings)
     )
     profile = None if args.profile is None else profile_named("" if args.profile == "none" else args.profile)
     runs = run_all(retriever, settings, askable, profile)
-
     dev = [r for r in runs if r["split"] == "dev"]
-    chosen = tune(dev) if args.question_set == "sanguo" else defaults(settings)
+    chosen = tune(dev) if question_set == "sanguo" else defaults(settings)
     thresholds = (chosen["min_similarity"], chosen["min_coverage"], chosen["max_unknown_terms"])
-    report = {
+    return {
+        "set": question_set,
         "index": index,
         "chunks": len(chunks),
         "questions": len(askable),
@@ -388,11 +407,53 @@ def main(argv: Sequence[str] | None = None) -> int:
         "latency_ms": {"p50": percentile([r["ms"] for r in runs], 50), "p95": percentile([r["ms"] for r in runs], 95)},
         "runs": runs,
     }
-    print(markdown(report))
-    if args.save:  # a trial (another setting on dev): the published figures stay as they are
-        args.save.write_text(json.dumps(report, ensure_ascii=False, indent=1), encoding="utf-8")
-    else:
-        publish(report, args.question_set)
+
+
+SUMMARY = {  # the figures of the per-corpus table, by their names in `figures`
+    "answerable quoted": "answerable_quotes_evidence",
+    "answerable judged answered": "answerable_judged_answered",
+    "paraphrased judged answered": "answerable_paraphrase_judged_answered",
+    "should refuse: admitted": "unanswerable_says_unconfirmed",
+    "false premise admitted": "unanswerable_false_premise_says_unconfirmed",
+    "conflict: both sides quoted": "conflict_both_sides_quoted",
+}
+
+
+def summary(reports: list[dict[str, Any]]) -> str:
+    """Every set side by side: the main figures, dev and test, with Wilson 95 % intervals."""
+    lines = ["| corpus | split | " + " | ".join(SUMMARY) + " |", "|---|---|" + "---|" * len(SUMMARY)]
+    for report in reports:
+        for split in ("dev", "test"):
+            cells = []
+            for name in SUMMARY.values():
+                found = report[split][name]
+                low, high = found["ci95"]
+                cells.append(f"{found['share']:.3f} [{low:.2f}, {high:.2f}] ({found['n']})" if found["n"] else "-")
+            lines.append(f"| {report['set']} | {split} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    sets = SETS if args.question_set == "all" else tuple(args.question_set.split(","))
+    if unknown := [name for name in sets if name not in SETS]:
+        raise SystemExit(f"unknown set(s) {unknown}: use {', '.join(SETS)} or all")
+    settings = Settings()
+    embedder = CachedEmbedder(load_embedder(settings.embedder, settings), cache_path(settings))
+    reports = []
+    for question_set in sets:
+        report = evaluate_set(question_set, args, embedder)
+        print(markdown(report))
+        if args.save:  # a trial (another setting on dev): the published figures stay as they are
+            path = args.save if len(sets) == 1 else args.save.with_name(f"{args.save.stem}_{question_set}.json")
+            path.write_text(json.dumps(report, ensure_ascii=False, indent=1), encoding="utf-8")
+        else:
+            publish(report, question_set)
+        reports.append(report)
+    table = summary(reports)
+    print(table)
+    if not args.save and len(sets) > 1:
+        (RESULTS / "extractive_eval_corpora.md").write_text(table + "\n", encoding="utf-8")
     return 0
 
 

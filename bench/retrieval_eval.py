@@ -40,7 +40,7 @@ from typing import Any
 from elasticsearch import Elasticsearch
 from tqdm import tqdm
 
-from bench.datasets import Dataset, load_named
+from bench.datasets import Dataset, corpus_of, load_named
 from bench.embedding_cache import CachedEmbedder, cache_path
 from core.access import ALL_DOCUMENTS, Scope
 from core.aliases import Alias
@@ -53,12 +53,15 @@ from core.store import concrete_indices, create_client, read_index_meta
 from core.text import ChineseTokenizer
 from evaluation.metrics import (
     COST_TOLERANCE,
+    GATE,
     LIST_DEPTH,
     LISTS,
     METRICS,
     TOLERANCE,
     Lists,
     choose,
+    config_of,
+    fused_ids,
     hybrid,
     label,
     margins,
@@ -157,7 +160,7 @@ def ranked_lists(
     queries = [q for q in dataset.queries if q.split == split]
     depth = retriever.params.depth
     return {
-        q.id: retriever.ranked_lists(Scope.whole(alias), q.text, modes, depth)
+        q.id: retriever.ranked_lists(Scope.whole(alias), q.text, modes, depth, coverage=True)
         for q in tqdm(queries, desc=f"lists {alias} {split}", unit="q", file=sys.stderr)
     }
 
@@ -216,6 +219,8 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         f"**Chosen fusion (on dev): {label(report['chosen'])}.**",
         "",
+        *corpora_table(report),
+        *corpora_table(report, "uncovered"),
     ]
     for name, result in report["datasets"].items():
         skipped = f" ({len(result['skipped'])} blank questions left out: {', '.join(result['skipped'])})"
@@ -258,6 +263,41 @@ def markdown(report: dict[str, Any]) -> str:
     for title, rows in tables.items():
         lines += fusion_table(title, rows, names, chosen)
     return "\n".join(lines) + "\n"
+
+
+def _ci(found: list[float]) -> str:
+    return f"{found[0]:.3f} [{found[1]:.2f}, {found[2]:.2f}]"
+
+
+def corpora_table(report: dict[str, Any], key: str = "default") -> list[str]:
+    """Every corpus under the service's default fusion: vector and hybrid, all and paraphrased questions
+    (`key` "uncovered": the same fusion with coverage off)."""
+    fusion = report["default_fusion"] | ({"coverage": 0.0} if key == "uncovered" else {})
+    if not report.get(key):
+        return []
+    lines = [
+        f"### Every corpus, {label(fusion)}; mean [bootstrap 95 %]",
+        "",
+        "| corpus | split | questions | n | vector R@1 | vector MRR@10 | hybrid R@1 | hybrid R@5 | hybrid MRR@10 |",
+        "|---|---|---|---:|---|---|---|---|---|",
+    ]
+    for name, rows in report[key].items():
+        for row_name, row in rows.items():
+            if not row["hybrid"]["n"]:
+                continue
+            split, part = row_name.split()
+            v, h = row["vector"], row["hybrid"]
+            lines.append(
+                f"| {name} | {split} | {part} | {h['n']} | {_ci(v['R@1'])} | {_ci(v['MRR@10'])} | {_ci(h['R@1'])} "
+                f"| {_ci(h['R@5'])} | {_ci(h['MRR@10'])} |"
+            )
+    for name, misses in report.get("lookalikes", {}).items() if key == "default" else ():
+        if misses:
+            found = ", ".join(
+                f"{mode} {len(ids)}" + (f" ({' '.join(ids)})" if ids else "") for mode, ids in misses.items()
+            )
+            lines += ["", f"{name}: first hit in the look-alike twin document {LOOKALIKES[name]}: {found}."]
+    return [*lines, ""]
 
 
 def _method(config: dict[str, Any]) -> dict[str, Any]:
@@ -338,14 +378,68 @@ def build_parser() -> argparse.ArgumentParser:
         default=COST_TOLERANCE,
         help="mean dev MRR@10 a shallower depth may cost (see above)",
     )
-    parser.add_argument("--reindex", action="store_true", help="rebuild the eval-* indices")
+    parser.add_argument("--reindex", action="store_true", help="rebuild the PREFIX-* indices")
+    parser.add_argument("--prefix", default="eval", help="of the indices' names (a shared Elasticsearch)")
     parser.add_argument("--no-ablation", action="store_true", help="only the service's analysis")
     parser.add_argument(
         "--no-vector-ablation", action="store_true", help="skip today's chunk vectors (a second index of each dataset)"
     )
     parser.add_argument("--out", type=Path, default=RESULTS / "retrieval_eval")
+    parser.add_argument("--lists-out", type=Path, help="also write every question's lists here (fuse again offline)")
     parser.add_argument("--update-docs", action="store_true", help=f"write the tables into {DOCS.relative_to(REPO)}")
     return parser
+
+
+PARAPHRASED = ("paraphrase", "colloquial")  # question styles that share few words with their evidence
+# Documents of a corpus that differ in one word (高/低血糖): a first hit in the twin is the worst miss.
+LOOKALIKES = {"diabetes": ("02_低血糖.md", "03_高血糖与酮症.md")}
+
+
+def lookalike_misses(dataset: Dataset, lists: dict[str, Lists], config: dict[str, Any]) -> dict[str, list[str]]:
+    """Per list (and hybrid by `config`), the questions about one of the dataset's look-alike documents
+    whose first hit is in its twin."""
+    twins = LOOKALIKES.get(dataset.name)
+    if not twins:
+        return {}
+    corpus = corpus_of(dataset.documents, dataset.chunk_size, dataset.chunk_overlap)
+    document = {chunk_id: doc for chunk_id, (doc, _text) in corpus.chunks.items()}
+    misses: dict[str, list[str]] = {}
+    for q in (q for q in dataset.queries if q.id in lists):
+        own = {document[chunk_id] for chunk_id in q.relevant}
+        if len(own) != 1 or not own <= set(twins):
+            continue
+        twin = next(doc for doc in twins if doc not in own)
+        firsts = {mode: [i for i, _ in lists[q.id][mode][:1]] for mode in LISTS}
+        for mode, first in (firsts | {"hybrid": fused_ids(lists[q.id], config)[:1]}).items():
+            misses.setdefault(mode, [])
+            if first and document.get(first[0]) == twin:
+                misses[mode].append(q.id)
+    return misses
+
+
+def _mean_interval(values: list[float]) -> list[float]:
+    """The mean of per-question values and its paired-bootstrap 95 % interval (against zero)."""
+    return list(paired_bootstrap(values, [0.0] * len(values))) if values else [0.0, 0.0, 0.0]
+
+
+def default_rows(dataset: Dataset, lists: dict[str, dict[str, Lists]], default: dict[str, Any]) -> dict[str, Any]:
+    """The service's default fusion per split: vector and hybrid R@1 / R@5 / MRR@10 with intervals, over
+    all questions and over the paraphrased ones, and hybrid minus vector on the paraphrased (R@1, MRR@10)."""
+    rows: dict[str, Any] = {}
+    for split, found in lists.items():
+        for part, styles in (("all", None), ("paraphrased", PARAPHRASED)):
+            questions = [q for q in dataset.queries if q.id in found and (styles is None or q.style in styles)]
+            metrics = per_query(questions, found, default)
+            rows[f"{split} {part}"] = {
+                mode: {m: _mean_interval([q[m] for q in metrics[mode]]) for m in GATE} | {"n": len(questions)}
+                for mode in ("vector", "hybrid")
+            }
+            if part == "paraphrased" and questions:
+                rows[f"{split} {part}"]["hybrid minus vector"] = {
+                    m: paired_bootstrap([q[m] for q in metrics["hybrid"]], [q[m] for q in metrics["vector"]])
+                    for m in ("R@1", "MRR@10")
+                }
+    return rows
 
 
 def dataset_report(
@@ -484,10 +578,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = Settings()
     es = create_client(settings)
     embedder = CachedEmbedder(load_embedder(settings.embedder, settings), cache_path(settings))
-    datasets = [load_named(name) for name in args.datasets.split(",")]
+    datasets = [replace(load_named(name), prefix=args.prefix) for name in args.datasets.split(",")]
     started = time.perf_counter()
     ablations = {d.name: ablation(es, d, embedder, settings, args) for d in datasets}
     dev_lists = {name: lists for name, (lists, _service) in ablations.items()}
+    default = config_of(RetrievalParams.from_settings(settings))
+    saved: dict[str, dict[str, dict[str, Lists]]] = {}
     config, fusion_rows = choose(
         {d.name: (d.queries, dev_lists[d.name][SERVICE.name]) for d in datasets}, args.tolerance, args.cost_tolerance
     )
@@ -496,20 +592,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         "machine": machine(es, embedder),
         "depth": args.depth,
         "chosen": config,
+        "default_fusion": default,
         "fusion": fusion_rows,
         "datasets": {},
         "ablation": {},
         "vectors": {},
+        "default": {},  # the service's own fusion (its settings), per dataset: `corpora_table`
+        "lookalikes": {},  # first hits in a look-alike twin document, dev and test together
+        "uncovered": {},  # the service's fusion without coverage, when FUSION_COVERAGE is set: `corpora_table`
     }
     for dataset in datasets:
         retriever, alias = ablations[dataset.name][1]
         test_lists = ranked_lists(retriever, alias, dataset, "test")
         service_dev = dev_lists[dataset.name][SERVICE.name]
         report["datasets"][dataset.name] = dataset_report(dataset, test_lists, service_dev, config)
+        saved[dataset.name] = {"dev": service_dev, "test": test_lists}
+        report["default"][dataset.name] = default_rows(dataset, {"dev": service_dev, "test": test_lists}, default)
+        if default.get("coverage"):  # what the same fusion gave before keyword lists weighed their coverage
+            plain = default | {"coverage": 0.0}
+            report["uncovered"][dataset.name] = default_rows(dataset, {"dev": service_dev, "test": test_lists}, plain)
+        report["lookalikes"][dataset.name] = lookalike_misses(dataset, service_dev | test_lists, default)
         report["ablation"][dataset.name] = ablation_report(dataset, dev_lists[dataset.name], config)
         if not args.no_vector_ablation:
             service = {"dev": service_dev, "test": test_lists}
             report["vectors"][dataset.name] = vector_ablation(es, dataset, embedder, settings, args, service, config)
+    if args.lists_out:
+        args.lists_out.write_text(json.dumps(saved, ensure_ascii=False), encoding="utf-8")
     report["seconds"] = round(time.perf_counter() - started, 1)
     report["embedding_cache"] = {"hits": embedder.hits, "misses": embedder.misses}
 

@@ -116,6 +116,9 @@ class Settings(BaseSettings):
     fusion: FusionMethod = FusionMethod.ZSCORE  # parameter-free; chosen on dev over RRF, weighted RRF, min-max
     rrf_k: int = Field(60, ge=1, description="rank constant of rrf and rrf-gap")
     rrf_depth: int = 10  # each list's hits fused; chosen on dev with the fusion (docs/retrieval.md)
+    # A keyword list's weight times its coverage of the question's words to this power (retrieval/fusion.py;
+    # 1 chosen on the dev questions of seven corpora by the worst one, bench/results/any_corpus.md).
+    fusion_coverage: float = Field(1.0, ge=0, le=8, description="coverage exponent of keyword lists (0: off)")
     num_candidates: int = 100
     # Weight of the aliases a query's names expand to (core/aliases.py) in the keyword lists; 0: none.
     alias_weight: float = Field(DEFAULT_ALIAS_WEIGHT, ge=0, le=10, description="weight of alias expansions (0: off)")

@@ -64,6 +64,7 @@ class FusionSetting:
     depth: int = 10
     lists: tuple[Mode, ...] = LIST_MODES
     weights: dict[str, float] = field(default_factory=dict)
+    coverage: float = 0.0  # exponent of a keyword list's coverage of the question (retrieval/fusion.py)
     # The reranker's share of the final score on this base (None: RERANK_WEIGHT; 0: no reranking).
     rerank_weight: float | None = None
     origin: Literal["evaluation", "pinned"] = "pinned"
@@ -86,6 +87,7 @@ class FusionSetting:
             depth=int(meta.get("depth", 10)),
             lists=tuple(Mode.from_str(name) for name in meta.get("lists", LIST_MODES)),
             weights={str(k): float(v) for k, v in (meta.get("weights") or {}).items()},
+            coverage=float(meta.get("coverage", 0.0)),
             rerank_weight=None if meta.get("rerank_weight") is None else float(meta["rerank_weight"]),
             origin=meta.get("origin", "pinned"),
             chosen_at=str(meta.get("chosen_at", "")),

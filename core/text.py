@@ -17,6 +17,7 @@ exists in every distribution, the minimal one included); all Chinese analysis li
 """
 
 import logging
+import math
 import re
 import threading
 import unicodedata
@@ -177,6 +178,12 @@ class ChineseTokenizer:
         self._ensure_ready()
         tag = self._tagger().word_tag_tab.get(word)
         return str(tag) if tag is not None else None
+
+    def rarity(self, word: str) -> float:
+        """How much a word tells, from how rare jieba's dictionaries say it is: log(total / (count + 1)),
+        so a word they lack (a domain term, 滚刷) tells most and a common one (一次, 用) least."""
+        self._ensure_ready()
+        return math.log((self._jieba.total + 1) / (self.frequency(word) + 1))
 
     def trailing_name(self, text: str) -> str:
         """The longest end of `text` whose every word is tagged a noun or a name: 本合同由北京蓝鲸科技有限公司 →

@@ -27,7 +27,7 @@ from core.config import FusionMethod
 from core.kbs import FusionSetting
 from core.schema import LIST_MODES, Mode
 from retrieval.fusion import FusionParams, fuse
-from retrieval.retriever import RetrievalParams
+from retrieval.retriever import COVERAGE_KEY, RetrievalParams
 
 LISTS: tuple[Mode, ...] = LIST_MODES
 METRICS = ("R@1", "R@5", "R@10", "MRR@10", "nDCG@10")
@@ -107,32 +107,43 @@ def paired_bootstrap(a: Sequence[float], b: Sequence[float], seed: int = 0) -> t
 # --- fusion -------------------------------------------------------------------------------
 
 
+COVERAGES = (0.0, 1.0, 2.0, 4.0)  # exponents of a keyword list's coverage compared on dev (retrieval/fusion.py)
+
+
 def fusion_grid() -> list[dict[str, Any]]:
-    """The settings compared on dev: plain and weighted RRF, min-max and z-score sums, RRF by score gap."""
+    """The settings compared on dev: plain and weighted RRF, min-max and z-score sums, RRF by score gap,
+    the score sums also with each keyword list weighted by its coverage of the question."""
     grid: list[dict[str, Any]] = []  # simplest first: on a tie, the earlier setting is chosen
     for lists in (LISTS, (Mode.VECTOR, Mode.BM25, Mode.BIGRAM)):
         for weight in (1.0, 2.0):
             grid += [{"method": "rrf", "k": k, "lists": lists, "vector_weight": weight} for k in (60, 30, 10)]
-            grid += [{"method": m, "k": 60, "lists": lists, "vector_weight": weight} for m in ("minmax", "zscore")]
+            grid += [
+                {"method": m, "k": 60, "lists": lists, "vector_weight": weight, "coverage": c}
+                for m in ("minmax", "zscore")
+                for c in COVERAGES
+            ]
         grid += [{"method": "rrf-gap", "k": k, "lists": lists, "vector_weight": 1.0} for k in (60, 10)]
     return [config | {"depth": depth} for depth in DEPTHS for config in grid]
 
 
 def fusion_params(config: Mapping[str, Any]) -> FusionParams:
-    return FusionParams(config["method"], config["k"], {"vector": config["vector_weight"]})
+    return FusionParams(config["method"], config["k"], {"vector": config["vector_weight"]}, config.get("coverage", 0.0))
 
 
 def fused_ids(lists: Lists, config: Mapping[str, Any]) -> list[str]:
+    """The fused top 10; the lists' coverage (`Retriever.ranked_lists(coverage=True)`) when they carry it."""
     chosen = {name: lists[name][: config.get("depth")] for name in config["lists"]}
-    return [hit.id for hit in fuse(chosen, fusion_params(config), top=10)]
+    coverage = dict(lists.get(COVERAGE_KEY, []))
+    return [hit.id for hit in fuse(chosen, fusion_params(config), top=10, coverage=coverage)]
 
 
 def label(config: Mapping[str, Any]) -> str:
     lists = "all 4 lists" if tuple(config["lists"]) == LISTS else "+".join(config["lists"])
     k = f" k={config['k']}" if config["method"].startswith("rrf") else ""
     weight = f", vector ×{config['vector_weight']:g}" if config["vector_weight"] != 1.0 else ""
+    coverage = f", coverage^{config['coverage']:g}" if config.get("coverage") else ""
     depth = f", depth {config['depth']}" if "depth" in config else ""
-    return f"{config['method']}{k}, {lists}{weight}{depth}"
+    return f"{config['method']}{k}, {lists}{weight}{coverage}{depth}"
 
 
 def config_of(params: RetrievalParams) -> dict[str, Any]:
@@ -142,6 +153,7 @@ def config_of(params: RetrievalParams) -> dict[str, Any]:
         "k": params.rrf_k,
         "lists": tuple(params.hybrid_lists),
         "vector_weight": float(params.weights.get("vector", 1.0)),
+        "coverage": params.coverage,
         "depth": params.depth,
     }
 
@@ -155,6 +167,7 @@ def setting_of(config: Mapping[str, Any], *, chosen_at: str, note: str) -> Fusio
         depth=int(config["depth"]),
         lists=tuple(Mode.from_str(name) for name in config["lists"]),
         weights={"vector": weight} if weight != 1.0 else {},
+        coverage=float(config.get("coverage", 0.0)),
         origin="evaluation",
         chosen_at=chosen_at,
         note=note,

@@ -124,7 +124,7 @@ def run_evaluation(
         )
     lists: dict[str, Lists] = {}
     for done, question in enumerate(ready, start=1):
-        lists[question.id] = retriever.ranked_lists(scope, question.text, LISTS, LIST_DEPTH)
+        lists[question.id] = retriever.ranked_lists(scope, question.text, LISTS, LIST_DEPTH, coverage=True)
         if progress:
             progress(done, len(ready))
     report = report_of(kb, questions, ready, bad, lists, config_of(retriever.params), tolerance, cost_tolerance)

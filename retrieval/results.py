@@ -112,6 +112,7 @@ class FusionUsed(BaseModel):
     depth: int
     lists: list[Mode]
     weights: dict[str, float]
+    coverage: float = 0.0  # a keyword list's weight times its coverage of the question to this power
     origin: Literal["default", "evaluation", "pinned"]
 
 

@@ -45,7 +45,7 @@ from core.store import IndexMeta, SearchError, check_embedder_meta, read_index_m
 from core.text import ChineseTokenizer, get_tokenizer
 from retrieval import lists
 from retrieval.compare import Comparison, relate
-from retrieval.fusion import FusionParams, fuse
+from retrieval.fusion import COVERAGE_TOP, FusionParams, QueryWords, fuse, list_coverage
 from retrieval.lists import SearchFilter
 from retrieval.profiles import TextProfile, profile_named
 from retrieval.rerank import Reranker, build_reranker
@@ -56,6 +56,8 @@ logger = logging.getLogger(__name__)
 # Chunks a caller who may not read everything has its own dictionary learnt from (`readable_tokenizer`).
 _READ_FOR_TERMS = 500
 _META_TTL_S = 30.0  # how long an index's embedder and dictionary are trusted before re-reading
+KEYWORD_MODES = frozenset(LIST_MODES) - {Mode.VECTOR}
+COVERAGE_KEY = "coverage"  # `ranked_lists(coverage=True)`: (keyword list, its coverage) pairs under this key
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,7 @@ class RetrievalParams:
     weights: Mapping[str, float]  # per list; 1 when absent
     passage_hits: int = 3  # matched passages a hit of the vector list carries (PASSAGE_HITS)
     alias_weight: float = 0.0  # of the query's alias expansions in the keyword lists (ALIAS_WEIGHT; 0: none)
+    coverage: float = 0.0  # exponent of a keyword list's coverage of the question (FUSION_COVERAGE; 0: off)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "RetrievalParams":
@@ -85,11 +88,12 @@ class RetrievalParams:
             weights={},
             passage_hits=settings.passage_hits,
             alias_weight=settings.alias_weight,
+            coverage=settings.fusion_coverage,
         )
 
     @property
     def fusion_params(self) -> FusionParams:
-        return FusionParams(self.fusion, self.rrf_k, self.weights)
+        return FusionParams(self.fusion, self.rrf_k, self.weights, self.coverage)
 
     def with_fusion(self, setting: FusionSetting | None) -> "RetrievalParams":
         """These parameters with a knowledge base's own fusion setting (None: unchanged)."""
@@ -102,6 +106,7 @@ class RetrievalParams:
             depth=setting.depth,
             hybrid_lists=setting.lists,
             weights=setting.weights,
+            coverage=setting.coverage,
         )
 
 
@@ -113,6 +118,7 @@ def fusion_used(params: RetrievalParams, setting: FusionSetting | None) -> Fusio
         depth=params.depth,
         lists=list(params.hybrid_lists),
         weights=dict(params.weights),
+        coverage=params.coverage,
         origin=setting.origin if setting else "default",
     )
 
@@ -187,12 +193,30 @@ class Retriever:
         lists: Sequence[Mode],
         size: int,
         filters: SearchFilter | None = None,
+        *,
+        coverage: bool = False,
     ) -> dict[str, list[tuple[str, float]]]:
-        """(chunk id, score) of each list, `size` deep, in one `_msearch` without `_source`."""
+        """(chunk id, score) of each list, `size` deep, in one `_msearch` without `_source`; with
+        `coverage`, also each keyword list's coverage of the question as (list, coverage) under
+        `COVERAGE_KEY` (one `mget` more), so an offline grid fuses as the service does."""
         _validate(query, size)
         reader = Reader(self.es, scope)
         found = self.expansions(scope, query)
-        return self._lists(reader, query, lists, size, filters, _QueryVector(self.embedder, query), found)[0]
+        ranked = self._lists(reader, query, lists, size, filters, _QueryVector(self.embedder, query), found)[0]
+        if coverage:
+            ranked[COVERAGE_KEY] = list(self.coverage(reader, query, ranked).items())
+        return ranked
+
+    def coverage(
+        self, reader: Reader, query: str, ranked: Mapping[str, Sequence[tuple[str, float]]]
+    ) -> dict[str, float]:
+        """Each keyword list's coverage of the question's content words (`retrieval.fusion.list_coverage`)."""
+        tokenizer = self.index_tokenizer(reader.scope)
+        words = QueryWords({word: tokenizer.rarity(word) for word in tokenizer.content_words(query)})
+        keyword = {name: hits for name, hits in ranked.items() if name in KEYWORD_MODES}
+        ids = list(dict.fromkeys(chunk_id for hits in keyword.values() for chunk_id, _ in hits[:COVERAGE_TOP]))
+        texts = {chunk_id: source["text"] for chunk_id, source in reader.fetch(ids, ["text"]).items()}
+        return {name: list_coverage(hits, texts, words) for name, hits in keyword.items()}
 
     def expansions(self, scope: Scope, query: str) -> list[Expansion]:
         """The other names of the names in `query` that `scope` may see (none when ALIAS_WEIGHT is 0)."""
@@ -341,7 +365,8 @@ class Retriever:
     ) -> list[Hit]:
         """The fused `top` (k, or the reranker's candidates) of lists `max(k, depth)` deep."""
         ranked, matched = self._lists(reader, query, params.hybrid_lists, max(k, params.depth), filters, vector, found)
-        fused = fuse(ranked, params.fusion_params, top=top)
+        coverage = self.coverage(reader, query, ranked) if params.coverage > 0 else {}
+        fused = fuse(ranked, params.fusion_params, top=top, coverage=coverage)
         # The winners came from filtered lists; the fetch checks their groups again (a chunk's
         # access may change between the search and the fetch).
         sources = reader.fetch([hit.id for hit in fused], HIT_SOURCE_FIELDS)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from bench.datasets import BENCH_DATA, read_jsonl
+from bench.datasets import BENCH_DATA, CMRC_SMALL, MODERN, load_cmrc, modern_documents, read_jsonl
 from retrieval.extractive import split_question
 from tests.conftest import SANGUO_PATH
 
@@ -205,3 +205,42 @@ def test_handbook_questions_are_answered_once_or_hinge_on_what_it_lacks() -> Non
         ("unanswerable", "dev"): 31,
         ("unanswerable", "test"): 31,
     }
+
+
+@pytest.mark.parametrize("name", MODERN)
+def test_modern_corpora_questions_quote_once_hinge_on_what_is_absent_and_plant_conflicts(name: str) -> None:
+    """bench/data/NAME/*.md and NAME_questions.jsonl (bench/data/README.md): evidence verbatim once and not
+    in its question, `absent` in the question and nowhere in the corpus, each false premise's contradiction
+    verbatim, each conflict's two sides verbatim and different; every kind, style and premise type on both
+    splits, about half the answerable ones paraphrased."""
+    corpus = "\x1e".join(doc.text for doc in modern_documents(name))
+    rows = read_jsonl(BENCH_DATA / f"{name}_questions.jsonl")
+    assert len({q["id"] for q in rows}) == len(rows)
+    for q in rows:
+        assert q["split"] in {"dev", "test"}, q
+        if q["kind"] in {"answerable", "conflict"}:
+            assert corpus.count(q["evidence"]) == 1 and q["evidence"] not in q["question"], q
+        if q["kind"] == "conflict":
+            newer, older = q["conflict"]
+            assert newer == q["evidence"] and newer != older and corpus.count(older) == 1, q
+        elif q["kind"] == "unanswerable":
+            assert q["absent"] in q["question"] and q["absent"] not in corpus, q
+            assert q.get("contradicted_by", "") in corpus, q
+            assert ("premise" in q) == (q["trap"] == "false_premise"), q
+    kinds = Counter((q["kind"], q.get("trap"), q["split"]) for q in rows)
+    for kind, trap in [("answerable", None), ("unanswerable", "plausible"), ("unanswerable", "false_premise")]:
+        assert kinds[(kind, trap, "dev")] >= 3 and kinds[(kind, trap, "test")] >= 3, (kind, trap)
+    assert kinds[("unanswerable", "out_of_domain", "test")] >= 3 and kinds[("conflict", None, "test")] >= 2
+    premises = Counter((q["premise"], q["split"]) for q in rows if "premise" in q)
+    assert {p for p, split in premises if split == "test"} >= {"number", "forbidden", "nonexistent"}
+    styles = Counter(q["style"] for q in rows if q["kind"] == "answerable")
+    assert 0.4 <= styles["paraphrase"] / sum(styles.values()) <= 0.7
+
+
+def test_cmrc_unanswerables_are_about_the_small_set_and_absent_from_it() -> None:
+    text = "\x1e".join(doc.text for doc in load_cmrc(paragraphs_kept=CMRC_SMALL).documents)
+    rows = read_jsonl(BENCH_DATA / "cmrc_unanswerable.jsonl")
+    assert Counter(q["split"] for q in rows) == {"dev": 6, "test": 6}
+    for q in rows:
+        assert q["absent"] in q["question"] and q["absent"] not in text, q
+        assert text.count(q.get("contradicted_by", "")) >= 1, q

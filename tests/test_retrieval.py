@@ -13,12 +13,12 @@ from core.access import Scope
 from core.config import FusionMethod, Settings
 from core.documents import Document
 from core.embeddings import Embedder
-from core.schema import ID_FIELDS, Mode, chunk_id_from_fields
+from core.schema import ID_FIELDS, LIST_MODES, Mode, chunk_id_from_fields
 from core.store import EmbedderMismatchError, IndexNotFoundError
 from core.text import ChineseTokenizer, bigram_terms, stopwords
 from retrieval.fusion import FusionParams, ListEvidence, fuse
 from retrieval.lists import Filters
-from retrieval.retriever import RetrievalParams, Retriever, build_retriever
+from retrieval.retriever import COVERAGE_KEY, RetrievalParams, Retriever, build_retriever
 from tests.conftest import PARAMS, knowledge_base
 from tests.test_indexing import CountingEmbedder
 
@@ -253,3 +253,24 @@ def test_a_request_embeds_its_query_once(es: Elasticsearch, embedder: Embedder, 
     assert counting.queries == 2
     retriever.search(Scope.whole(corpus), "赤壁火攻", "bm25", 3)
     assert counting.queries == 2  # keyword modes need no vector
+
+
+def test_keyword_lists_report_their_coverage_and_hybrid_weighs_it(
+    es: Elasticsearch, embedder: Embedder, corpus: str
+) -> None:
+    """`ranked_lists(coverage=True)` carries each keyword list's coverage of the question (the share of its
+    rare words its top hits hold); hybrid with FUSION_COVERAGE weighs the lists by it and says so."""
+    query = "曹操烧袁绍的粮草"
+    covered = Retriever(es, embedder, ChineseTokenizer(), replace(PARAMS, coverage=1.0))
+    lists = covered.ranked_lists(Scope.whole(corpus), query, LIST_MODES, 5, coverage=True)
+    coverage = dict(lists[COVERAGE_KEY])
+    assert set(coverage) == {"bm25", "bigram", "standard"} and coverage["bm25"] > 0.5  # 乌巢's chunk holds them all
+    assert all(0.0 <= value <= 1.0 for value in coverage.values())
+    assert COVERAGE_KEY not in covered.ranked_lists(Scope.whole(corpus), query, LIST_MODES, 5)
+    hybrid = covered.search(Scope.whole(corpus), query, "hybrid", 3)
+    assert hybrid.fusion is not None and hybrid.fusion.coverage == 1.0
+    assert hybrid.hits[0].doc_id == "wuchao"
+    # A question whose rare words no chunk holds: every keyword list is weighed down, the explanation still adds up.
+    odd = covered.search(Scope.whole(corpus), "量子纠缠的曹操", "hybrid", 3)
+    for hit in odd.hits:
+        assert hit.score == pytest.approx(sum(part.contribution for part in (hit.explain or {}).values()))

@@ -8,7 +8,8 @@ import pytest
 from bench.datasets import BENCH_DATA, Query, load_cmrc, load_medical, load_sanguo
 from core.config import FusionMethod
 from evaluation.metrics import choose, fused_ids, mean_metrics, paired_bootstrap, query_metrics, seeded_split
-from retrieval.fusion import FusionParams, fuse
+from retrieval.fusion import FusionParams, QueryWords, fuse, list_coverage
+from retrieval.retriever import COVERAGE_KEY
 from tests.conftest import SANGUO_PATH
 
 
@@ -118,3 +119,40 @@ def test_medical_questions_have_a_split_and_one_passage() -> None:
     assert len(dataset.documents) == len(dataset.chunks)
     assert {query.split for query in dataset.queries} == {"dev", "test"}
     assert all(len(query.relevant) == 1 for query in dataset.queries)
+
+
+def test_a_keyword_list_matching_only_incidental_words_steps_back_for_the_vector_list() -> None:
+    # 「突然叫不醒，能灌糖水吗」: the keyword lists' top hit shares only the common 突然 with the question,
+    # the vector list's top hit holds the rare 糖水 and 叫不醒 ... as a person asked them.
+    words = QueryWords({"突然": 8.3, "叫不醒": 16.0, "灌": 12.0, "糖水": 14.4})
+    texts = {"high": "血糖突然升高时多喝水", "low": "叫不醒时切勿喂食物或糖水"}
+    keyword = [("high", 5.0), ("low", 4.0), ("x", 1.0)]
+    lists = {"vector": [("low", 0.93), ("high", 0.90), ("x", 0.80)], "bm25": keyword, "bigram": keyword}
+    coverage = {name: list_coverage(lists[name], texts, words, top=1) for name in ("bm25", "bigram")}
+    assert coverage["bm25"] == pytest.approx(8.3 / (8.3 + 16.0 + 12.0 + 14.4))  # under COVERAGE_FULL: weighed down
+    plain = FusionParams(FusionMethod.ZSCORE, 60, {})
+    weighted = FusionParams(FusionMethod.ZSCORE, 60, {}, coverage=1.0)
+    assert fuse(lists, plain, top=1, coverage=coverage)[0].id == "high"  # coverage off: outvoted
+    assert fuse(lists, weighted, top=1, coverage=coverage)[0].id == "low"
+    # A keyword list that matched what the question is about keeps its full weight.
+    assert weighted.weight("bm25", {"bm25": 1.0}) == plain.weight("bm25", {}) == 1.0
+    assert QueryWords({}).coverage("任何文字") == 1.0 and list_coverage([], texts, words) == 0.0
+
+
+def test_offline_fusion_weighs_coverage_as_the_service_does() -> None:
+    lists = {
+        "vector": [("a", 0.9), ("b", 0.8), ("c", 0.7)],
+        "bm25": [("b", 9.0), ("c", 1.0), ("a", 0.5)],
+        COVERAGE_KEY: [("bm25", 0.25)],
+    }
+    config = {"method": "zscore", "k": 60, "lists": ("vector", "bm25"), "vector_weight": 1.0, "coverage": 2.0}
+    expected = fuse(
+        {"vector": lists["vector"], "bm25": lists["bm25"]},
+        FusionParams(FusionMethod.ZSCORE, 60, {"vector": 1.0}, 2.0),
+        top=10,
+        coverage={"bm25": 0.25},
+    )
+    assert fused_ids(lists, config) == [hit.id for hit in expected]
+    assert fused_ids(lists, config | {"coverage": 0.0})[0] == "b" != fused_ids(lists, config)[0]
+    with pytest.raises(ValueError, match="coverage"):
+        FusionParams(FusionMethod.ZSCORE, 60, {}, coverage=-1.0)

@@ -133,6 +133,9 @@ class FusionPin(StrictModel):
     rerank_weight: float | None = Field(
         None, ge=0, le=1, description="the reranker's share of the final score (0: off; null: RERANK_WEIGHT)"
     )
+    coverage: float = Field(
+        1.0, ge=0, le=8, description="a keyword list's weight times its coverage of the question to this power (0: off)"
+    )
     note: str = Field("", max_length=200)
 
     @field_validator("lists")
@@ -393,6 +396,7 @@ def pin_fusion(
         depth=body.depth,
         lists=tuple(body.lists),
         weights={str(name): weight for name, weight in body.weights.items()},
+        coverage=body.coverage,
         rerank_weight=body.rerank_weight,
         origin="pinned",
         chosen_at=datetime.now(UTC).isoformat(),
