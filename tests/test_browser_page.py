@@ -221,7 +221,7 @@ def test_a_citation_opens_at_its_quote_and_the_whole_passage_is_one_click_away(t
     if tab.viewport_size and tab.viewport_size["width"] == 1280:
         item.locator("button.whole").click()  # back to the quote and its neighbours
         quote.scroll_into_view_if_needed()
-        tab.screenshot(path=str(DOCS_SHOTS / "page-citation.png"))
+        item.screenshot(path=str(DOCS_SHOTS / "page-citation.png"))
 
 
 # --- 5. phones and dark mode ----------------------------------------------------------------------
