@@ -6,13 +6,11 @@ how to stop, and what to do next; the service itself keeps logging above and bel
 import argparse
 import sys
 import time
+from pathlib import Path
 
 import httpx
 
 from core.config import Settings
-
-# Both are answered in chapter 1, which every demo indexes.
-EXAMPLE_QUESTIONS = ("刘备、关羽、张飞在哪里结义？", "关羽的兵器叫什么，有多重？")
 
 
 def wait_until_serving(url: str, timeout_s: float) -> bool:
@@ -28,7 +26,7 @@ def wait_until_serving(url: str, timeout_s: float) -> bool:
     return False
 
 
-def banner(settings: Settings, seconds: float | None = None) -> str:
+def banner(settings: Settings, examples: list[str], seconds: float | None = None) -> str:
     """The block: page, key, model, examples, stop, next steps (never a secret's value)."""
     url = f"http://{settings.host}:{settings.port}"
     key = (
@@ -42,7 +40,7 @@ def banner(settings: Settings, seconds: float | None = None) -> str:
         else "none: answers quote the book (extractive). Connect one: OPENAI_* in .env, then "
         ".venv/bin/python -m service.llm check"
     )
-    questions = "\n".join(f"    {question}" for question in EXAMPLE_QUESTIONS)
+    questions = "\n".join(f"    {question}" for question in examples)
     after = f" after {seconds:.0f} s" if seconds is not None else ""
     return f"""
   Ready{after}: {url}/   (API reference: {url}/docs)
@@ -59,13 +57,15 @@ def banner(settings: Settings, seconds: float | None = None) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m service.demo_banner", description=__doc__)
     parser.add_argument("--wait", type=float, default=120, metavar="S", help="seconds to wait for the service")
+    parser.add_argument("--examples", type=Path, help="questions the indexed documents answer, one a line")
     parser.add_argument("--started", type=float, metavar="EPOCH", help="when the demo started (for its duration)")
     args = parser.parse_args()
     settings = Settings()
     if not wait_until_serving(f"http://{settings.host}:{settings.port}", args.wait):
         print(f"the service did not answer within {args.wait:.0f} s", file=sys.stderr)
         return 1
-    print(banner(settings, time.time() - args.started if args.started else None), flush=True)
+    examples = args.examples.read_text(encoding="utf-8").split() if args.examples else []
+    print(banner(settings, examples, time.time() - args.started if args.started else None), flush=True)
     return 0
 
 

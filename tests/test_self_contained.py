@@ -72,13 +72,16 @@ def test_nothing_tracked_names_a_folder_beside_the_repository(reference: str) ->
 
 def test_the_demo_banner_says_where_and_what_to_ask_and_never_a_key() -> None:
     from core.config import Settings
-    from service.demo_banner import EXAMPLE_QUESTIONS, banner
+    from service.demo_banner import banner
 
     book = (REPO_ROOT / "data" / "sanguo" / "sanguo_yanyi.txt").read_text(encoding="utf-8")
     first_chapter = book[: book.index("第2章")]
     assert "桃园" in first_chapter and "青龙偃月刀" in first_chapter  # the examples are answered in chapter 1
-    open_text = banner(Settings(_env_file=None, port=8123), seconds=12)
+    examples = (REPO_ROOT / "data" / "sanguo" / "demo_questions.txt").read_text(encoding="utf-8").split()
+    assert len(examples) == 2 and "结义" in examples[0] and "兵器" in examples[1]
+    assert "data/sanguo/demo_questions.txt" in (REPO_ROOT / "run").read_text(encoding="utf-8")
+    open_text = banner(Settings(_env_file=None, port=8123), examples, seconds=12)
     assert "Ready after 12 s: http://127.0.0.1:8123/" in open_text and "Key:   none" in open_text
-    assert all(question in open_text for question in EXAMPLE_QUESTIONS)
-    keyed = banner(Settings(_env_file=None, api_keys=["s3cret-demo-key"]))
+    assert all(question in open_text for question in examples)
+    keyed = banner(Settings(_env_file=None, api_keys=["s3cret-demo-key"]), examples)
     assert "required" in keyed and "s3cret-demo-key" not in keyed
