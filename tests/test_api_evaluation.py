@@ -101,7 +101,8 @@ def check_pin_and_reset(client: httpx.Client, medical: str) -> None:
     pin = {"method": "rrf", "rrf_k": 30, "depth": 20, "lists": ["vector", "bm25"], "weights": {"vector": 2}}
     pinned = client.put(f"/kbs/{medical}/fusion", json=pin | {"note": "by hand"})
     assert pinned.status_code == 200, pinned.text
-    assert pinned.json()["effective"] | {"origin": None} == pin | {"weights": {"vector": 2.0}, "origin": None}
+    expected = pin | {"weights": {"vector": 2.0}, "coverage": 1.0, "origin": None}  # coverage: the default exponent
+    assert pinned.json()["effective"] | {"origin": None} == expected
     found = client.post("/search", json={"query": "高血糖吃什么", "mode": "hybrid", "k": 3}).json()
     assert (found["fusion"]["method"], found["fusion"]["origin"]) == ("rrf", "pinned")
     assert set(found["hits"][0]["explain"]) == {"vector", "bm25"}
