@@ -59,6 +59,13 @@ _MEASURES = ("间", "匹", "艘", "座", "层", "楼", "条", "支|枝", "张", 
 # A date followed by these is the document's own (本办法自2024年1月1日起施行), not the date asked.
 _DOCUMENT_DATE = r"[^，,。；;]{0,10}?(?:施行|生效|实施|执行|印发|发布|修订|起执行)"
 KINDS = (
+    # 「多久更换一次」 asks how often: a span after 每 or 隔 answers it (每六个月更换一次), a duration does not.
+    AnswerKind(
+        "频率",
+        re.compile(r"(?:多久|多长时间|几天|几个月|几年|几周|几小时)[^，,。？?]{0,8}?一次|多久一次|频率"),
+        re.compile(rf"[每隔]\s?(?:{NUMBER})?\s?个?(?:年|月|周|星期|天|日|小时|分钟|季度?)|{NUMBER}次"),
+        specific=False,
+    ),
     kind(
         "时长",
         # 「试用期有多长」: a period's 多长 is a duration, not a length.

@@ -55,6 +55,8 @@ _QUESTION_MARK = re.compile(
     r"什么|哪|谁|几|多[少重长大高久远]|怎|如何|为何|为什么|何人|何处|何时|何故|何以|吗|呢|是否|是不是|有没有|介绍|说说|讲讲|列出|给出"
 )
 _ELLIPTICAL = re.compile(r"(?:有|是|又|还|在|会|能|用)")  # no subject of its own: 有多重…
+# A follow-up that opens with its question word names no subject either (多久更换一次？, 几点开门？).
+_ASKS_FIRST = re.compile(r"(?:多[久长少大高重远]|几|什么时候|怎么|如何|为什么|为何|哪)")
 _PRONOUN = re.compile(r"(?:他|她|它|其|该|此|这|那)")  # a subject named in the part before: 他的…
 # 「赵阳、孙越、李通各自用什么兵器？」: two or more short subjects, then 各自/分别/各 and what each is asked
 # (各自的兵器 → 赵阳的兵器). Not 「赵阳与孙夫人分别后…」: 分别 the verb (to part), followed by
@@ -297,9 +299,9 @@ def search_texts(parts: list[str], question: str) -> list[list[str]]:
 
 
 def follow_up_terms(earlier: str, question: str, tokenizer: ChineseTokenizer, limit: int = 4) -> list[str]:
-    """The earlier question's key terms that a follow-up leans on (他的…, 那李通呢, 还有…): searched
+    """The earlier question's key terms that a follow-up leans on (他的…, 那李通呢, 还有…, 多久…): searched
     with it, since without a model nothing rewrites it. None when the question names its subject."""
-    if not (_PRONOUN.search(question) or _ELLIPTICAL.match(question)):
+    if not (_PRONOUN.search(question) or _ELLIPTICAL.match(question) or _ASKS_FIRST.match(question)):
         return []
     terms = [word for word in tokenizer.content_words(earlier) if len(word) > 1 and word not in question]
     return list(dict.fromkeys(terms))[:limit]

@@ -342,14 +342,8 @@ FILTER_FILE = ("净水器说明.txt", "本净水器使用反渗透滤芯。滤�
 
 
 # Without a model the follow-up is searched with the earlier question's terms only when
-# `retrieval.extractive.follow_up_terms` sees it lean on it (a pronoun, 那…呢, 还有…); a bare question word
-# (多久…) is not yet one of those: strict, so it flips when the extractive side learns it.
-ELLIPTICAL = pytest.mark.xfail(
-    strict=True, reason="follow_up_terms does not take 多久… as leaning on the earlier question"
-)
-
-
-@pytest.mark.parametrize("question", [pytest.param("多久更换一次？", marks=ELLIPTICAL), "滤芯多久更换一次？"])
+# `retrieval.extractive.follow_up_terms` sees it lean on it (a pronoun, 那…呢, 还有…, a question word first: 多久…).
+@pytest.mark.parametrize("question", ["多久更换一次？", "滤芯多久更换一次？"])
 def test_a_follow_up_in_a_file_chat_is_answered_by_the_quoted_sentence(no_model: str, question: str) -> None:
     """In a chat about an attached file, the short follow-up is answered as the same question asked in full."""
     messages = [
