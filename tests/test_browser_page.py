@@ -306,3 +306,37 @@ def test_extractive_quotes_stream_before_the_answer_is_composed(url: str) -> Non
     answer = json.loads(events[-1][1])["answer"]
     quoted = [json.loads(data)["text"] for kind, data in events if kind == "quote"]
     assert all(line.strip() in answer for text in quoted for line in text.splitlines()), (quoted, answer)
+
+
+# --- a spreadsheet row under its header (issues 60 and 61) ----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sheet_base(es: Elasticsearch, embedder: Embedder, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    from bench.format_fixtures import write_xlsx
+    from indexing.loaders.base import LoadLimits
+    from indexing.loaders.sheet import parse_xlsx
+
+    path = write_xlsx(tmp_path_factory.mktemp("sheet") / "差旅标准.xlsx")
+    documents = parse_xlsx(path.read_bytes(), path.name, path.stem, LoadLimits.from_settings(Settings(_env_file=None)))
+    with knowledge_base(es, embedder, documents, "test-page61-sheet") as alias:
+        yield alias
+
+
+def test_a_spreadsheet_row_shows_as_a_small_table_under_its_header(tab: Page, url: str, sheet_base: str) -> None:
+    from bench.format_fixtures import travel_rows
+
+    city, _, cap, *_ = travel_rows()[54]  # far below the header row
+    tab.select_option("#kb-select", sheet_base)
+    expect(tab.locator("#ready")).to_contain_text(f"知识库 {sheet_base}")
+    tab.fill("#question", f"{city}的住宿上限是多少？")
+    tab.click("#compare-button")
+    table = tab.locator("#hybrid-hits li").first.locator("table.row-table")
+    expect(table).to_be_visible(timeout=60_000)
+    expect(table.locator("th").nth(2)).to_have_text("住宿上限(元/晚)")
+    expect(table.locator("tbody tr").first.locator("td").first).to_have_text(city)
+    assert str(cap) in table.locator("tbody tr").first.inner_text()
+    ask(tab, f"{city}的住宿上限是多少？")
+    expect(tab.locator("#citations table.row-table").first).to_be_visible(timeout=60_000)
+    expect(tab.locator("#citations table.row-table th").nth(2)).to_have_text("住宿上限(元/晚)")
+    fits(tab)

@@ -141,8 +141,22 @@ function passageText(text, span, whole) {
   return node;
 }
 
+// A spreadsheet chunk begins with its header line (城市 | 住宿上限(元/晚) | …): the rows that hold
+// `focus` (the quote, the matched passage), else the first rows, as a small table under that header.
+const CELL = " | ";
+function rowTable(text, focus) {
+  const [head, ...lines] = text.split("\n").filter((line) => line.includes(CELL));
+  if (!head || !lines.length) return null;
+  const hits = focus ? lines.filter((line) => line.includes(focus) || focus.includes(line)) : [];
+  const rows = (hits.length ? hits : lines).slice(0, 3);
+  const cells = (line, tag) => el("tr", {}, ...line.split(CELL).map((cell) => el(tag, {}, cell)));
+  return el("table", { class: "row-table" }, el("thead", {}, cells(head, "th")), el("tbody", {}, ...rows.map((r) => cells(r, "td"))));
+}
+
 function citationText(c, answer) {
   const text = c.text || c.snippet || "";
+  const table = c.sheet ? rowTable(text, quotedBy(answer, c.number)) : null;
+  if (table) return table;
   const span = findQuote(text, quotedBy(answer, c.number));
   const box = el("span", { class: "snippet" }, passageText(text, span, false));
   if (text.length > QUOTE_WINDOW * 2 + 20 || (span && (span[0] > QUOTE_WINDOW || text.length - span[1] > QUOTE_WINDOW))) {
@@ -342,9 +356,11 @@ function renderHits(list, hits, mode, other, shared, ranks) {
     const otherRank = (ranks.get(hit.id) || {})[other];
     if (shared.has(hit.id)) meta.append(el("span", { class: "rank both" }, `两者皆有 · 另一列第${otherRank}名`));
     const text = hitText(hit);
-    list.append(el("li", { class: shared.has(hit.id) ? "hit overlap" : "hit", "data-id": hit.id }, meta, text));
-    const best = text.querySelector("mark.best");
-    if (best) text.scrollTop = best.offsetTop;  // the sentence asked about, the rest of the chunk around it
+    const best = (hit.passages || [])[0];
+    const table = hit.sheet ? rowTable(hit.text, best ? hit.text.slice(best.start, best.end).trim() : "") : null;
+    list.append(el("li", { class: shared.has(hit.id) ? "hit overlap" : "hit", "data-id": hit.id }, meta, table || text));
+    const marked = text.querySelector("mark.best");
+    if (marked && !table) text.scrollTop = marked.offsetTop;  // the sentence asked about, the rest of the chunk around it
   }
   if (!hits.length) list.append(el("li", {}, "（无结果）"));
 }
