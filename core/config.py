@@ -91,6 +91,9 @@ class Settings(BaseSettings):
     embed_express_tokens: int = Field(64, ge=1, description="a query this short (tokens) takes the express lane")
     embed_slice_tokens: int = Field(2048, ge=512, description="most tokens in one call of the shared lane")
     embed_request_tokens: int = Field(32_768, ge=512, description="most embedding tokens one request may spend")
+    # /v1/embeddings: cut an input over the model's window for every caller, as if it sent TEI's
+    # `truncate: true` (Open WebUI cannot); off, such an input is OpenAI's 400 context_length_exceeded.
+    embeddings_truncate: bool = False
     jieba_user_dict: str | None = None
     max_file_mb: float = Field(200, gt=0, description="largest file the indexing job reads")
     # Each file is parsed in a worker process that is killed after this long (indexing/loaders):

@@ -23,7 +23,9 @@ FRAGMENTS = ("玄德曰", "蒙兄", "乌牛", "侍中", "<attached_files>", "<fi
 
 @pytest.fixture(scope="module")
 def webui_base(es_url: str, protocol_kb: str, embedder: Embedder) -> Iterator[str]:
-    with service(protocol_settings(es_url, protocol_kb, None, metrics_key=METRICS_KEY), embedder) as base:
+    # Open WebUI cannot send TEI's `truncate`: its 1,000-character chunks are cut by the service's setting.
+    settings = protocol_settings(es_url, protocol_kb, None, metrics_key=METRICS_KEY, embeddings_truncate=True)
+    with service(settings, embedder) as base:
         yield base
 
 
@@ -113,6 +115,13 @@ def test_a_file_open_webui_embedded_through_the_service_is_answered_from_its_chu
     answer = streamed_text(replay(webui_base, "file_embedded"))
     assert "「员工年假制度：员工每年享有带薪年假十天，入职满五年后每年十五天。年假须提前三天申请。」[1]" in answer
     assert answer.rstrip().endswith("- [1] annual-leave-3.txt（对话中提供）")
+
+
+def test_without_the_truncate_setting_open_webuis_long_chunk_is_refused_as_openai_refuses(tight_base: str) -> None:
+    """Open WebUI cannot send `truncate`: a chunk over e5's window is OpenAI's 400 unless the service cuts it."""
+    sent = httpx.post(f"{tight_base}/v1/embeddings", headers=HEADERS, json=recorded("embeddings_file"), timeout=120)
+    assert sent.status_code == 400, sent.text
+    assert sent.json()["error"]["code"] == "context_length_exceeded" and sent.json()["error"]["param"] == "input"
 
 
 def test_a_long_question_is_refused_in_chinese_with_what_to_do_and_counted(webui_base: str) -> None:

@@ -14,7 +14,8 @@ unless `check_embedding_ctx_length=False`) are refused with that advice: the ser
 The model reads a window of tokens (e5-small: 512, in its own tokenizer, prefix and specials
 included). An input longer than that is refused with a 400 (`code: context_length_exceeded`), as
 OpenAI refuses an input over its model's context, unless the request asks for it to be cut: TEI's
-`truncate: true` (then only the window's head is embedded, as TEI does). A request also embeds at
+`truncate: true` (then only the window's head is embedded, as TEI does), or the service is set to cut
+for every caller (`EMBEDDINGS_TRUNCATE=true`: Open WebUI cannot send the field). A request also embeds at
 most `EMBED_REQUEST_TOKENS` tokens in all (400, `code: too_many_tokens`); `usage` counts the model's
 own tokens. A request of more than one input is bulk work for the shared embedder
 (core.embeddings.BatchingEmbedder): searches go first, and principals take turns.
@@ -120,7 +121,7 @@ def _sides(texts: list[str], input_type: str | None) -> list[tuple[bool, str]]:
     return sides
 
 
-def _tokens(window: TokenWindow | None, sides: list[tuple[bool, str]], body: EmbeddingRequest, budget: int) -> int:
+def _tokens(window: TokenWindow | None, sides: list[tuple[bool, str]], truncate: bool, budget: int) -> int:
     """The tokens the model will read (characters without a window): an input over the window is a 400
     unless `truncate`; so is a request over EMBED_REQUEST_TOKENS. Checked before anything is embedded."""
     if window is None:
@@ -128,7 +129,7 @@ def _tokens(window: TokenWindow | None, sides: list[tuple[bool, str]], body: Emb
     total = 0
     for index, (query, text) in enumerate(sides):
         tokens = window.tokens(text, query)
-        if tokens > window.size and not body.truncate:
+        if tokens > window.size and not truncate:
             raise OpenAIError(
                 400,
                 f"input[{index}] is {tokens} tokens, more than the model's window of {window.size}: "
@@ -183,7 +184,8 @@ async def create_embeddings(body: EmbeddingRequest, services: ServicesDep, calle
         )
     sides = _sides(texts, body.input_type)
     window: TokenWindow | None = getattr(embedder, "window", None)
-    tokens = await run_in_threadpool(_tokens, window, sides, body, services.settings.embed_request_tokens)
+    truncate = body.truncate or services.settings.embeddings_truncate
+    tokens = await run_in_threadpool(_tokens, window, sides, truncate, services.settings.embed_request_tokens)
     current_ticket().bulk = len(texts) > 1  # a batch waits behind searches
     vectors = await run_in_threadpool(_embed, embedder, sides)
     data = [Embedding(index=i, embedding=_encoded(v, body.encoding_format)) for i, v in enumerate(vectors)]
