@@ -232,6 +232,8 @@ def test_texts_list_page_by_page_and_delete(
         "pages": None,
         "file_hash": None,
         "indexed_at": None,
+        "chapter": None,  # a text given without chapters
+        "chapter_title": None,
     }
     rest = client.get(f"/kbs/{kb}/documents", params={"size": 2, "after": first["next"]}).json()
     [third] = rest["documents"]
