@@ -5,6 +5,7 @@ document is neither used nor shown for a reader without its group."""
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
+from functools import partial
 
 import pytest
 from elasticsearch import Elasticsearch
@@ -29,6 +30,7 @@ from core.schema import Mode
 from core.store import read_index_meta
 from core.text import ChineseTokenizer
 from indexing.loaders import split_chapters
+from indexing.options import RunScope
 from indexing.pipeline import index_documents
 from retrieval.retriever import Retriever
 from tests.conftest import INDEX_OPTIONS, PARAMS, SANGUO_PATH, delete_indices
@@ -311,3 +313,29 @@ def test_the_novels_courtesy_names_are_mined_with_its_profile_only() -> None:
     tokenizer = ChineseTokenizer()
     assert {(a.alias, a.name) for a in mine(documents, tokenizer, NOVEL)} == SANGUO_COURTESY_NAMES
     assert not {(a.alias, a.name) for a in mine(documents, tokenizer)} & SANGUO_COURTESY_NAMES
+
+
+def test_a_run_mines_with_the_profile_it_sets_or_the_one_the_base_stores(es: Elasticsearch, embedder: Embedder) -> None:
+    """The profile is stored before the aliases are mined (python -m indexing --profile); a re-run or a
+    rebuild without one mines with the base's (a rebuild carries it to its new index); "" turns it off."""
+    alias = f"test-aliases-profile-{uuid.uuid4().hex[:10]}"
+    run = partial(
+        index_documents, es, DOCUMENTS[:2], alias=alias, visible=DocumentAccess(everything=True), embedder=embedder,
+        tokenizer=ChineseTokenizer(),
+    )  # fmt: skip
+
+    def stored() -> tuple[str | None, set[tuple[str, str]]]:
+        meta = read_index_meta(es, alias)
+        return meta.kb.get("profile"), {(a.alias, a.name) for a in meta.aliases}
+
+    try:
+        run(options=INDEX_OPTIONS)
+        assert stored() == (None, set())  # the default path reads no 字
+        run(options=replace(INDEX_OPTIONS, profile="classical-novel"))
+        assert stored() == ("classical-novel", {("玄德", "刘备")})
+        run(options=INDEX_OPTIONS, scope=RunScope(recreate=True))
+        assert stored() == ("classical-novel", {("玄德", "刘备")})
+        run(options=replace(INDEX_OPTIONS, profile=""))
+        assert stored() == (None, set())
+    finally:
+        delete_indices(es, alias)
