@@ -1,11 +1,12 @@
-"""Aliases mined from a base's own documents: 玄德 is 刘备, 简称 and 全称, a term and its equivalent in brackets.
+"""Aliases mined from a base's own documents: 简称 and 全称, 又名, a term and its equivalent in brackets.
 
-People and things are named many ways (玄德, 孔明, 云长, 绰号黑旋风, 次子名权，字仲谋 …; 简称, 全称, 又称, 俗称,
-别名, 学名, 原名, 古称, 英文缩写, （以下简称“甲方”）, English abbreviations in brackets) and a keyword list
-knows one of them. While indexing, `mine` finds the naming patterns of classical and modern Chinese in the documents; a
+People and things are named many ways (简称, 全称, 又称, 俗称, 别名, 学名, 原名, 古称, 英文缩写,
+（以下简称“甲方”）, English abbreviations in brackets) and a keyword list knows one of them. While
+indexing, `mine` finds the naming patterns of modern Chinese in the documents, and those of the base's
+text profile (`core.profiles`: a classical novel's 字 and 号); a
 candidate is kept only when the corpus confirms it (both names occur elsewhere: co-occurrence, not
-a one-off phrase), and the name before the pattern is cut where the corpus says a name ends (刘备,
-not 乃刘备), or, for a definition, where jieba's nouns end (北京蓝鲸科技有限公司, not 本合同由…).
+a one-off phrase), and the name before the pattern is cut where the corpus says a name ends (林晓舟,
+not 乃林晓舟), or, for a definition, where jieba's nouns end (北京蓝鲸科技有限公司, not 本合同由…).
 Brackets also hold remarks (（可选）, （草案））, which are told apart (`_bracketed`).
 Each alias keeps the sentence it came from, its document and that document's access groups: an
 alias mined only from documents a caller may not read is neither used nor shown for that caller
@@ -14,32 +15,26 @@ alias mined only from documents a caller may not read is neither used nor shown 
 
 import logging
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from core.access import ALL_DOCUMENTS, DocumentAccess
-from core.text import NAME_TAGS, full_name
+from core.text import NAME_TAGS
 
 logger = logging.getLogger(__name__)
 
 Origin = Literal["mined", "admin", "removed"]
-# How a sentence names a pair: said in words (字, 简称 …), defined for what precedes (（以下简称“甲方”）),
+# How a sentence names a pair: said in words (简称, 又名 …), defined for what precedes (（以下简称“甲方”）),
 # or only put in brackets (马铃薯（土豆）).
 Naming = Literal["stated", "defined", "bracketed"]
 
-_CJK = "\u4e00-\u9fff"
-# 姓刘，名备，字玄德 / 姓曹名操字孟德: the whole name is 姓 + 名.
-_FAMILY = re.compile(rf"姓([{_CJK}]{{1,2}})[，,]?名([{_CJK}]{{1,2}})[，,]?(?:表)?字([{_CJK}]{{2}})")
-# 董卓字仲颖 / 孙坚，字文台 / 诸葛亮，号卧龙: the name is a suffix of the run before the mark.
-_COURTESY = re.compile(rf"([{_CJK}]{{2,4}}?)[，,]?(表字|字|绰号|浑号|诨号|外号|道号|号)([{_CJK}]{{2,4}})")
-# 号 and its kin name a sobriquet of 2 to 4 characters (卧龙, 及时雨, 豹子头); 字 a courtesy name of 2.
-_SOBRIQUET = re.compile(r"绰号|浑号|诨号|外号|道号|号")
-# 世界卫生组织，简称世卫组织 / 又名“冷艳锯”: modern and classical 又名, 又称, 简称, 全称, 俗称 …
+CJK = "\u4e00-\u9fff"
+# 世界卫生组织，简称世卫组织 / 又名“青鸟号”: 又名, 又称, 简称, 全称, 俗称 …
 _ALSO_NAMED = "又名|又称|亦称|别称|俗称|简称|全称|又叫"
 _ALSO = re.compile(
-    rf"(?P<name>[{_CJK}A-Za-z0-9]{{2,12}})[，,]?(?:也|亦|又|通|一般)?(?:{_ALSO_NAMED})"
-    + rf"(?:为|作)?[“\"「『《]?(?P<alias>[{_CJK}A-Za-z0-9]{{2,12}})"
+    rf"(?P<name>[{CJK}A-Za-z0-9]{{2,12}})[，,]?(?:也|亦|又|通|一般)?(?:{_ALSO_NAMED})"
+    + rf"(?:为|作)?[“\"「『《]?(?P<alias>[{CJK}A-Za-z0-9]{{2,12}})"
 )
 # 鲁迅，原名周树人 / 北京，古称燕京 / 氯化钠的俗名叫食盐 / 中央处理器，英文缩写CPU: another name, an older
 # one, or the English one. These follow a clause as often as a name (本站在1900年启用时，原名糠之目), so the
@@ -48,29 +43,21 @@ _ALSO = re.compile(
 _ENGLISH_NAMED = "英文名称|英文名|英文全称|英文简称|英文缩写|缩写"  # these name a Latin name
 _FORMERLY_NAMED = f"别名|亦名|也叫|也称|俗名|学名|古称|古名|旧称|旧名|原名|本名|曾用名|正式名称|全名|{_ENGLISH_NAMED}"
 _FORMERLY = re.compile(
-    rf"(?<![{_CJK}A-Za-z0-9、])(?P<name>(?:(?!的)[{_CJK}A-Za-z0-9]){{2,12}})的?[，,]?(?P<marker>{_FORMERLY_NAMED})"
-    + rf"(?:为|作|是|叫)?[:：]?[“\"「『《]?(?P<alias>[{_CJK}]{{2,12}}|[A-Za-z][A-Za-z0-9.&\- ]{{0,40}}[A-Za-z0-9.])"
+    rf"(?<![{CJK}A-Za-z0-9、])(?P<name>(?:(?!的)[{CJK}A-Za-z0-9]){{2,12}})的?[，,]?(?P<marker>{_FORMERLY_NAMED})"
+    + rf"(?:为|作|是|叫)?[:：]?[“\"「『《]?(?P<alias>[{CJK}]{{2,12}}|[A-Za-z][A-Za-z0-9.&\- ]{{0,40}}[A-Za-z0-9.])"
 )
-# 次子名权，字仲谋 / 懿字仲达 / 却说腾字寿成: a given name without its family name, which the text
-# writes in full elsewhere (孙权, 司马懿: `_given`).
-_NAMED_GIVEN = re.compile(rf"名([{_CJK}]{{1,2}})[，,]?(?:表)?字([{_CJK}]{{2}})")
-_GIVEN_ALONE = re.compile(rf"(?:^|[^{_CJK}]|却说|且说)([{_CJK}])[，,]?字([{_CJK}]{{2}})")
-# 字长生，后改云长: a courtesy name changed later is a name too.
-_RENAMED = re.compile(rf"^[，,]?(?:后改|后更|改字|更字)字?([{_CJK}]{{2}})")
-# 姓宋名江，表字公明，绰号及时雨: a sobriquet after the whole name.
-_THEN_NICKNAMED = re.compile(rf"^[，,]?(?:{_SOBRIQUET.pattern})([{_CJK}]{{2,4}})")
 # A term and what its brackets say it is also called (`_bracketed`): a definition's whole name may be
 # long (中华人民共和国个人信息保护法), the start of another name is looked for in the last `_NAME_RUN`.
 _NAME_RUN = 12
 _BRACKETED = re.compile(
-    rf"(?P<name>[{_CJK}]{{2,30}}|[A-Za-z][A-Za-z0-9\-]{{1,15}})[（(](?P<inner>[^（）()]{{1,60}})[)）]"
+    rf"(?P<name>[{CJK}]{{2,30}}|[A-Za-z][A-Za-z0-9\-]{{1,15}})[（(](?P<inner>[^（）()]{{1,60}})[)）]"
 )
 # 榅桲（又名木梨） / 老舍（原名：舒庆春）: another name in brackets (a Latin one is an abbreviation's: `_LABEL`).
 _MARKED = re.compile(
-    rf"^(?:也|亦|又)?(?:{_ALSO_NAMED}|{_FORMERLY_NAMED})(?:为|作|是|叫)?[:：]?(?P<alias>[{_CJK}]{{2,12}})$"
+    rf"^(?:也|亦|又)?(?:{_ALSO_NAMED}|{_FORMERLY_NAMED})(?:为|作|是|叫)?[:：]?(?P<alias>[{CJK}]{{2,12}})$"
 )
 # 乙方（以下简称“用户”） / （下称本产品） / （简称：ECS）: a name the document defines for what precedes.
-_HEREINAFTER = re.compile(rf"^(?:以下|下文|下)?(?:简称|称)(?:为|作)?[:：]?(?P<alias>[{_CJK}A-Za-z0-9]{{2,12}})$")
+_HEREINAFTER = re.compile(rf"^(?:以下|下文|下)?(?:简称|称)(?:为|作)?[:：]?(?P<alias>[{CJK}A-Za-z0-9]{{2,12}})$")
 # 英文缩写/简称/即 … before an abbreviation in brackets: （Elastic Compute Service，简称ECS）
 _LABEL = re.compile(r"^(?:英文(?:名称?|全称|缩写|简称)?|缩写|简称|又称|亦称|即)(?:为|是)?[:：]?\s*")
 # An abbreviation: a letter first, a capital somewhere (WHO, HbA1c; not mg or optional, a unit or a remark).
@@ -78,17 +65,7 @@ _ABBREVIATION = re.compile(r"^(?=[^A-Z]*[A-Z])[A-Za-z][A-Za-z0-9\-.]{1,15}$")
 _QUOTES = str.maketrans("", "", "“”\"「」『』‘’'")
 _SENTENCE = re.compile(r"[^。！？；!?\n]*[。！？；!?\n]?")
 
-# Not a name: numerals (年二十四，字正平; 此八字), a given name without its family name (次子名权，字仲谋:
-# `_given` finds the full name).
-_NOT_A_NAME = re.compile(r"[一二三四五六七八九十百千万两]|^名")
-# 字 before these is the written character (一字摆开, 此八字于其上), not a courtesy name.
-_NOT_A_COURTESY = re.compile(r"[于其上下而儿开不之以也矣者]")
-# 号 before these is a verb or a noun (号令, 号哭, 号曰), not a sobriquet.
-_NOT_A_SOBRIQUET = "令哭曰召称为泣叫呼啕恸"
-# 字 or 号 inside a word this common (jieba's frequency: 关键字, 数字, 型号, 号称) is a modern text's word,
-# not a courtesy name (字义 56, 字元 3 are courtesy names of the novel).
-_COMMON_WORD = 100
-_BEFORE = 200  # characters before a sentence stating a given name's courtesy name, read for the full name
+_BEFORE = 200  # characters before a sentence a profile's rule may read (an earlier full name)
 MIN_COUNT = 2  # each side must occur at least this often in the corpus (the defining sentence included)
 MAX_SOURCES = 3  # sentences kept per pair (the first documents that define it)
 # Budgets (issue 58): one document names at most so many pairs (a glossary, not 2,000 names for one word),
@@ -115,7 +92,7 @@ class AliasSource:
 
     sentence: str
     doc_id: str
-    label: str  # how the document is cited (《三国演义》第1回 …)
+    label: str  # how the document is cited (《员工手册》第3章 …)
     access: tuple[str, ...] = ()  # the document's groups; empty: everyone who reads the base
 
     def to_meta(self) -> dict[str, Any]:
@@ -179,7 +156,7 @@ class Lexicon(Protocol):
     def word_tag(self, word: str) -> str | None: ...
 
 
-class _Counts(dict[str, int]):
+class Counts(dict[str, int]):
     """How often each asked string occurs in the corpus (counted once)."""
 
     def __init__(self, corpus: str) -> None:
@@ -191,38 +168,25 @@ class _Counts(dict[str, int]):
         return self[key]
 
 
-def _best_suffix(run: str, corpus: _Counts) -> str | None:
+# A profile's naming rule (`core.profiles`): (sentence, the text just before it, corpus counts, lexicon) →
+# (alias, name, how) for each pair the sentence names in the profile's own forms.
+NamingRule = Callable[[str, str, Counts, Lexicon], Iterable[tuple[str, str, Naming]]]
+
+
+def best_suffix(run: str, corpus: Counts) -> str | None:
     """Where a name starts in `run`: its longest suffix (2 characters or more) the corpus uses at least
-    half as often as the most used one (董卓, not 却说董卓; 世界卫生组织, not 组织)."""
+    half as often as the most used one (林晓舟, not 随后林晓舟; 世界卫生组织, not 组织)."""
     return _longest_used([run[i:] for i in range(0, len(run) - 1)], corpus)
 
 
-def _longest_used(candidates: list[str], corpus: _Counts) -> str | None:
+def _longest_used(candidates: list[str], corpus: Counts) -> str | None:
     floor = max(MIN_COUNT, max(corpus[c] for c in candidates) / 2)
     used = [c for c in candidates if corpus[c] >= floor]
     return max(used, key=len) if used else None
 
 
-def _candidates(sentence: str, corpus: _Counts, lexicon: Lexicon) -> Iterable[tuple[str, str, Naming]]:
+def _candidates(sentence: str, corpus: Counts, lexicon: Lexicon) -> Iterable[tuple[str, str, Naming]]:
     """(alias, name, how) for each pair one sentence names."""
-    for match in _FAMILY.finditer(sentence):
-        yield match.group(3), match.group(1) + match.group(2), "stated"
-        if renamed := _RENAMED.match(sentence[match.end() :]):
-            yield renamed.group(1), match.group(1) + match.group(2), "stated"
-        if (nicknamed := _THEN_NICKNAMED.match(sentence[match.end() :])) and (
-            sobriquet := _best_prefix(nicknamed.group(1), corpus)
-        ):
-            yield sobriquet, match.group(1) + match.group(2), "stated"
-    for match in _COURTESY.finditer(sentence):
-        if (match.group(2) == "号" and match.group(3)[0] in _NOT_A_SOBRIQUET) or _in_word(sentence, match, lexicon):
-            continue
-        name = _best_suffix(match.group(1), corpus)
-        if name and not _NOT_A_NAME.search(name) and not _FAMILY.search(sentence) and not lexicon.refers(name):
-            # A sobriquet has 2 to 4 characters; the corpus says which prefix is used (卧龙, not 卧龙先生).
-            nickname = _SOBRIQUET.fullmatch(match.group(2))
-            alias = _best_prefix(match.group(3), corpus) if nickname else match.group(3)[:2]
-            if alias and not _NOT_A_COURTESY.search(alias):
-                yield alias, name, "stated"
     for match in _ALSO.finditer(sentence):
         if not _in_brackets(sentence, match.start()) and (name := _name_of(match["name"], corpus)):
             yield match["alias"], name, "stated"
@@ -237,58 +201,18 @@ def _candidates(sentence: str, corpus: _Counts, lexicon: Lexicon) -> Iterable[tu
     yield from _bracketed(sentence, corpus, lexicon)
 
 
-def _given(sentence: str, before: str, corpus: _Counts, lexicon: Lexicon) -> Iterable[tuple[str, str, Naming]]:
-    """(alias, full name, how) for a courtesy name stated of a given name alone: the full name is the
-    last one the text `before` the sentence writes it in (「先见友人法正。正字孝直」: 法正, where the corpus
-    says the name starts), else, after 名 (次子名权，字仲谋), the one the corpus most often writes it with, a
-    common surname first (孙权)."""
-    if _FAMILY.search(sentence):  # 姓庞，名德，字令明: the whole name is stated
-        return
-    for pattern in (_NAMED_GIVEN, _GIVEN_ALONE):
-        for match in pattern.finditer(sentence):
-            given, alias = match.group(1), match.group(2)
-            if _NOT_A_NAME.search(given) or _NOT_A_COURTESY.search(alias):
-                continue
-            if max(lexicon.frequency(given[-1] + "字"), lexicon.frequency("字" + alias[0])) >= _COMMON_WORD:
-                continue  # 数字可能, 汉字编码, 字母表: a word, not a courtesy name
-            full = _last_written(given, before, corpus)
-            if full is None and pattern is _NAMED_GIVEN:
-                full = full_name(given, corpus.corpus)
-            if full:
-                yield alias, full, "stated"
-
-
-def _last_written(given: str, before: str, corpus: _Counts) -> str | None:
-    """The last full name in `before` that ends with `given` (the corpus says where it starts)."""
-    at = before.rfind(given)
-    while at > 0:
-        run = re.search(f"[{_CJK}]+$", before[max(0, at - 3) : at + len(given)])
-        name = _best_suffix(run.group(), corpus) if run and len(run.group()) > len(given) else None
-        if name and len(name) > len(given):  # a suffix of the run: it ends with `given`
-            return name
-        at = before.rfind(given, 0, at)
-    return None
-
-
-def _in_word(sentence: str, match: re.Match[str], lexicon: Lexicon) -> bool:
-    """Whether the courtesy mark of `match` (字, 号) is part of a common word (关键字, 型号, 字母)."""
-    start, end = match.span(2)
-    around = [sentence[max(0, start - k) : end] for k in (1, 2)] + [sentence[start : end + 1]]
-    return any(lexicon.frequency(word) >= _COMMON_WORD for word in around)
-
-
 def _in_brackets(sentence: str, position: int) -> bool:
     """Whether `position` lies inside brackets opened before it (`_bracketed` reads those)."""
     opened = max(sentence.rfind("（", 0, position), sentence.rfind("(", 0, position))
     return opened > max(sentence.rfind("）", 0, position), sentence.rfind(")", 0, position))
 
 
-def _name_of(run: str, corpus: _Counts) -> str | None:
+def _name_of(run: str, corpus: Counts) -> str | None:
     """The name a pattern follows: where the corpus says it starts (Chinese), or the run itself (Latin)."""
-    return _best_suffix(run, corpus) if re.match(f"[{_CJK}]", run) else run
+    return best_suffix(run, corpus) if re.match(f"[{CJK}]", run) else run
 
 
-def _bracketed(sentence: str, corpus: _Counts, lexicon: Lexicon) -> Iterable[tuple[str, str, Naming]]:
+def _bracketed(sentence: str, corpus: Counts, lexicon: Lexicon) -> Iterable[tuple[str, str, Naming]]:
     """A term and what its brackets call it. 北京蓝鲸科技有限公司（以下简称“甲方”） defines 甲方 for the whole
     name before it (jieba's nouns back to the first other word: not 本合同由…); 云服务器（Elastic Compute
     Service，简称ECS） and 糖化血红蛋白（HbA1c） state an abbreviation; 马铃薯（土豆） only puts a word in
@@ -310,12 +234,13 @@ def _bracketed(sentence: str, corpus: _Counts, lexicon: Lexicon) -> Iterable[tup
                 # The whole name jieba reads before the brackets (山东女子学院, not the corpus's most used
                 # end, 学院), else where the corpus says it starts (榅桲, a word jieba does not know).
                 yield marked["alias"], lexicon.trailing_name(match["name"]) or name, "stated"
-        if re.fullmatch(f"[{_CJK}]{{2,8}}", inner) and lexicon.trailing_name(inner) == inner:
+        if re.fullmatch(f"[{CJK}]{{2,8}}", inner) and lexicon.trailing_name(inner) == inner:
             yield inner, name, "bracketed"
 
 
-def _best_prefix(run: str, corpus: _Counts) -> str | None:
-    """A sobriquet's end in `run`, the same way (卧龙, not 卧龙先生 when that is rarer)."""
+def best_prefix(run: str, corpus: Counts) -> str | None:
+    """Where a name ends in `run` (a profile's rule reads one after its mark), the same way (青鸟, not
+    青鸟先生 when that is rarer)."""
     return _longest_used([run[: i + 1] for i in range(1, len(run))], corpus)
 
 
@@ -332,7 +257,7 @@ def generic(word: str, lexicon: Lexicon) -> bool:
 def _bare(name: str, lexicon: Lexicon) -> str:
     """`name` after a preposition or conjunction it was cut with (适用于青禾智能科技有限公司 → 于青禾…, 本协议由
     青禾… → 协议由青禾…: jieba glues 于青禾 as a name): the last such character that is no part of a word
-    (共和国, 和平) and leaves three characters or more. A short name (于禁, 于夫罗) is left whole."""
+    (共和国, 和平) and leaves three characters or more. A short name (于洋, 于晓明) is left whole."""
     # `around`: the words of two to four characters the character could belong to (以色列, 共和国).
     for at in range(len(name) - 4, -1, -1):
         around = (name[start:end] for start in range(max(0, at - 3), at + 1) for end in range(at + 1, at + 5))
@@ -341,21 +266,27 @@ def _bare(name: str, lexicon: Lexicon) -> str:
     return name
 
 
-def _stated(document: MinedFrom, corpus: _Counts, lexicon: Lexicon) -> Iterable[tuple[str, str, str, Naming]]:
-    """(sentence, alias, name, how) of every candidate pair the document states, both sides bare."""
+def _stated(
+    document: MinedFrom, corpus: Counts, lexicon: Lexicon, rules: Sequence[NamingRule]
+) -> Iterable[tuple[str, str, str, Naming]]:
+    """(sentence, alias, name, how) of every candidate pair the document states (by the profile's `rules`,
+    then the default patterns), both sides bare."""
     for span in _SENTENCE.finditer(document.text):
         sentence, before = span.group(), document.text[max(0, span.start() - _BEFORE) : span.start()]
-        for alias, name, how in (*_candidates(sentence, corpus, lexicon), *_given(sentence, before, corpus, lexicon)):
+        profiled = (pair for rule in rules for pair in rule(sentence, before, corpus, lexicon))
+        for alias, name, how in (*profiled, *_candidates(sentence, corpus, lexicon)):
             yield sentence, _bare(alias, lexicon), _bare(name, lexicon), how
 
 
-def _named(documents: Sequence[MinedFrom], lexicon: Lexicon) -> Iterable[tuple[MinedFrom, str, str, str, Naming]]:
+def _named(
+    documents: Sequence[MinedFrom], lexicon: Lexicon, rules: Sequence[NamingRule]
+) -> Iterable[tuple[MinedFrom, str, str, str, Naming]]:
     """(document, sentence, alias, name, how) of every pair the corpus confirms, neither side generic, at
     most `MAX_PER_DOCUMENT` distinct pairs a document."""
-    corpus = _Counts("\n".join(document.text for document in documents))
+    corpus = Counts("\n".join(document.text for document in documents))
     for document in documents:
         pairs: set[tuple[str, str]] = set()
-        for sentence, alias, name, how in _stated(document, corpus, lexicon):
+        for sentence, alias, name, how in _stated(document, corpus, lexicon, rules):
             if alias == name or corpus[alias] < MIN_COUNT or corpus[name] < (1 if how == "defined" else MIN_COUNT):
                 continue
             if generic(alias, lexicon) or generic(name, lexicon):
@@ -367,15 +298,16 @@ def _named(documents: Sequence[MinedFrom], lexicon: Lexicon) -> Iterable[tuple[M
             yield document, sentence, alias, name, how
 
 
-def mine(documents: Sequence[MinedFrom], lexicon: Lexicon) -> list[Alias]:
+def mine(documents: Sequence[MinedFrom], lexicon: Lexicon, rules: Sequence[NamingRule] = ()) -> list[Alias]:
     """Every pair the documents state and the corpus confirms (each side at least `MIN_COUNT` times; a
     name defined for what precedes it is often written out once, its short name is what recurs), with
     up to `MAX_SOURCES` defining sentences, in the order first found. A pair only put in brackets is
     dropped when the same brackets follow another term too (（草案）, （可选）: a remark, not a name); a
-    generic word (`generic`) is no side of a pair."""
+    generic word (`generic`) is no side of a pair. `rules`: the base's text profile's own naming rules
+    (`core.profiles.naming_rules`), run before the default patterns; none on the default path."""
     found: dict[tuple[str, str], list[AliasSource]] = {}
     bracketed: dict[str, set[str]] = {}  # an alias only put in brackets → the terms it followed
-    for document, sentence, alias, name, how in _named(documents, lexicon):
+    for document, sentence, alias, name, how in _named(documents, lexicon, rules):
         if how == "bracketed":
             bracketed.setdefault(alias, set()).add(name)
         sources = found.setdefault((alias, name), [])
@@ -438,7 +370,7 @@ class Expansion:
 
     term: str
     expansion: str
-    source: str  # 「第1回: 姓刘，名备，字玄德……」, or 「管理员添加」
+    source: str  # 「第3章: 世界卫生组织，简称世卫组织……」, or 「管理员添加」
 
     @property
     def text(self) -> str:

@@ -20,7 +20,6 @@ from elasticsearch import Elasticsearch
 from core.access import ALL_DOCUMENTS, Scope
 from core.config import Settings
 from core.embeddings import load_embedder
-from core.kbs import write_profile
 from core.reader import Reader
 from core.redact import redact_url
 from core.store import EmbedderMismatchError, IndexNotFoundError, create_client, read_index_meta
@@ -140,6 +139,7 @@ def _parse(
             Layout(args.shards, args.replicas),
             settings.passage_windows,
             settings.index_compact_wait_s,
+            args.profile,
         )
         scope = RunScope(recreate=args.recreate, prune=args.prune, partition=args.partition)
     except ValueError as err:
@@ -262,8 +262,6 @@ def _index(
         error_file=error_file,
         progress=not args.no_progress,
     )
-    if args.profile is not None:
-        write_profile(es, args.index, args.profile or None)
     return _report(summary, loaded, sync, error_file, as_json=args.json)
 
 

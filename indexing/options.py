@@ -62,6 +62,9 @@ class IndexOptions:
     # After a load into an empty passage base, how long to wait for Elasticsearch to let go of the
     # documents' recovery copies before merging them away (indexing/compact.py); 0: not compacted.
     compact_wait_s: float = 0.0
+    # The base's text profile (`core.profiles`, `retrieval.profiles`), stored with it before its aliases
+    # are mined; "": none; None: the one the base already stores.
+    profile: str | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "IndexOptions":

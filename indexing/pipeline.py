@@ -32,6 +32,7 @@ from core.access import ALL_DOCUMENTS, DocumentAccess, Scope
 from core.aliases import Alias, MinedFrom, merged, mine
 from core.documents import Chunk, Document, source_label
 from core.embeddings import Embedder
+from core.profiles import naming_rules
 from core.reader import Reader
 from core.store import (
     concrete_indices,
@@ -184,7 +185,7 @@ def _write(run: _Run, documents: list[Document], tokenizer: ChineseTokenizer) ->
     empty = run.scope.recreate or Reader(es, Scope.whole(index)).count() == 0
     tokenizer = corpus_tokenizer(es, index, documents, tokenizer, fresh=empty)
     carried = admins_aliases(es, run.alias) if run.scope.recreate else ()
-    learn_aliases(es, index, documents, tokenizer, carried, run.visible)
+    learn_aliases(es, index, documents, tokenizer, carried, run.visible, _text_profile(run))
     # The index's own passages (a base built before passage vectors keeps one vector per chunk).
     windows = read_index_meta(es, index).passages
     plan = plan_chunks(reader, documents, run.options.chunking, empty, rewrite_outdated=windows is not None)
@@ -235,6 +236,20 @@ def admins_aliases(es: Elasticsearch, alias: str) -> tuple[Alias, ...]:
     return tuple(entry for entry in read_index_meta(es, alias).aliases if entry.origin != "mined")
 
 
+def _text_profile(run: _Run) -> str | None:
+    """The base's text profile, on the index the run writes before anything is mined: the run's own
+    (`IndexOptions.profile`), else the one the base stores (a rebuild carries it to its new index)."""
+    if run.options.profile is not None:
+        profile = run.options.profile or None
+    elif concrete_indices(run.es, run.alias):
+        profile = read_index_meta(run.es, run.alias).kb.get("profile") or None
+    else:
+        return None
+    if run.options.profile is not None or run.scope.recreate:
+        update_kb_meta(run.es, run.index, {"profile": profile})
+    return profile
+
+
 def learn_aliases(
     es: Elasticsearch,
     index: str,
@@ -242,16 +257,18 @@ def learn_aliases(
     tokenizer: ChineseTokenizer,
     carried: Sequence[Alias] = (),
     visible: DocumentAccess = ALL_DOCUMENTS,
+    profile: str | None = None,
 ) -> None:
-    """Mine the documents' aliases (core/aliases.py) into the base's, replacing what these documents said
-    before as far as the run sees them (`visible`); `carried`: an admin's pairs from the index a rebuild
-    replaces."""
+    """Mine the documents' aliases (core/aliases.py, with the naming rules of the base's text `profile`)
+    into the base's, replacing what these documents said before as far as the run sees them (`visible`);
+    `carried`: an admin's pairs from the index a rebuild replaces."""
     mined = mine(
         [
             MinedFrom(document.doc_id, document.text, document_label(document), tuple(document.access))
             for document in documents
         ],
         tokenizer,
+        naming_rules(profile),
     )
     stored = (*read_index_meta(es, index).aliases, *carried)
     if mined or stored:

@@ -34,7 +34,6 @@ from core.access import ALL_DOCUMENTS
 from core.config import Settings
 from core.documents import Document
 from core.embeddings import Embedder, load_embedder
-from core.kbs import write_profile
 from core.text import get_tokenizer
 from indexing.loaders import LoadLimits, split_chapters
 from indexing.options import IndexOptions
@@ -155,8 +154,11 @@ def delete_indices(es: Elasticsearch, alias: str) -> None:
 
 
 @contextmanager
-def knowledge_base(es: Elasticsearch, embedder: Embedder, documents: Sequence[Document], prefix: str) -> Iterator[str]:
-    """`documents` indexed by the real indexing job under a unique alias, deleted afterwards."""
+def knowledge_base(
+    es: Elasticsearch, embedder: Embedder, documents: Sequence[Document], prefix: str, profile: str | None = None
+) -> Iterator[str]:
+    """`documents` indexed by the real indexing job under a unique alias (with the text `profile`, e.g.
+    classical-novel), deleted afterwards."""
     alias = f"{prefix}-{uuid.uuid4().hex[:10]}"
     try:
         summary = index_documents(
@@ -166,7 +168,7 @@ def knowledge_base(es: Elasticsearch, embedder: Embedder, documents: Sequence[Do
             visible=ALL_DOCUMENTS,
             embedder=embedder,
             tokenizer=get_tokenizer(),
-            options=INDEX_OPTIONS,
+            options=replace(INDEX_OPTIONS, profile=profile),
         )
         assert summary.failed == 0 and summary.indexed == summary.chunks, summary
         yield alias
@@ -177,8 +179,7 @@ def knowledge_base(es: Elasticsearch, embedder: Embedder, documents: Sequence[Do
 @pytest.fixture(scope="session")
 def sanguo_kb(es: Elasticsearch, embedder: Embedder) -> Iterator[str]:
     """`sanguo_slices()` indexed once per session by the real pipeline; tests only read it."""
-    with knowledge_base(es, embedder, sanguo_slices(), "test-sanguo") as alias:
-        write_profile(es, alias, "classical-novel")  # the novel's own rules (retrieval/profiles)
+    with knowledge_base(es, embedder, sanguo_slices(), "test-sanguo", "classical-novel") as alias:
         yield alias
 
 

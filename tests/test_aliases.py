@@ -5,6 +5,7 @@ document is neither used nor shown for a reader without its group."""
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
+from functools import partial
 
 import pytest
 from elasticsearch import Elasticsearch
@@ -24,12 +25,17 @@ from core.aliases import (
 )
 from core.documents import Document
 from core.embeddings import Embedder
+from core.profiles import naming_rules
 from core.schema import Mode
 from core.store import read_index_meta
 from core.text import ChineseTokenizer
+from indexing.loaders import split_chapters
+from indexing.options import RunScope
 from indexing.pipeline import index_documents
 from retrieval.retriever import Retriever
-from tests.conftest import INDEX_OPTIONS, PARAMS, delete_indices
+from tests.conftest import INDEX_OPTIONS, PARAMS, SANGUO_PATH, delete_indices
+
+NOVEL = naming_rules("classical-novel")  # the classical-novel profile's 字 and 号 (core/profiles)
 
 CORPUS = [
     MinedFrom("c1", "那人姓刘，名备，字玄德。刘备拜谢。玄德曰：“好。”刘备去了。", "第1回"),
@@ -52,7 +58,7 @@ CORPUS = [
 
 
 def test_each_naming_pattern_is_mined_with_its_sentence() -> None:
-    pairs = {(a.alias, a.name): a.sources[0] for a in mine(CORPUS, ChineseTokenizer())}
+    pairs = {(a.alias, a.name): a.sources[0] for a in mine(CORPUS, ChineseTokenizer(), NOVEL)}
     expected = {
         ("玄德", "刘备"): "c1",  # 姓 … 名 … 字
         ("仲颖", "董卓"): "c2",  # X字Y, the name cut where the corpus says (董卓, not 却说董卓)
@@ -73,6 +79,9 @@ def test_each_naming_pattern_is_mined_with_its_sentence() -> None:
         assert pairs[pair].doc_id == doc_id and pair[0] in pairs[pair].sentence
     assert not any(alias == "压病" for alias, _ in pairs)  # stated once, never used: not confirmed
     assert not any(name == "此人" for _, name in pairs)  # a pronoun refers to someone, it names no one
+    default = {(a.alias, a.name) for a in mine(CORPUS, ChineseTokenizer())}
+    modern = {pair for pair, source in pairs.items() if source.doc_id.startswith("m")}
+    assert default == modern  # without the profile: the modern patterns only, no 字 or 号
 
 
 GIVEN = [
@@ -90,7 +99,7 @@ def test_a_courtesy_name_of_a_given_name_alone_is_mined_with_the_full_name() -> 
     """「次子名朗，字仲明」 names 赵朗, whom the corpus writes in full; 「岳字子高」 names the one the text just
     wrote ending in 岳 (公良岳: the corpus says where the name starts, no surname list needed). 数字 is a
     word, not 与数 named 可能."""
-    pairs = {(a.alias, a.name) for a in mine([*GIVEN, *CORPUS], ChineseTokenizer())}
+    pairs = {(a.alias, a.name) for a in mine([*GIVEN, *CORPUS], ChineseTokenizer(), NOVEL)}
     assert {("伯起", "赵昂"), ("仲明", "赵朗"), ("子高", "公良岳")} <= pairs
     assert not any(alias == "可能" for alias, _ in pairs)
 
@@ -111,8 +120,10 @@ MANUAL = MinedFrom(
 
 
 def test_a_manuals_definitions_are_mined_and_its_remarks_are_not() -> None:
-    """Modern documents put definitions and remarks alike in brackets, and use 字 and 号 in words."""
+    """Modern documents put definitions and remarks alike in brackets, and use 字 and 号 in words (read
+    as words even by the classical-novel profile)."""
     pairs = {(a.alias, a.name) for a in mine([MANUAL], ChineseTokenizer())}
+    assert {(a.alias, a.name) for a in mine([MANUAL], ChineseTokenizer(), NOVEL)} == pairs
     # （以下简称“用户”）: 用户 and 乙方 name roles every contract has, not a party (issue 59 point 6)
     assert not {word for pair in pairs for word in pair} & {"用户", "乙方", "以下"}
     assert ("个保法", "中华人民共和国个人信息保护法") in pairs  # the whole name, though written out once
@@ -241,7 +252,7 @@ def base(es: Elasticsearch, embedder: Embedder) -> Iterator[str]:
         visible=DocumentAccess(everything=True),
         embedder=embedder,
         tokenizer=ChineseTokenizer(),
-        options=INDEX_OPTIONS,
+        options=replace(INDEX_OPTIONS, profile="classical-novel"),
     )
     assert summary.failed == 0
     yield alias
@@ -285,3 +296,46 @@ def test_an_alias_from_a_hidden_document_is_neither_used_nor_shown(retriever: Re
     assert [(e.term, e.expansion) for hit in seen.hits if hit.doc_id == "public" for e in hit.expansions] == [
         ("诸葛亮", "孔明")
     ]
+
+
+# What main's miner (字 and 号 on every base) found in the novel's first 12 chapters before the patterns
+# moved into the classical-novel profile: the profile must find the same.
+SANGUO_COURTESY_NAMES = {
+    ("云长", "关羽"), ("元龙", "陈登"), ("奉先", "吕布"), ("子仲", "糜竺"), ("子龙", "赵云"), ("孟德", "曹操"),
+    ("恭祖", "陶谦"), ("文举", "孔融"), ("文台", "孙坚"), ("景升", "刘表"), ("本初", "袁绍"), ("玄德", "刘备"),
+    ("翼德", "张飞"),
+}  # fmt: skip
+
+
+def test_the_novels_courtesy_names_are_mined_with_its_profile_only() -> None:
+    chapters = split_chapters(SANGUO_PATH.read_text(encoding="utf-8"), source="sanguo_yanyi.txt", title="三国演义")
+    documents = [MinedFrom(d.doc_id, d.text, str(d.chapter)) for d in chapters[:12]]
+    tokenizer = ChineseTokenizer()
+    assert {(a.alias, a.name) for a in mine(documents, tokenizer, NOVEL)} == SANGUO_COURTESY_NAMES
+    assert not {(a.alias, a.name) for a in mine(documents, tokenizer)} & SANGUO_COURTESY_NAMES
+
+
+def test_a_run_mines_with_the_profile_it_sets_or_the_one_the_base_stores(es: Elasticsearch, embedder: Embedder) -> None:
+    """The profile is stored before the aliases are mined (python -m indexing --profile); a re-run or a
+    rebuild without one mines with the base's (a rebuild carries it to its new index); "" turns it off."""
+    alias = f"test-aliases-profile-{uuid.uuid4().hex[:10]}"
+    run = partial(
+        index_documents, es, DOCUMENTS[:2], alias=alias, visible=DocumentAccess(everything=True), embedder=embedder,
+        tokenizer=ChineseTokenizer(),
+    )  # fmt: skip
+
+    def stored() -> tuple[str | None, set[tuple[str, str]]]:
+        meta = read_index_meta(es, alias)
+        return meta.kb.get("profile"), {(a.alias, a.name) for a in meta.aliases}
+
+    try:
+        run(options=INDEX_OPTIONS)
+        assert stored() == (None, set())  # the default path reads no 字
+        run(options=replace(INDEX_OPTIONS, profile="classical-novel"))
+        assert stored() == ("classical-novel", {("玄德", "刘备")})
+        run(options=INDEX_OPTIONS, scope=RunScope(recreate=True))
+        assert stored() == ("classical-novel", {("玄德", "刘备")})
+        run(options=replace(INDEX_OPTIONS, profile=""))
+        assert stored() == (None, set())
+    finally:
+        delete_indices(es, alias)

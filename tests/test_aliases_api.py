@@ -22,7 +22,7 @@ ADMIN, READER, WRITER = "aliases-admin-key", "aliases-reader-key", "aliases-writ
 
 @pytest.fixture(scope="module")
 def base(es: Elasticsearch, embedder: Embedder) -> Iterator[str]:
-    with knowledge_base(es, embedder, DOCUMENTS, "test-aliases-api") as alias:
+    with knowledge_base(es, embedder, DOCUMENTS, "test-aliases-api", "classical-novel") as alias:
         yield alias
 
 

@@ -114,7 +114,7 @@ def test_select_a_base_upload_follow_the_job_search_and_delete(
 def test_an_admin_removes_adds_and_restores_aliases_and_a_reader_sees_none(
     es: Elasticsearch, es_url: str, embedder: Embedder
 ) -> None:
-    with knowledge_base(es, embedder, ALIAS_DOCUMENTS, "test-page-aliases") as kb:
+    with knowledge_base(es, embedder, ALIAS_DOCUMENTS, "test-page-aliases", "classical-novel") as kb:
         keys = write_keys_file(
             [
                 {"name": "admin", "key": KEY, "kbs": {kb: "admin"}},

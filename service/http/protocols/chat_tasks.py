@@ -224,6 +224,9 @@ _CJK_WORD = re.compile(rf"[{CJK_CHARS}]+")
 _FIRST_SENTENCE = re.compile(r"[^。！？!?；;\n]+")
 _NAMES = ("nr", "ns", "nt", "nz")  # proper nouns: a title keeps them first
 _NOT_KEY = "mrdcpuqeyoz"  # numerals, pronouns, adverbs, conjunctions, particles, ...: never a key term
+# What follows a name in a phrase, as jieba tags it: a particle (等), a classifier (道: 说道), a
+# classical morpheme (the speech verbs of old texts).
+_TRAILING = ("u", "q", "zg")
 _NUMERALS = re.compile(r"[0-9一二三四五六七八九十百千万两余数几]")
 # What a question word asks for, as a title names it: 「年假有几天」 is titled 「年假天数」.
 _ASKED_FOR = {
@@ -288,8 +291,8 @@ def key_terms(text: str, tokenizer: ChineseTokenizer) -> list[str]:
 
 def subject_terms(text: str, tokenizer: ChineseTokenizer) -> list[str]:
     """The base's dictionary terms `text` mentions that can be what a question is about, in order of
-    first mention: names and nouns (玄德, 十常侍, 洛阳), never a count (十余), an adverb (厉声), a
-    verb (却说) or a piece of a phrase (张让等). Read through the index's tokenizer (its corpus
+    first mention: names and nouns (林晓舟, 青禾科技, 杭州), never a count (十余), an adverb (厉声), a
+    verb (却说) or a piece of a phrase (林晓舟等). Read through the index's tokenizer (its corpus
     dictionary), so whatever dictionary the base carries is used as it is."""
     found: dict[str, int] = {}
     for term in sorted(tokenizer.corpus_terms, key=len, reverse=True):
@@ -307,11 +310,17 @@ def _tag(word: str) -> str:
 
 
 def _is_subject(term: str) -> bool:
-    """A name: a term jieba does not know (the corpus taught it: 玄德, 十常侍) or knows as a proper
+    """A name: a term jieba does not know (the corpus taught it: 林晓舟, 青禾科技) or knows as a proper
     noun; never a common word the corpus repeats (国家, 将军), a count or a phrase's piece."""
     known = _tag(term) if _known(term) else None
     plain = known is None or known.startswith(_NAMES)
-    return plain and len(term) > 1 and not _NUMERALS.search(term) and term[-1] not in "等曰道云"
+    return plain and len(term) > 1 and not _NUMERALS.search(term) and not (known is None and _trailed(term))
+
+
+def _trailed(term: str) -> bool:
+    """Whether a term the corpus taught is a name and the particle or verb of speech that follows it
+    (林晓舟等, 林晓舟道): two characters or more, then one jieba tags as a particle or a classifier."""
+    return len(term) > 2 and _known(term[-1]) and _tag(term[-1]) in _TRAILING
 
 
 def _known(word: str) -> bool:
