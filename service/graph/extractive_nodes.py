@@ -100,8 +100,7 @@ async def select_evidence(state: WorkflowState, runtime: Runtime[RunContext]) ->
                 profile,
             )
             found = (await asyncio.to_thread(select)).model_copy(update={"part": part})
-            for extract in found.extracts:  # each quote goes out as it is chosen, before the answer is composed
-                runtime.stream_writer({"event": "quote", "data": {"part": part, "text": extract.text}})
+            _stream_quotes(runtime, found)
             every = _sources(state, part, len(state.get("found", {}).get(part, [])))  # a premise is checked on all hits
             answers.append(extractive.deny_premise(found, every, names, tokenizer, profile))
     step = _verdict(answers, with_web=bool(web))
@@ -215,6 +214,14 @@ def _numbered(state: WorkflowState, answers: list[PartAnswer]) -> tuple[list[Num
             contexts.append(NumberedContext(number, passage=passages[source_id]))
             quoted[source_id] = Quoted(number)
     return contexts, quoted
+
+
+def _stream_quotes(runtime: Runtime[RunContext], answer: extractive.PartAnswer) -> None:
+    """A part's quotes go out as they are chosen, before the answer is composed, as the answer quotes them
+    (headings left out); the composed answer may keep fewer (a part not answered shows at most one)."""
+    for extract in answer.extracts:
+        text = "\n".join(extractive.quoted_paragraphs(extract, answer.headings_quoted))
+        runtime.stream_writer({"event": "quote", "data": {"part": answer.part, "text": text}})
 
 
 @traced("quote_answer")
