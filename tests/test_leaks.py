@@ -235,6 +235,7 @@ PROBES: dict[str, Probe] = {
     "POST /kbs": _one("POST", "/kbs", json={"name": "{kb}-made"}),
     "GET /kbs/{kb}": _one("GET", "/kbs/{kb}"),
     "DELETE /kbs/{kb}": _one("DELETE", "/kbs/{kb}"),
+    "PATCH /kbs/{kb}": _one("PATCH", "/kbs/{kb}", json={"profile": None}),
     "POST /kbs/{kb}/documents": _upload_colliding,
     "GET /kbs/{kb}/documents": _one("GET", "/kbs/{kb}/documents"),
     "DELETE /kbs/{kb}/documents/{doc_id:path}": _one("DELETE", "/kbs/{kb}/documents/{hidden}"),
