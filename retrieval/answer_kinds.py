@@ -137,6 +137,13 @@ def asked_attribute(part: str) -> str | None:
     return found["attribute"] if found else None
 
 
+def before_attribute(part: str) -> str:
+    """What `part` says before the attribute it asks for (「赵阳的兵器是什么」: 赵阳), "" if it names none:
+    where its owner is named."""
+    found = _ATTRIBUTE.search(part)
+    return part[: found.start()] if found else ""
+
+
 def asked_kind(part: str, kinds: Sequence[AnswerKind] = KINDS) -> AnswerKind | None:
     """The first of `kinds` `part` asks for, or None (who, where, why, …: no visible form to check). A
     kind named by a noun (费用) is not asked by a part asking who or how about it."""
@@ -145,6 +152,14 @@ def asked_kind(part: str, kinds: Sequence[AnswerKind] = KINDS) -> AnswerKind | N
         if found and (_ASKS_ITSELF.search(found.group()) or not _ASKS_ELSE.search(part)):
             return kind
     return None
+
+
+def named_kind(attribute: str | None, kinds: Sequence[AnswerKind] = KINDS) -> AnswerKind | None:
+    """The specific kind an asked attribute names (兵器 on a profile that knows weapons, 价格, 温度),
+    or None: such an attribute is answered by a quote of its form, whatever word the quote uses."""
+    if not attribute:
+        return None
+    return next((kind for kind in kinds if kind.specific and kind.asks.fullmatch(attribute)), None)
 
 
 def holds(kind: AnswerKind | None, texts: list[str]) -> bool:

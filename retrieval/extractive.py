@@ -35,7 +35,7 @@ from core.config import Settings
 from core.embeddings import Embedder, cosine_similarities
 from core.schema import Mode
 from core.text import ChineseTokenizer
-from retrieval.answer_kinds import AnswerKind, asked_attribute, asked_kind, holds
+from retrieval.answer_kinds import AnswerKind, asked_attribute, asked_kind, before_attribute, holds, named_kind
 from retrieval.conflicts import Conflict, describe
 from retrieval.premises import PREMISE_DENIED, Denial, Prohibited, figure_premise, forbidden_premise, unknown_codes
 from retrieval.profiles import DEFAULT, TextProfile
@@ -534,22 +534,22 @@ def select(
     names = names or {}
     scored = _scored(part, terms, names, kind, candidates, embedder, limits)
     kept = _quoted(scored, any(source.given for source in sources), limits)
-    vouched = False  # a distributed part's own sentence holds the specific kind asked (「李通造丈八点钢矛。」)
-    if origin is not None:
-        kept, vouched = _about(kept, origin, names, kind, limits.sentences)
+    named = named_kind(asked_attribute(part), profile.kinds)  # 兵器, 价格: an attribute with a form
+    # vouched: the subject's own sentence holds the specific kind asked (「李通造丈八点钢矛。」)
+    kept, vouched = _about(kept, origin or _owned(part, tokenizer, kind or named), names, kind or named, limits)
     union = coverage(terms, "".join(e.text for e in kept), names)
     top_similarity = max(extract.similarity for _, extract in scored)
-    unknown, absent, unsourced = _unmentioned(part, terms, sources, tokenizer, held, names)
+    unknown, absent, unsourced = _unmentioned(part, terms, sources, tokenizer, held, names, named is None)
     # people and codes (错误码E9) the base never mentions
     strangers = [*(t for t in unknown if tokenizer.is_person(t)), *unknown_codes(part, unknown)] if held else []
-    found = holds(kind, [extract.text for extract in kept])
+    wanted = next((k for k in (kind, named) if not holds(k, [e.text for e in kept])), None) or kind or named
     # A vouched part is answered however far the shared clause's cosine falls: one sentence about three
-    # subjects is far from each.
+    # subjects is far from each. `wanted`: the kind asked, or the one named (兵器) its quotes lack.
     answered = (
         union >= limits.min_coverage
         and (top_similarity >= limits.min_similarity or vouched)
         and len(unknown) <= limits.max_unknown_terms
-        and found
+        and holds(wanted, [e.text for e in kept])
         and not strangers
         and absent is None
         and unsourced is None
@@ -564,11 +564,21 @@ def select(
         strangers=strangers,
         absent_attribute=absent,
         unsourced_attribute=unsourced,
-        wanted=kind.name if kind else None,
-        wanted_found=found,
+        wanted=wanted.name if wanted else None,
+        wanted_found=holds(wanted, [e.text for e in kept]),
         vouched=vouched,
         headings_quoted=profile.headings_quoted,
     )
+
+
+def _owned(part: str, tokenizer: ChineseTokenizer, kind: AnswerKind | None) -> Distributed | None:
+    """A part asking for an attribute of the specific kind of someone or something it names (「赵阳的兵器
+    是什么」, 「X1的售价是多少」) as a part about that owner: its owner's own sentence holding the kind
+    answers it, however far the whole part's cosine falls (`_about`)."""
+    if kind is None or not kind.specific:
+        return None
+    owner = tokenizer.content_words(before_attribute(part))
+    return Distributed(owner[-1], part) if owner else None
 
 
 def _unmentioned(
@@ -578,14 +588,17 @@ def _unmentioned(
     tokenizer: ChineseTokenizer,
     held: Callable[[Sequence[str]], set[str]] | None,
     names: Names,
+    check_attribute: bool = True,
 ) -> tuple[list[str], str | None, str | None]:
     """The part's `terms` that neither its sources nor the base mention (血型, 高铁), and the attribute
     it names and asks for (蓝鲸科技的CEO是谁: CEO) when none of its sources mentions it: absent (the
     base never speaks of it either) or unsourced (the base does, of something else: 孙越的妻子叫什么名字,
     and the passages found about 孙越 never say 妻子). Either way no quote can answer: the question
     names what it wants, so this is a plausible detail, not a paraphrase (dev: docs/workflow.md).
+    Not checked (`check_attribute` False) for an attribute naming a kind with a visible form (兵器,
+    价格): 「…打造双股剑」 never says 兵器, 售价1999元 never says 价格; the kind's form is checked instead.
     The base is asked once, for both."""
-    attribute = asked_attribute(part)
+    attribute = asked_attribute(part) if check_attribute else None
     wanted = [term for term in content_terms(attribute, tokenizer) if len(term) > 1] if attribute else []
 
     def unsaid(candidates: list[str]) -> list[str]:
@@ -618,14 +631,16 @@ def _quoted(scored: list[tuple[Window, Extract]], given: bool, limits: Threshold
 
 
 def _about(
-    extracts: list[Extract], origin: Distributed, names: Names, kind: AnswerKind | None, limit: int
+    extracts: list[Extract], origin: Distributed | None, names: Names, kind: AnswerKind | None, limits: Thresholds
 ) -> tuple[list[Extract], bool]:
-    """A distributed part's quotes cut to their sentences that name its subject and hold the specific
+    """A distributed or owned part's (`_owned`) quotes cut to their sentences that name its subject and hold the specific
     kind asked, each quoted on its own (赵阳用什么兵器: 「子昂谢别二客，便命良匠打造双股剑。」, not the
-    sentence of all three weapons three times), the `limit` best: such a sentence answers the part
+    sentence of all three weapons three times), the `limits.sentences` best: such a sentence answers the part
     (True). Otherwise its quotes less those about another subject of the clause and not its own
     (高血糖有什么症状: not 「低血糖是指…」), all of them when that leaves none: a sentence naming
     someone proves less (in 「子昂看其人：身长九尺」 the height is the other man's)."""
+    if origin is None:
+        return extracts, False
     subject = origin.subject
     if kind is not None and kind.specific:
         sentences = {
@@ -634,7 +649,7 @@ def _about(
             for sentence in split_sentences(extract.text)
             if len(text := sentence.strip(_BLANK)) >= MIN_SENTENCE_CHARS and _said_of(subject, text, names, kind)
         }
-        best = sorted(sentences.items(), key=lambda pair: -pair[1].score)[:limit]
+        best = sorted(sentences.items(), key=lambda pair: -pair[1].score)[: limits.sentences]
         if best:
             return sorted((e.model_copy(update={"text": text}) for text, e in best), key=lambda e: e.order), True
     own = [

@@ -509,6 +509,28 @@ def test_each_subject_of_a_distributive_question_gets_its_own_sentence(make_deps
     assert_only_quotes(result, slices())
 
 
+@pytest.mark.parametrize("question", ["关羽的兵器叫什么，有多重？", "关羽的兵器是什么？"])
+def test_an_attribute_named_by_its_kind_is_answered_by_a_quote_of_that_kind(make_deps, question: str) -> None:
+    """兵器 appears in no sentence of the book, yet 「云长造青龙偃月刀…重八十二斤」 answers what the
+    weapon is and weighs: an attribute that names the kind asked is checked by the kind's form, not
+    taken for a detail the documents lack (the demo's question, refused while it was)."""
+    result = ask(make_deps(), question)
+    assert extractive.UNCONFIRMED not in result.answer, result.answer
+    assert "青龙偃月刀" in result.answer and "资料中没有提到" not in result.answer
+    assert_only_quotes(result, slices())
+
+
+def test_an_attribute_named_by_a_kind_still_wants_a_quote_of_that_kind(embedder: Embedder) -> None:
+    """A price named 价格 is answered by 售价1999元; with no amount in any quote it is not, and an
+    attribute that is no kind's (CEO) is still one the documents must mention."""
+    phone = extractive.Source("phone", "X1手机于2024年上市，售价1999元，配备6.5英寸屏幕。")
+    select = partial(extractive.select, embedder=embedder, tokenizer=get_tokenizer(), limits=limits())
+    priced = select("X1手机的价格是多少", [phone], held=lambda terms: set())
+    assert priced.absent_attribute is None and priced.answered
+    unpriced = select("X1手机的价格是多少", [extractive.Source("p2", "X1手机于2024年上市，配备6.5英寸屏幕。")])
+    assert not unpriced.answered and unpriced.wanted == "金额"
+
+
 def test_an_unanswerable_question_says_it_cannot_confirm(make_deps) -> None:
     deps = make_deps()
     result = ask(deps, UNANSWERABLE)
