@@ -28,8 +28,9 @@ from typing import Any
 
 from core.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE
 from core.documents import Document, document_chunks
+from core.profiles import chapter_marks
 from evaluation.questions import Corpus, split_of
-from indexing.loaders import load_text
+from indexing.loaders import chapters_of, load_text
 
 BENCH_DATA = Path(__file__).resolve().parent / "data"
 CMRC_CHUNK_SIZE = 1000  # longer than any CMRC paragraph: one paragraph, one chunk
@@ -133,7 +134,7 @@ def load_sanguo(
     questions: Path = BENCH_DATA / "sanguo_questions.jsonl",
 ) -> Dataset:
     path = path or sanguo_book()
-    documents = load_text(path, path.name)
+    documents = chapters_of(load_text(path, path.name), chapter_marks("classical-novel"))  # 第N回
     corpus = corpus_of(documents, chunk_size, chunk_overlap)
     queries = []
     for item in read_jsonl(questions):

@@ -53,7 +53,7 @@ def build_bases(es_url: str, prefix: str, chapters: int) -> tuple[str, str]:
     es = Elasticsearch(es_url, request_timeout=120)
     embedder = CachedEmbedder(load_embedder(settings.embedder, settings), cache_path(settings))
     text = sanguo_book().read_text(encoding="utf-8")
-    documents = split_chapters(text, source="sanguo_yanyi.txt", title="三国演义")[:chapters]
+    documents = split_chapters(text, source="sanguo_yanyi.txt", title="三国演义", marks="章回")[:chapters]
     names = (f"{prefix}-victim", f"{prefix}-attacker")
     for name in names:
         index_documents(

@@ -215,7 +215,7 @@ def _short_pages_row(name: str, extract: Extractor) -> dict[str, Any]:
 def _book_pages(chapters: int) -> list[list[fx.Block]]:
     text = sanguo_book().read_text(encoding="utf-8")
     pages = []
-    for chapter in split_chapters(text, source="sanguo")[:chapters]:
+    for chapter in split_chapters(text, source="sanguo", marks="章回")[:chapters]:
         heading, *body = chapter.text.splitlines()
         paragraphs = [fx.Block(line.strip()) for line in body if line.strip()]
         pages.append([fx.Block(heading.strip(), 1), *paragraphs])

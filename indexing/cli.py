@@ -19,12 +19,23 @@ from elasticsearch import Elasticsearch
 
 from core.access import ALL_DOCUMENTS, Scope
 from core.config import Settings
+from core.documents import Document
 from core.embeddings import load_embedder
+from core.profiles import chapter_marks
 from core.reader import Reader
 from core.redact import redact_url
 from core.store import EmbedderMismatchError, IndexNotFoundError, create_client, read_index_meta
 from core.text import get_tokenizer
-from indexing.loaders import SUPPORTED_SUFFIXES, LoadError, LoadLimits, LoadResult, SourceFile, find_files, load_files
+from indexing.loaders import (
+    SUPPORTED_SUFFIXES,
+    LoadError,
+    LoadLimits,
+    LoadResult,
+    SourceFile,
+    chapters_of,
+    find_files,
+    load_files,
+)
 from indexing.options import Chunking, IndexOptions, Layout, Partition, RunScope, Throughput, grant_access, parse_groups
 from indexing.pipeline import FileCounts, IndexSummary, index_documents
 from indexing.plan import indexed_files
@@ -212,6 +223,18 @@ def _base_chunking(es: Elasticsearch, args: argparse.Namespace, chunking: Chunki
     return wanted
 
 
+def _chapters(es: Elasticsearch, args: argparse.Namespace, documents: list[Document]) -> list[Document]:
+    """The documents `--limit` counts: chapters, cut as the pipeline cuts them for the base's text
+    profile (`--profile`, else the stored one: a classical novel's 第N回)."""
+    profile = args.profile
+    if profile is None:
+        try:
+            profile = read_index_meta(es, args.index).kb.get("profile")
+        except IndexNotFoundError:
+            profile = None
+    return chapters_of(documents, chapter_marks(profile or None))
+
+
 def _index(
     es: Elasticsearch,
     args: argparse.Namespace,
@@ -234,7 +257,7 @@ def _index(
         logger.error("%s", error)
     if loaded.errors:
         _write_load_errors(error_file, loaded.errors)
-    documents = loaded.documents[: args.limit] if args.limit else loaded.documents
+    documents = _chapters(es, args, loaded.documents)[: args.limit] if args.limit else loaded.documents
     grant_access(documents, args.access)
     if not documents and sync is None:
         logger.error("no documents to index in %s", ", ".join(map(str, args.paths)))

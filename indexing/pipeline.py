@@ -32,7 +32,7 @@ from core.access import ALL_DOCUMENTS, DocumentAccess, Scope
 from core.aliases import Alias, MinedFrom, merged, mine
 from core.documents import Chunk, Document, source_label
 from core.embeddings import Embedder
-from core.profiles import naming_rules
+from core.profiles import chapter_marks, naming_rules
 from core.reader import Reader
 from core.store import (
     concrete_indices,
@@ -48,6 +48,7 @@ from core.text import ChineseTokenizer
 from indexing.compact import compact
 from indexing.dictionary import corpus_tokenizer
 from indexing.embed import Embedding, embed_and_write
+from indexing.loaders.text import chapters_of
 from indexing.options import Chunking, IndexOptions, RunScope
 from indexing.plan import Plan, checked_documents, orphans, plan_chunks
 from indexing.write import ErrorLog, Progress, Writer, clean_up
@@ -177,7 +178,7 @@ class _Run:
     observer: Observer | None
 
 
-def _write(run: _Run, documents: list[Document], tokenizer: ChineseTokenizer) -> _Written:
+def _write(run: _Run, documents: list[Document], tokenizer: ChineseTokenizer, profile: str | None) -> _Written:
     """Plan, embed and write, clean up, refresh: steps 1 to 3 of the module docstring."""
     es, index = run.es, run.index
     reader = Reader(es, Scope(index, run.visible))
@@ -185,7 +186,7 @@ def _write(run: _Run, documents: list[Document], tokenizer: ChineseTokenizer) ->
     empty = run.scope.recreate or Reader(es, Scope.whole(index)).count() == 0
     tokenizer = corpus_tokenizer(es, index, documents, tokenizer, fresh=empty)
     carried = admins_aliases(es, run.alias) if run.scope.recreate else ()
-    learn_aliases(es, index, documents, tokenizer, carried, run.visible, _text_profile(run))
+    learn_aliases(es, index, documents, tokenizer, carried, run.visible, profile)
     # The index's own passages (a base built before passage vectors keeps one vector per chunk).
     windows = read_index_meta(es, index).passages
     plan = plan_chunks(reader, documents, run.options.chunking, empty, rewrite_outdated=windows is not None)
@@ -309,12 +310,14 @@ def index_documents(
     `store.EmbedderMismatchError` when `alias` was built with another embedder.
     """
     started = time.perf_counter()
-    documents = checked_documents(documents, scope.partition)
+    documents = checked_documents(documents, None)  # bad input refused before anything is written
     index = _open_index(es, alias, embedder, scope, options)
     _record_chunking(es, index, options.chunking)
     run = _Run(es, index, alias, embedder, options, scope, visible, ErrorLog(error_file), progress, observer)
     try:
-        written = _write(run, documents, tokenizer)
+        profile = _text_profile(run)  # its chapter headings (a classical novel's 第N回) cut its files
+        documents = checked_documents(chapters_of(documents, chapter_marks(profile)), scope.partition)
+        written = _write(run, documents, tokenizer, profile)
     except BaseException:
         if scope.recreate:
             es.options(ignore_status=404).indices.delete(index=index)

@@ -73,7 +73,9 @@ INDEX_OPTIONS = replace(IndexOptions.from_settings(Settings(_env_file=None)), co
 
 def sanguo_slices() -> list[Document]:
     """The chapters of `SANGUO_SLICES`, each cut to its first characters, as the indexing job loads them."""
-    chapters = split_chapters(SANGUO_PATH.read_text(encoding="utf-8"), source="sanguo_yanyi.txt", title="三国演义")
+    chapters = split_chapters(
+        SANGUO_PATH.read_text(encoding="utf-8"), source="sanguo_yanyi.txt", title="三国演义", marks="章回"
+    )
     return [replace(d, text=d.text[: SANGUO_SLICES[d.chapter]]) for d in chapters if d.chapter in SANGUO_SLICES]
 
 

@@ -308,7 +308,9 @@ SANGUO_COURTESY_NAMES = {
 
 
 def test_the_novels_courtesy_names_are_mined_with_its_profile_only() -> None:
-    chapters = split_chapters(SANGUO_PATH.read_text(encoding="utf-8"), source="sanguo_yanyi.txt", title="三国演义")
+    chapters = split_chapters(
+        SANGUO_PATH.read_text(encoding="utf-8"), source="sanguo_yanyi.txt", title="三国演义", marks="章回"
+    )
     documents = [MinedFrom(d.doc_id, d.text, str(d.chapter)) for d in chapters[:12]]
     tokenizer = ChineseTokenizer()
     assert {(a.alias, a.name) for a in mine(documents, tokenizer, NOVEL)} == SANGUO_COURTESY_NAMES

@@ -44,9 +44,9 @@ ANSWER_TEXT = "刘备、关羽、张飞在桃园结为兄弟[1]，网上资料�
 
 @pytest.fixture(scope="module")
 def alias(es: Elasticsearch, embedder: Embedder) -> Iterator[str]:
-    chapters = split_chapters(SANGUO_PATH.read_text(encoding="utf-8"), source="sanguo_yanyi.txt", title="三国演义")[
-        :CHAPTERS
-    ]
+    chapters = split_chapters(
+        SANGUO_PATH.read_text(encoding="utf-8"), source="sanguo_yanyi.txt", title="三国演义", marks="章回"
+    )[:CHAPTERS]
     for chapter in chapters:
         chapter.text = chapter.text[:CHARS_PER_CHAPTER]
     with knowledge_base(es, embedder, chapters, "test-browser") as name:

@@ -42,7 +42,9 @@ TWO_VIEWS = ["desktop-light", "phone-dark"]
 
 @pytest.fixture(scope="module")
 def book(es: Elasticsearch, embedder: Embedder) -> Iterator[str]:
-    chapters = split_chapters(SANGUO_PATH.read_text(encoding="utf-8"), source="sanguo_yanyi.txt", title="三国演义")
+    chapters = split_chapters(
+        SANGUO_PATH.read_text(encoding="utf-8"), source="sanguo_yanyi.txt", title="三国演义", marks="章回"
+    )
     with knowledge_base(es, embedder, chapters[:CHAPTERS], "test-page61", profile="classical-novel") as alias:
         yield alias
 

@@ -72,6 +72,25 @@ def test_cli_limit_takes_the_first_chapters(
     assert sorted(bucket["key"] for bucket in chapters["buckets"]) == [1, 2]
 
 
+def test_a_classical_novels_chapters_are_cut_only_on_a_base_with_its_profile(
+    es: Elasticsearch, cli: Cli, index_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    """第N回 is a classical novel's heading: the classical-novel profile cuts the file there (and
+    `--limit` counts those chapters); a base on the default path keeps the file one document."""
+    path = tmp_path / "novel.txt"
+    write_novel(path, chapters=3, sentences=1)
+    path.write_text(path.read_text(encoding="utf-8").replace("章 ", "回 "), encoding="utf-8")
+    novel, plain = index_name("profiled"), index_name("plain")
+    args = (path, "--limit", "2", *SMALL)
+    code, summary, _ = indexing_result(cli(*args, "--index", novel, "--profile", "classical-novel"))
+    assert code == 0 and summary["documents"] == 2
+    chapters = es.search(index=novel, size=0, aggs={"c": {"terms": {"field": "chapter"}}})["aggregations"]["c"]
+    assert sorted(bucket["key"] for bucket in chapters["buckets"]) == [1, 2]
+    code, summary, _ = indexing_result(cli(path, "--index", plain, *SMALL))
+    assert code == 0 and summary["documents"] == 1
+    assert es.count(index=plain, query={"exists": {"field": "chapter"}})["count"] == 0
+
+
 def test_cli_refuses_an_index_built_by_another_embedder(
     es: Elasticsearch, cli: Cli, index_name: Callable[[str], str], tmp_path: Path
 ) -> None:

@@ -1,5 +1,6 @@
 """The indexing side of text profiles (`retrieval.profiles` holds the answering side): the naming
-rules a kind of text needs while aliases are mined (`core.aliases.mine`). The default path runs none."""
+rules a kind of text needs while aliases are mined (`core.aliases.mine`), and the marks its chapter
+headings are numbered with. The default path runs no naming rule and cuts at 第N章 only."""
 
 from core.aliases import NamingRule
 
@@ -12,3 +13,9 @@ def naming_rules(profile: str | None) -> tuple[NamingRule, ...]:
 
         return classical_novel_aliases.RULES
     return ()
+
+
+def chapter_marks(profile: str | None) -> str:
+    """What the profile's chapter headings are numbered with: a classical novel's 第N回 as well as
+    第N章 (`indexing.loaders.chapters_of`)."""
+    return "章回" if profile == "classical-novel" else "章"

@@ -57,11 +57,20 @@ from indexing.loaders.jsonl import parse_jsonl
 from indexing.loaders.pdf import parse_pdf
 from indexing.loaders.sheet import parse_csv, parse_tsv, parse_xls, parse_xlsx
 from indexing.loaders.slides import parse_pptx
-from indexing.loaders.text import chinese_number, decode_bytes, load_text, parse_text, split_chapters
+from indexing.loaders.text import (
+    CHAPTER_MARKS,
+    chapters_of,
+    chinese_number,
+    decode_bytes,
+    load_text,
+    parse_text,
+    split_chapters,
+)
 from indexing.loaders.webpage import parse_html
 from indexing.loaders.word import parse_docx
 
 __all__ = [
+    "CHAPTER_MARKS",
     "IMAGE_SUFFIXES",
     "SUPPORTED_SUFFIXES",
     "Document",
@@ -69,6 +78,7 @@ __all__ = [
     "LoadLimits",
     "LoadResult",
     "SourceFile",
+    "chapters_of",
     "chinese_number",
     "decode_bytes",
     "find_files",

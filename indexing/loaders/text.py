@@ -20,14 +20,22 @@ logger = logging.getLogger(__name__)
 
 _CN_DIGITS = dict(zip("零〇一二两三四五六七八九", [0, 0, 1, 2, 2, 3, 4, 5, 6, 7, 8, 9], strict=True))
 _CN_UNITS = {"十": 10, "百": 100, "千": 1000}
-# `第12章 title`, `第十二回 title`, optionally as a Markdown heading: the number word ends the
-# line or is followed by a space or colon, and the line is short, so prose such as
-# `第三回合，李通又胜` is not taken for a heading.
-_HEADING = re.compile(
-    r"^[ \t\u3000]*(?:#{1,6}[ \t]*)?第[ \t]*([0-9０-９]+|[零〇一二两三四五六七八九十百千]+)[ \t]*[章回]"
-    r"(?:[ \t\u3000:：、.．]+(?P<title>[^\n]*?))?[ \t\u3000]*$",
-    re.MULTILINE,
-)
+# `第12章 title`, optionally as a Markdown heading: the number word ends the line or is followed
+# by a space or colon, and the line is short, so prose such as `第三章节，…` is not taken for a
+# heading. A text profile adds its own marks (a classical novel's `第十二回`: `core.profiles`).
+CHAPTER_MARKS = "章"
+
+
+def chapter_heading(marks: str = CHAPTER_MARKS) -> re.Pattern[str]:
+    """A chapter heading line numbered with one of `marks`."""
+    return re.compile(
+        r"^[ \t\u3000]*(?:#{1,6}[ \t]*)?第[ \t]*([0-9０-９]+|[零〇一二两三四五六七八九十百千]+)[ \t]*"
+        rf"[{marks}](?:[ \t\u3000:：、.．]+(?P<title>[^\n]*?))?[ \t\u3000]*$",
+        re.MULTILINE,
+    )
+
+
+_HEADING = chapter_heading()
 _MAX_HEADING_CHARS = 60
 _MAX_REPLACED_SHARE = 0.01  # undecodable characters in a damaged file of one encoding
 _MARKDOWN_HEADING = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t#]*$", re.MULTILINE)
@@ -78,9 +86,11 @@ def decode_bytes(data: bytes) -> str:
     return str(best)
 
 
-def split_chapters(text: str, *, source: str, title: str = "") -> list[Document]:
-    """One document per chapter heading; text before the first heading becomes `<source>#front`."""
-    headings = [m for m in _HEADING.finditer(text) if len(m.group().strip()) <= _MAX_HEADING_CHARS]
+def split_chapters(text: str, *, source: str, title: str = "", marks: str = CHAPTER_MARKS) -> list[Document]:
+    """One document per chapter heading (numbered with one of `marks`); text before the first heading
+    becomes `<source>#front`."""
+    found = chapter_heading(marks).finditer(text)
+    headings = [m for m in found if len(m.group().strip()) <= _MAX_HEADING_CHARS]
     if not headings:
         return [Document(doc_id=source, text=text, source=source, title=title)] if text.strip() else []
     documents: list[Document] = []
@@ -109,12 +119,13 @@ def split_chapters(text: str, *, source: str, title: str = "") -> list[Document]
     return documents
 
 
-def markdown_sections(document: Document, book_title: str) -> None:
+def markdown_sections(document: Document, book_title: str, marks: str = CHAPTER_MARKS) -> None:
     """Section offsets of a Markdown document from its `#` headings (title and chapter headings excluded)."""
+    chapter = chapter_heading(marks)
     headings = [
         (m.start(), m.end(), len(m.group(1)), m.group(2).strip())
         for m in _MARKDOWN_HEADING.finditer(document.text)
-        if not _HEADING.match(m.group())  # chapter headings already make chapters
+        if not chapter.match(m.group())  # chapter headings already make chapters
     ]
     document.section_starts = section_starts(document.text, headings, book_title)
 
@@ -131,6 +142,31 @@ def parse_text(data: bytes, source: str, *, markdown: bool, stem: str) -> list[D
         for document in documents:
             markdown_sections(document, title)
     return documents
+
+
+def chapters_of(documents: list[Document], marks: str) -> list[Document]:
+    """`documents` with each text or Markdown file's single document cut at chapter headings numbered
+    with `marks` (a text profile's: 第十二回), as the loader cuts 第12章; the file's hash and access
+    kept. A document already a chapter, or of another format, is left as it is."""
+    if marks == CHAPTER_MARKS:
+        return documents
+    result: list[Document] = []
+    for document in documents:
+        suffix = Path(document.source).suffix.lower()
+        parts = (
+            split_chapters(document.text, source=document.source, title=document.title, marks=marks)
+            if document.chapter is None and document.doc_id == document.source and suffix in (".txt", ".md")
+            else []
+        )
+        if len(parts) < 2:
+            result.append(document)
+            continue
+        for part in parts:
+            part.file_hash, part.access, part.id_space = document.file_hash, list(document.access), document.id_space
+            if suffix == ".md":
+                markdown_sections(part, document.title, marks)
+        result += parts
+    return result
 
 
 def load_text(path: Path, source: str) -> list[Document]:
