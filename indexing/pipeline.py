@@ -276,6 +276,45 @@ def learn_aliases(
         write_aliases(es, index, merged(stored, mined, {document.doc_id for document in documents}, visible))
 
 
+def remine_aliases(es: Elasticsearch, alias: str, tokenizer: ChineseTokenizer, profile: str | None) -> int:
+    """Mine the base's aliases again from its chunks, with the naming rules of its text `profile`: a
+    base whose profile changes learns (or forgets) the pairs its documents state in that profile's
+    forms without being indexed again; an admin's pairs stay. Returns how many pairs it holds now."""
+    chunks: dict[str, list[tuple[int, str]]] = {}
+    about: dict[str, tuple[str, tuple[str, ...]]] = {}
+    fields = ["doc_id", "chunk_index", "text", "title", "source", "chapter", "chapter_title", "access"]
+    for hit in Reader(es, Scope.whole(alias)).scan({"query": {"match_all": {}}, "_source": fields}):
+        chunk = hit["_source"]
+        chunks.setdefault(chunk["doc_id"], []).append((chunk.get("chunk_index", 0), chunk.get("text", "")))
+        label = source_label(
+            title=chunk.get("title", ""),
+            source=chunk.get("source", ""),
+            chapter=chunk.get("chapter"),
+            chapter_title=chunk.get("chapter_title"),
+        )
+        about[chunk["doc_id"]] = (label, tuple(chunk.get("access") or ()))
+    documents = [MinedFrom(doc_id, _joined(parts), *about[doc_id]) for doc_id, parts in chunks.items()]
+    mined = mine(documents, tokenizer, naming_rules(profile))
+    aliases = merged(read_index_meta(es, alias).aliases, mined, set(chunks))
+    for index in concrete_indices(es, alias):
+        write_aliases(es, index, aliases)
+    return len(aliases)
+
+
+_MIN_OVERLAP = 8  # characters two chunks must share to be read as overlapping
+
+
+def _joined(chunks: list[tuple[int, str]]) -> str:
+    """A document's text again from its chunks in order, each less what it shares with the one before
+    (the chunking's overlap, at least `_MIN_OVERLAP` characters), so no sentence is counted twice."""
+    text = ""
+    for _, chunk in sorted(chunks):
+        longest = min(len(text), len(chunk))
+        shared = next((n for n in range(longest, _MIN_OVERLAP - 1, -1) if text.endswith(chunk[:n])), 0)
+        text += chunk[shared:]
+    return text
+
+
 def document_label(document: Document) -> str:
     return source_label(
         title=document.title,

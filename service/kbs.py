@@ -33,6 +33,7 @@ from core.kbs import (
 )
 from core.reader import base_stats
 from core.store import IndexNotFoundError, read_index_meta
+from indexing.pipeline import remine_aliases
 from retrieval.retriever import Retriever
 from service.principals import Caller, Role
 
@@ -174,8 +175,12 @@ class KnowledgeBases:
         self._changed(name)
 
     def write_profile(self, name: str, profile: str | None) -> None:
-        """Set the base's text profile (None: the default path)."""
+        """Set the base's text profile (None: the default path); a change mines its aliases again with
+        the new profile's naming rules (`indexing.pipeline.remine_aliases`), an admin's pairs kept."""
+        before = read_index_meta(self.es, name).kb.get("profile") or None
         write_profile(self.es, name, profile)
+        if profile != before:
+            remine_aliases(self.es, name, self._retriever.index_tokenizer(Scope.whole(name)), profile)
         self._changed(name)
 
     def aliases(self, name: str) -> tuple[Alias, ...]:

@@ -19,11 +19,16 @@ from tests.protocols import protocol_settings, service, write_keys_file
 ADMIN, READER = "profile-admin-key", "profile-reader-key"
 REPORT = "赵阳率军在青石岭与孙越交战，两军相持三日。\n赵阳兵败被擒，押送孙越营中。孙越收兵回城。"
 QUESTION = "赵阳在青石岭打败孙越之后去了哪里？"
+COURTESY = "那人姓刘，名备，字玄德。刘备拜谢众人，刘备上马。玄德曰：“好。”刘备去了。"  # a 字 only the profile reads
 
 
 @pytest.fixture(scope="module")
 def base(es: Elasticsearch, embedder: Embedder) -> Iterator[str]:
-    documents = [Document("report", REPORT, "战报.txt"), Document("weather", "青石岭多雾，秋季尤甚。", "地志.txt")]
+    documents = [
+        Document("report", REPORT, "战报.txt"),
+        Document("weather", "青石岭多雾，秋季尤甚。", "地志.txt"),
+        Document("intro", COURTESY, "列传.txt"),
+    ]
     with knowledge_base(es, embedder, documents, "test-profiles-api") as alias:
         yield alias
 
@@ -75,3 +80,19 @@ def test_only_an_admin_sets_it_and_only_to_a_known_profile(url: str, base: str) 
         assert admin.get(f"/kbs/{base}").json()["profile"] is None
     assert unknown.status_code == 422 and "classical-novel" in unknown.text
     assert extra.status_code == 422  # nothing but the profile is changed here
+
+
+def test_turning_the_profile_on_mines_the_names_it_reads_and_off_forgets_them(url: str, base: str) -> None:
+    """The base is not indexed again: its aliases are mined again from its chunks with the profile's
+    naming rules when the profile changes (玄德 is 刘备 by 姓刘，名备，字玄德 only with it)."""
+    with client(url, ADMIN) as admin:
+
+        def pairs() -> set[tuple[str, str]]:
+            listing = admin.get(f"/kbs/{base}/aliases").json()["aliases"]
+            return {(entry["alias"], entry["name"]) for entry in listing}
+
+        assert ("玄德", "刘备") not in pairs()
+        assert admin.patch(f"/kbs/{base}", json={"profile": NAME}).status_code == 200
+        assert ("玄德", "刘备") in pairs()
+        assert admin.patch(f"/kbs/{base}", json={"profile": None}).status_code == 200
+        assert ("玄德", "刘备") not in pairs()
