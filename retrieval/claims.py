@@ -48,15 +48,21 @@ _MIN_CLAUSE = 3  # bigrams a claim clause needs to be compared on its own
 _REACH = 6  # characters after a negation that say what it negates
 
 
+# 「电量低于50%时门锁就只能用钥匙开了吗」: 就 … 了吗 presumes what it asks, as a tag does.
+_PRESUMED = re.compile(r"就[^，,。；;？?]*?(?P<tag>了吗)[？?！!。\s]*$")
+
+
 def claim_of(part: str) -> str | None:
     """The claim a confirmation question states (试用期内也能休年假吧 → 试用期内也能休年假), or None."""
+    if presumed := _PRESUMED.search(part):
+        return part[: presumed.start("tag")].strip()
     found = _TAG.search(part)
     if found is None or found.start() == 0:
         return None
     return part[: found.start()].strip()
 
 
-def _bigrams(text: str) -> set[str]:
+def content_bigrams(text: str) -> set[str]:
     """The character bigrams of `text`'s content: none holding a function word or a negation."""
     kept = "".join(_WORD_CHAR.findall(_FUNCTION_WORDS.sub("的", text)))
     pairs = {kept[i : i + 2] for i in range(len(kept) - 1)}
@@ -64,7 +70,7 @@ def _bigrams(text: str) -> set[str]:
 
 
 def _share(claim: set[str], text: str) -> float:
-    return len(claim & _bigrams(text)) / len(claim) if claim else 0.0
+    return len(claim & content_bigrams(text)) / len(claim) if claim else 0.0
 
 
 def _negated(clause: str, words: set[str]) -> bool:
@@ -72,7 +78,7 @@ def _negated(clause: str, words: set[str]) -> bool:
     words, not inside a modifier (未开封的胰岛素) nor of another thing in a list (病变未控制)."""
     return any(
         "的" not in clause[found.end() : found.end() + _REACH]
-        and _bigrams(clause[found.end() : found.end() + _REACH]) & words
+        and content_bigrams(clause[found.end() : found.end() + _REACH]) & words
         for found in _NEGATION.finditer(clause)
     )
 
@@ -85,7 +91,7 @@ def _change(clause: str) -> str | None:
 def _about(claim: str, texts: Sequence[tuple[str, str]], least: float = MIN_SAID) -> list[tuple[str, str]]:
     """(source id, sentence) for every source sentence that, with the text of its source before it (its
     section's heading), says at least `least` of the claim's bigrams."""
-    words = _bigrams(claim)
+    words = content_bigrams(claim)
     found = []
     for source_id, text in texts:
         before = ""
@@ -102,7 +108,7 @@ def contradicted(part: str, texts: Sequence[tuple[str, str]]) -> Denial | None:
     claim = claim_of(part)
     if claim is None:
         return None
-    clauses = [(c, words) for c in _CLAUSES.split(claim) if len(words := _bigrams(c)) >= _MIN_CLAUSE]
+    clauses = [(c, words) for c in _CLAUSES.split(claim) if len(words := content_bigrams(c)) >= _MIN_CLAUSE]
     for source_id, sentence in _about(claim, texts, MIN_OPPOSED):
         for each, words in clauses:
             clause = max(_CLAUSES.split(sentence), key=lambda one: _share(words, one))

@@ -164,7 +164,7 @@ def figure_premise(
     of the words before the part's figure, at least half of them; none of them with the part's value,
     or one with its value and the opposite direction."""
     for asked in figures_of(Quote(part, "", "", part), units):
-        if not is_amount(asked, units) or any(other.endswith(asked.unit) for other in asked.conditions):
+        if not is_amount(asked, units) or any(_bound(other, asked.unit) for other in asked.conditions):
             continue  # no amount, or a bound of a range the part states (满10年不满20年): a case, not a claim
         lead, rest = _subject(asked, tokenizer)
         if not lead and not rest:
@@ -175,6 +175,15 @@ def figure_premise(
         if denial is not None:
             return denial
     return None
+
+
+def _bound(condition: str, unit: str) -> bool:
+    """Whether a figure of the clause (`condition`) bounds a range in the figure's `unit` (满10年不满20年),
+    not a year of the calendar (2012年与建业续约5年)."""
+    return condition.endswith(unit) and not _CALENDAR_YEAR.fullmatch(condition)
+
+
+_CALENDAR_YEAR = re.compile(r"\d{4}年")
 
 
 # A figure in a supposed condition (低于5℃时能充电吗, 如果超过30天): asked about, not taken for granted.

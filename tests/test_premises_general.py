@@ -310,3 +310,26 @@ def test_an_unstated_claim_is_refused_first_with_why() -> None:
     assert not answer.answered and answer.unstated_claim == "试用期工资是转正工资的80%"
     lines = extractive.compose([answer], {}, []).split("\n")
     assert lines[1].startswith(f"{extractive.UNCONFIRMED}：") and "资料原文没有这样说" in lines[1]
+
+
+@pytest.mark.parametrize(
+    ("part", "denied"),
+    [
+        ("赵鹏2012年与建业续约5年之后去了哪里", True),  # a year of the calendar bounds no range (encyclopedia)
+        ("赵鹏2012年与建业续约3年之后去了哪里", False),
+        ("2024年入职的员工试用期是六个月吗", True),  # (policy)
+        ("2024年入职的员工试用期是三个月吗", False),
+        ("大沙地站是广州地铁三号线的哪一站", True),  # a label number (encyclopedia)
+        ("大沙地站是广州地铁五号线的哪一站", False),
+        ("研发中心在3号楼的几层", True),  # (policy)
+        ("研发中心在5号楼的几层", False),
+    ],
+)
+def test_a_span_beside_a_calendar_year_and_a_label_number_are_checked(part: str, denied: bool) -> None:
+    sources = [
+        *POLICY,
+        ("zhao", "但最后在2012年1月12日，建业成功与赵鹏续约3年。"),
+        ("metro", "大沙地站是广州地铁五号线的车站，位于黄埔区。"),
+        ("office", "研发中心位于园区5号楼三层。"),
+    ]
+    assert (premises.figure_premise(part, sources, get_tokenizer()) is not None) == denied
