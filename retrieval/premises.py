@@ -152,6 +152,15 @@ _NOT_SUBJECT = frozenset(
         "算是",
         "延长",
         "缩短",
+        "最低",
+        "最高",
+        "最长",
+        "最短",
+        "最多",
+        "最少",
+        "只能",
+        "零下",
+        "零上",
     ]
 )
 
@@ -228,7 +237,7 @@ def _denied_figure(
     same = [stated for stated in top if _value(stated, units) == value]
     if not sense and all(_direction(stated) for stated in top):
         return None  # an instance of a threshold (一万元的报销 against 超过5000元的报销), not another value
-    if not same and not supposed:
+    if not same and not supposed and not _within(asked, top, units):
         return Denial(asked.clause, top[0].quote.source_id, top[0].sentence.strip())
     same, alike = _with_others(same, others, units) or same, _with_others(alike, others, units) or alike
     reversed_ = [stated for stated in same if sense and _direction(stated) == _OPPOSITE[sense]]
@@ -237,6 +246,23 @@ def _denied_figure(
     if reversed_ and len(reversed_) == len(same) and not said_so:
         return Denial(asked.clause, reversed_[0].quote.source_id, reversed_[0].sentence.strip())
     return None
+
+
+# A bound the part claims (最低只能到零下10℃): a value inside the stated range is no bound of it.
+_EXTREME = re.compile(r"最低|最高|最长|最短|最多|最少|最大|最小|最快|最慢|最早|最晚|至少|至多")
+
+
+def _within(asked: Figure, top: list[Figure], units: Units) -> bool:
+    """Whether a sentence of `top` states a range holding `asked`'s value (零下二十度 within -25℃～60℃),
+    unless the part claims a bound of it (最低零下10℃ is not the -25℃ the range starts at)."""
+    if _EXTREME.search(asked.lead):
+        return False
+    value = _value(asked, units)[0]
+    for sentence in {f.sentence for f in top}:
+        bounds = [_value(f, units)[0] for f in top if f.sentence == sentence]
+        if len(bounds) > 1 and min(bounds) <= value <= max(bounds):
+            return True
+    return False
 
 
 def _with_others(figures: list[Figure], others: Iterable[tuple[str, tuple[float, ...]]], units: Units) -> list[Figure]:

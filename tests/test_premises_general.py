@@ -333,3 +333,18 @@ def test_a_span_beside_a_calendar_year_and_a_label_number_are_checked(part: str,
         ("office", "研发中心位于园区5号楼三层。"),
     ]
     assert (premises.figure_premise(part, sources, get_tokenizer()) is not None) == denied
+
+
+@pytest.mark.parametrize(
+    ("part", "denied"),
+    [
+        ("门锁的工作温度最低只能到零下10℃，对吗", True),  # a bound claimed otherwise (manual)
+        ("冬天零下二十度门锁还能用吗", False),  # a value inside the range
+        ("门锁的工作温度最低是零下25℃吗", False),
+        ("出差补助最低只有50元吗", True),  # (policy)
+        ("出差补助一天120元够吃饭吗", False),
+    ],
+)
+def test_a_one_sided_claim_about_a_range_is_checked_against_its_bounds(part: str, denied: bool) -> None:
+    sources = [("spec", "| 工作温度 | -25℃～60℃ |"), ("trip", "出差补助标准为每天80元～150元，按城市分档。")]
+    assert (premises.figure_premise(part, sources, get_tokenizer()) is not None) == denied
