@@ -1,5 +1,5 @@
 """A question that states a claim and asks only to have it confirmed (…对吗, …对吧, …是吗, …吧？), and
-whether the documents state it, say its opposite, or say nothing of it.
+whether the documents state it, say its opposite, or say nothing of it (also 就…了吗, which presumes).
 
 「试用期内也能休年假吧？」 takes an answer for granted. The quote that shares its words is no
 confirmation: without a model the answer may say the claim holds only when a source says it.
@@ -9,8 +9,8 @@ confirmation: without a model the answer may say the claim holds only when a sou
   「30分钟以内，每次扣发50元」); a negation inside a modifier (「未开封的胰岛素」) is no denial.
 - **Opposite change** (`contradicted`): the claim says a quantity grows (变长, 增加, 提高 …) and the
   source says it shrinks (缩短, 减少, 降低 …), or the other way round.
-- **Not stated** (`unstated`): no quote says most of the claim's words with every figure of the
-  claim: 「阿卡波糖是饭后一小时再吃的」 against 「阿卡波糖需要在吃第一口饭时嚼碎服用」.
+- **Not stated** (`unstated`): no source sentence says half of the claim's words with every figure of
+  the claim: 「阿卡波糖是饭后一小时再吃的」 against 「阿卡波糖需要在吃第一口饭时嚼碎服用」.
 
 Shapes only (negation, change, coverage of the claim): no word of any domain.
 """
@@ -62,7 +62,7 @@ def claim_of(part: str) -> str | None:
     return part[: found.start()].strip()
 
 
-def content_bigrams(text: str) -> set[str]:
+def _content_bigrams(text: str) -> set[str]:
     """The character bigrams of `text`'s content: none holding a function word or a negation."""
     kept = "".join(_WORD_CHAR.findall(_FUNCTION_WORDS.sub("的", text)))
     pairs = {kept[i : i + 2] for i in range(len(kept) - 1)}
@@ -70,7 +70,7 @@ def content_bigrams(text: str) -> set[str]:
 
 
 def _share(claim: set[str], text: str) -> float:
-    return len(claim & content_bigrams(text)) / len(claim) if claim else 0.0
+    return len(claim & _content_bigrams(text)) / len(claim) if claim else 0.0
 
 
 def _negated(clause: str, words: set[str]) -> bool:
@@ -78,7 +78,7 @@ def _negated(clause: str, words: set[str]) -> bool:
     words, not inside a modifier (未开封的胰岛素) nor of another thing in a list (病变未控制)."""
     return any(
         "的" not in clause[found.end() : found.end() + _REACH]
-        and content_bigrams(clause[found.end() : found.end() + _REACH]) & words
+        and _content_bigrams(clause[found.end() : found.end() + _REACH]) & words
         for found in _NEGATION.finditer(clause)
     )
 
@@ -91,7 +91,7 @@ def _change(clause: str) -> str | None:
 def _about(claim: str, texts: Sequence[tuple[str, str]], least: float = MIN_SAID) -> list[tuple[str, str]]:
     """(source id, sentence) for every source sentence that, with the text of its source before it (its
     section's heading), says at least `least` of the claim's bigrams."""
-    words = content_bigrams(claim)
+    words = _content_bigrams(claim)
     found = []
     for source_id, text in texts:
         before = ""
@@ -108,7 +108,7 @@ def contradicted(part: str, texts: Sequence[tuple[str, str]]) -> Denial | None:
     claim = claim_of(part)
     if claim is None:
         return None
-    clauses = [(c, words) for c in _CLAUSES.split(claim) if len(words := content_bigrams(c)) >= _MIN_CLAUSE]
+    clauses = [(c, words) for c in _CLAUSES.split(claim) if len(words := _content_bigrams(c)) >= _MIN_CLAUSE]
     for source_id, sentence in _about(claim, texts, MIN_OPPOSED):
         for each, words in clauses:
             clause = max(_CLAUSES.split(sentence), key=lambda one: _share(words, one))
