@@ -161,6 +161,7 @@ def run_all(
                             "wanted",
                             "wanted_found",
                             "premise_denied",
+                            "unstated_claim",
                             "vouched",
                         }
                     )
@@ -183,8 +184,8 @@ def answered(part: dict[str, Any], similarity: float, coverage: float, unknown: 
     """`retrieval.extractive.select`'s verdict at these thresholds."""
     if part["wants_links"]:  # answered by web links only; `link_answer` scores 1.0 when it has some
         return part["best_similarity"] >= 1.0
-    if part.get("premise_denied"):  # a source contradicts what the part takes for granted (retrieval/premises.py)
-        return False
+    if part.get("premise_denied") or part.get("unstated_claim"):  # a source contradicts what the part takes for
+        return False  # granted (retrieval/premises.py), or no source states the claim it asks to confirm
     if part.get("strangers") or part.get("absent_attribute") or part.get("unsourced_attribute"):
         return False  # it names someone (李白) or asks for an attribute (CEO, 妻子) no source mentions
     known = len(part.get("unknown", [])) <= unknown

@@ -5,8 +5,9 @@ what `retrieval.premises` can do once retrieval brings the right passage).
     python -m bench.premise_dry_run [--data bench/data] [--split dev] [--corpora diabetes policy doorlock] [-v]
 
 Reads <data>/<corpus>/*.md (the documents) and <data>/<corpus>_questions.jsonl (`kind`, `trap`,
-`split`); a code the corpus never mentions (错误码E9) counts as caught, as the extractive verdict
-says it. Results: bench/results/premises_general.md.
+`split`); a code or quoted name the corpus never mentions (错误码E9, “30-30法则”) and a claim asked to be
+confirmed (…对吧) that no sentence states (`retrieval.claims`) count as caught, as the extractive verdict
+admits them; an answerable question refused so counts as denied. Results: bench/results/premises_general.md.
 """
 
 import argparse
@@ -15,7 +16,7 @@ from pathlib import Path
 
 from bench.datasets import BENCH_DATA
 from core.text import get_tokenizer
-from retrieval import premises
+from retrieval import claims, premises
 
 
 def dry_run(folder: Path, questions: Path, split: str, verbose: bool) -> tuple[int, int, int, int]:
@@ -29,8 +30,14 @@ def dry_run(folder: Path, questions: Path, split: str, verbose: bool) -> tuple[i
         if question["split"] != split:
             continue
         text = question["question"]
-        found = premises.figure_premise(text, texts, tokenizer) or premises.forbidden_premise(text, texts, tokenizer)
+        found = (
+            premises.figure_premise(text, texts, tokenizer)
+            or premises.forbidden_premise(text, texts, tokenizer)
+            or claims.contradicted(text, texts)
+        )
         unknown = [code for code in premises.codes_of(text) if code.lower() not in whole]
+        unknown += premises.unquoted_names(text, texts)
+        unknown += [claim] if (claim := claims.unstated(text, texts)) and found is None else []
         if question.get("trap") == "false_premise":
             traps += 1
             caught += found is not None or bool(unknown)
@@ -38,10 +45,10 @@ def dry_run(folder: Path, questions: Path, split: str, verbose: bool) -> tuple[i
                 print(f"  missed: {text}")
         elif question["kind"] == "answerable":
             answerable += 1
-            wrong = found is not None and not getattr(found, "asks_leave", False)
+            wrong = (found is not None and not getattr(found, "asks_leave", False)) or bool(unknown)
             denied += wrong
-            if verbose and found is not None and wrong:
-                print(f"  denied: {text} | {found.sentence}")
+            if verbose and wrong:
+                print(f"  denied: {text} | {found.sentence if found else unknown}")
     return caught, traps, denied, answerable
 
 

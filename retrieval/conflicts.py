@@ -53,7 +53,7 @@ _DATE = re.compile(
 _MONTH_DAY = re.compile(r"(\d{1,2}|[一二三四五六七八九十]{1,3})月(\d{1,2}|[一二三四五六七八九十]{1,3})[日号]")
 MONTH_DAY = "月日"
 _DIGITS = re.compile(r"\d")
-_NEGATIVE = re.compile(r"(?:零下|负|(?<![\d\w.])[-－−])$")
+_NEGATIVE = re.compile(r"(?:零下|负|(?<![0-9A-Za-z.])[-－−])$")  # 是-25℃ too; not the 5-10 of a range
 _BOUNDS = set("高低上下前后多少大小早晚长短")  # the side of a range a bound is on
 # Between the two bounds of one range (低于0℃或高于50℃, 3至5天): the other bound is no condition of its own.
 _RANGE_JOINT = re.compile(r"^[^，,；;。]{0,4}?(?:或|至|到|~|～|-|－|—|和|、)[^，,；;。]{0,4}$")

@@ -36,8 +36,17 @@ from core.embeddings import Embedder, cosine_similarities
 from core.schema import Mode
 from core.text import ChineseTokenizer
 from retrieval.answer_kinds import AnswerKind, asked_attribute, asked_kind, before_attribute, holds, named_kind
+from retrieval.claims import contradicted, unstated
 from retrieval.conflicts import Conflict, describe
-from retrieval.premises import PREMISE_DENIED, Denial, Prohibited, figure_premise, forbidden_premise, unknown_codes
+from retrieval.premises import (
+    PREMISE_DENIED,
+    Denial,
+    Prohibited,
+    figure_premise,
+    forbidden_premise,
+    unknown_codes,
+    unquoted_names,
+)
 from retrieval.profiles import DEFAULT, TextProfile
 from retrieval.results import Hit, interleave
 from retrieval.retriever import Retriever
@@ -103,6 +112,7 @@ class PartAnswer(BaseModel):
     wanted_found: bool = True  # whether a quote holds one (`retrieval.answer_kinds`)
     premise_denied: str | None = None  # the premise a source contradicts (`retrieval.premises`): the quote says so
     forbidden: str | None = None  # what the part asks leave to do and a source forbids: the quote says so
+    unstated_claim: str | None = None  # the claim a confirmation question states (…对吧) that no source states
     vouched: bool = False  # a distributed part's own sentence holds the specific kind asked (`select`)
     headings_quoted: bool = False  # its base's text profile quotes headings (a novel's chapter titles)
 
@@ -683,17 +693,25 @@ def deny_premise(
     profile: TextProfile = DEFAULT,
 ) -> PartAnswer:
     """`answer`, unless a sentence of `sources` (the part's every hit, best first) contradicts what its
-    part takes for granted (`retrieval.premises`, and the base's text profile's own check): then that
-    sentence is the part's only quote, and the part is not answered. A part asking whether it may do
-    what a source forbids is answered by the prohibition, quoted first (`forbidden`)."""
+    part takes for granted (`retrieval.premises`, `retrieval.claims`, and the base's text profile's own
+    check): then that sentence is the part's only quote, and the part is not answered. A part asking
+    whether it may do what a source forbids is answered by the prohibition, quoted first (`forbidden`).
+    A part quoting a name no hit holds, or asking to confirm a claim (…对吧) no source states, is not
+    answered (`strangers`, `unstated_claim`)."""
     texts = [(s.id, s.text) for s in sources]
     part = answer.part
     denied: Denial | None = next((d for check in profile.premises if (d := check(part, texts, names, tokenizer))), None)
     denied = (
-        denied or figure_premise(part, texts, tokenizer, profile.units) or forbidden_premise(part, texts, tokenizer)
+        denied
+        or figure_premise(part, texts, tokenizer, profile.units)
+        or forbidden_premise(part, texts, tokenizer)
+        or contradicted(part, texts)
     )
+    if denied is None and (missing := unquoted_names(part, texts)):
+        return answer.model_copy(update={"answered": False, "strangers": [*answer.strangers, *missing]})
     if denied is None:
-        return answer
+        claim = unstated(part, texts, profile.units)
+        return answer.model_copy(update={"answered": False, "unstated_claim": claim}) if claim else answer
     quote = Extract(
         text=denied.sentence, source_id=denied.source_id, order=(0, 0, 0, 0, 0), similarity=0.0, coverage=0.0, score=0.0
     )
@@ -714,6 +732,8 @@ def lacks(part: PartAnswer) -> str | None:
         return f"资料中没有提到{'、'.join(unmentioned)}"
     if part.unsourced_attribute:
         return f"找到的原文没有提到所问的{part.unsourced_attribute}"
+    if part.unstated_claim:
+        return f"资料原文没有这样说（「{part.unstated_claim}」）"
     return None if part.wanted_found else f"所引原文没有给出所问的{part.wanted}"
 
 

@@ -21,7 +21,7 @@ The part is then not answered: the answer quotes the sentence and says the docum
 """
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from core.chunking import split_sentences
@@ -71,7 +71,7 @@ def _direction(figure: Figure) -> str | None:
     return None
 
 
-def _amount(figure: Figure, units: Units) -> bool:
+def is_amount(figure: Figure, units: Units) -> bool:
     """Whether a figure of a question states an amount the documents could give otherwise: not an
     ordinal or an asked count (第二次, 哪两个), a year of the calendar (a subject has many) or one of a
     count (一个: 主刷多少钱一个 asks a price)."""
@@ -152,6 +152,15 @@ _NOT_SUBJECT = frozenset(
         "算是",
         "延长",
         "缩短",
+        "最低",
+        "最高",
+        "最长",
+        "最短",
+        "最多",
+        "最少",
+        "只能",
+        "零下",
+        "零上",
     ]
 )
 
@@ -164,15 +173,26 @@ def figure_premise(
     of the words before the part's figure, at least half of them; none of them with the part's value,
     or one with its value and the opposite direction."""
     for asked in figures_of(Quote(part, "", "", part), units):
-        if not _amount(asked, units) or any(other.endswith(asked.unit) for other in asked.conditions):
+        if not is_amount(asked, units) or any(_bound(other, asked.unit) for other in asked.conditions):
             continue  # no amount, or a bound of a range the part states (满10年不满20年): a case, not a claim
         lead, rest = _subject(asked, tokenizer)
         if not lead and not rest:
             continue
-        denial = _denied_figure(asked, lead or rest, rest if lead else [], texts, units, _supposed(asked))
+        others = {(f.unit, f.value) for f in figures_of(Quote(asked.clause, "", "", asked.clause), units)}
+        others.discard((asked.unit, asked.value))
+        denial = _denied_figure(asked, lead or rest, rest if lead else [], texts, units, _supposed(asked), others)
         if denial is not None:
             return denial
     return None
+
+
+def _bound(condition: str, unit: str) -> bool:
+    """Whether a figure of the clause (`condition`) bounds a range in the figure's `unit` (满10年不满20年),
+    not a year of the calendar (2012年与建业续约5年)."""
+    return condition.endswith(unit) and not _CALENDAR_YEAR.fullmatch(condition)
+
+
+_CALENDAR_YEAR = re.compile(r"\d{4}年")
 
 
 # A figure in a supposed condition (低于5℃时能充电吗, 如果超过30天): asked about, not taken for granted.
@@ -192,9 +212,12 @@ def _denied_figure(
     texts: Sequence[tuple[str, str]],
     units: Units,
     supposed: bool = False,
+    others: frozenset[tuple[str, tuple[float, ...]]] | set[tuple[str, tuple[float, ...]]] = frozenset(),
 ) -> Denial | None:
     """The best sentence about `asked`'s subject that gives it otherwise (`figure_premise`); of a
-    `supposed` figure (低于5℃时), only one giving its value the opposite direction."""
+    `supposed` figure (低于5℃时), only one giving its value the opposite direction. When sentences say
+    the part's value with the `others` figures of its clause (超过30分钟才扣50元: 50元), those decide its
+    direction (「30分钟以内，每次扣发50元」), not one about another case (「超过30分钟不满2小时的」)."""
     needed = len(lead) // 2  # at least half of them, filler verbs aside (密码最长可以设置: 密码)
     ranked: list[tuple[tuple[int, int, int], Figure]] = []
     alike: list[Figure] = []
@@ -214,14 +237,42 @@ def _denied_figure(
     same = [stated for stated in top if _value(stated, units) == value]
     if not sense and all(_direction(stated) for stated in top):
         return None  # an instance of a threshold (一万元的报销 against 超过5000元的报销), not another value
-    if not same and not supposed:
+    if not same and not supposed and not _within(asked, top, units):
         return Denial(asked.clause, top[0].quote.source_id, top[0].sentence.strip())
+    same, alike = _with_others(same, others, units) or same, _with_others(alike, others, units) or alike
     reversed_ = [stated for stated in same if sense and _direction(stated) == _OPPOSITE[sense]]
     # A bound of two ranges (满1年不满10年 and 满10年不满20年): the value said the part's way anywhere is no denial.
     said_so = any(_value(f, units) == value and _direction(f) == sense for f in alike)
     if reversed_ and len(reversed_) == len(same) and not said_so:
         return Denial(asked.clause, reversed_[0].quote.source_id, reversed_[0].sentence.strip())
     return None
+
+
+# A bound the part claims (最低只能到零下10℃): a value inside the stated range is no bound of it.
+_EXTREME = re.compile(r"最低|最高|最长|最短|最多|最少|最大|最小|最快|最慢|最早|最晚|至少|至多")
+
+
+def _within(asked: Figure, top: list[Figure], units: Units) -> bool:
+    """Whether a sentence of `top` states a range holding `asked`'s value (零下二十度 within -25℃～60℃),
+    unless the part claims a bound of it (最低零下10℃ is not the -25℃ the range starts at)."""
+    if _EXTREME.search(asked.lead):
+        return False
+    value = _value(asked, units)[0]
+    for sentence in {f.sentence for f in top}:
+        bounds = [_value(f, units)[0] for f in top if f.sentence == sentence]
+        if len(bounds) > 1 and min(bounds) <= value <= max(bounds):
+            return True
+    return False
+
+
+def _with_others(figures: list[Figure], others: Iterable[tuple[str, tuple[float, ...]]], units: Units) -> list[Figure]:
+    """The figures whose sentence also says one of `others` (unit, value) figures."""
+    wanted = set(others)
+    return [
+        f
+        for f in figures
+        if wanted & {(g.unit, g.value) for g in figures_of(Quote(f.sentence, "", "", f.sentence), units)}
+    ]
 
 
 # A prohibition in a document: what follows the marker, to the clause's end, is forbidden.
@@ -319,3 +370,19 @@ def unknown_codes(part: str, unknown: Sequence[str]) -> list[str]:
     lower-cased as the index holds them): the documents do not mention them."""
     missing = {term.lower() for term in unknown}
     return [code for code in codes_of(part) if code.lower() in missing]
+
+
+# A name the question quotes (手册里说的“30-30法则”, 《员工守则》): the documents would hold it verbatim.
+_QUOTED = re.compile(r"[“\"「『《]([^“”\"「」『』《》]{2,20})[”\"」』》]")
+_SPACES = re.compile(r"\s+")
+
+
+def unquoted_names(part: str, texts: Sequence[tuple[str, str]]) -> list[str]:
+    """The names `part` quotes that none of `texts` (its every hit: a keyword search finds a name held
+    verbatim) holds, spaces and case aside: the documents do not mention them."""
+    held = [_SPACES.sub("", text).lower() for _, text in texts]
+    return [
+        name
+        for name in dict.fromkeys(found.group(1) for found in _QUOTED.finditer(part))
+        if not any(_SPACES.sub("", name).lower() in text for text in held)
+    ]

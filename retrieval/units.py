@@ -73,6 +73,7 @@ UNITS: dict[str, Unit] = {
     **_units("点钟", {"点": 1, "点钟": 1}),
     **_units("人数", {"人": 1, "名": 1, "位": 1, "万人": 1e4}),
     **_units("次数", {"次": 1, "遍": 1}),
+    **_units("编号", {"号线": 1, "号楼": 1, "号馆": 1, "号厅": 1, "号门": 1}),  # a label: 五号线 is not 三号线
     **{
         name: Unit(name, count=True)
         for name in (

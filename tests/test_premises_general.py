@@ -5,7 +5,7 @@ a medical guide, a staff handbook (policy) and a product manual."""
 import pytest
 
 from core.text import get_tokenizer
-from retrieval import extractive, premises
+from retrieval import claims, extractive, premises
 from retrieval.answer_kinds import asked_kind, holds
 from retrieval.conflicts import (
     Conflict,
@@ -213,3 +213,138 @@ def test_the_newer_dated_version_is_said_to_supersede_the_older() -> None:
     dated = describe([Conflict(claim="年假顺延", sources=sides, newest=2, newest_date="2024年3月1日起施行")])
     assert "[2]（2024年3月1日起施行）是较新的版本，取代较早的版本" in dated
     assert "取代" not in describe([Conflict(claim="年假顺延", sources=sides)])
+
+
+# Claims asked to be confirmed (…对吧, …是吗): retrieval/claims.py, and the figure's companion in its clause.
+CLAIM_SOURCES = [
+    *ALL,
+    ("annual", "## 带薪年假\n试用期内不享受年假，转正后按剩余天数折算。"),
+    ("late", "迟到或早退30分钟以内，每次扣发50元；迟到超过30分钟不满2小时的，按旷工半天计。"),
+    ("feet", "新鞋第一次穿不超过半小时。"),
+    ("stranger", "## 陌生人徘徊\n门锁检测到有人停留超过30秒会拍照。该功能默认关闭，开启后续航时间会缩短约30%。"),
+    ("spec", "| 工作温度 | -25℃～60℃ |"),
+    ("checkup", "年度体检：入职满半年的员工每年一次。"),
+    ("fridge", "未开封的胰岛素应冷藏保存。"),
+]
+
+
+@pytest.mark.parametrize(
+    ("part", "sentence"),
+    [
+        ("试用期内也能休年假吧？", "试用期内不享受年假，转正后按剩余天数折算。"),  # polarity (policy)
+        ("如果意识不清，给昏迷者喂糖水就行，对吧？", "如患者意识不清或昏迷，切勿给昏迷者喂食物或糖水，应立即拨打120。"),
+        ("陌生人徘徊功能开启后续航会变长，是吗？", "该功能默认关闭，开启后续航时间会缩短约30%。"),  # change (manual)
+    ],
+)
+def test_a_claim_the_documents_say_the_other_way_is_denied(part: str, sentence: str) -> None:
+    found = claims.contradicted(part, CLAIM_SOURCES)
+    assert found is not None and found.sentence == sentence
+
+
+@pytest.mark.parametrize(
+    "part",
+    [
+        "试用期内不享受年假，对吗？",  # the same polarity
+        "未开封的胰岛素应冷藏保存，对吧？",  # 未 of a modifier, said alike
+        "开启陌生人徘徊功能后续航会缩短，是吗？",  # the same change, another word order
+        "试用期内能休年假吗？",  # a plain question: the quote answers it, nothing presumed
+    ],
+)
+def test_a_claim_said_the_same_way_or_a_plain_question_is_not_denied(part: str) -> None:
+    assert claims.contradicted(part, CLAIM_SOURCES) is None
+
+
+@pytest.mark.parametrize(
+    ("part", "stated"),
+    [
+        ("门锁的工作温度最低只能到零下10℃，对吗？", False),  # a bound of the range said otherwise (manual)
+        ("门锁的工作温度是-25℃～60℃，对吗？", True),
+        ("入职满三个月就能参加年度体检吧？", False),  # a figure no sentence gives (policy)
+        ("入职满半年才能参加年度体检吧？", True),
+        ("新鞋第一次可以连续穿一整天来磨合吧？", False),  # most of the claim unsaid (medical)
+        ("昏迷的病人不能喂糖水，对吧？", True),  # paraphrased, still said
+    ],
+)
+def test_a_claim_is_confirmed_only_when_a_source_states_it(part: str, stated: bool) -> None:
+    assert (claims.unstated(part, CLAIM_SOURCES) is None) == stated
+
+
+def test_only_a_request_for_confirmation_states_a_claim() -> None:
+    assert claims.claim_of("试用期内也能休年假吧？") == "试用期内也能休年假"
+    assert claims.claim_of("密码最长可以设置20位，对吧？") == "密码最长可以设置20位"
+    assert claims.claim_of("试用期内能休年假吗？") is None and claims.claim_of("对吗？") is None
+
+
+@pytest.mark.parametrize(
+    ("part", "denied"),
+    [
+        ("迟到超过30分钟才扣50元，对吗？", True),  # 50元 is said with 30分钟以内 (policy)
+        ("迟到30分钟以内扣50元吗？", False),
+        ("血糖高于3.9 mmol/L要吃15克葡萄糖，对吗？", True),  # 15克 is said with 低于3.9 (medical)
+        ("血糖低于3.9 mmol/L要吃15克葡萄糖吗？", False),
+    ],
+)
+def test_a_figures_direction_is_judged_by_the_sentence_saying_its_companion(part: str, denied: bool) -> None:
+    sources = [
+        *CLAIM_SOURCES,
+        ("treat", "血糖低于3.9 mmol/L时，立即进食含15克葡萄糖的食物。血糖高于3.9 mmol/L的，按时进餐即可。"),
+    ]
+    assert (premises.figure_premise(part, sources, get_tokenizer()) is not None) == denied
+
+
+def test_a_quoted_name_no_hit_holds_is_not_mentioned() -> None:
+    assert premises.unquoted_names("手册里说的“30-30法则”具体怎么做？", MEDICAL) == ["30-30法则"]
+    assert premises.unquoted_names("《员工 守则》第三条说什么？", [("rules", "见《员工守则》第三条。")]) == []
+    asked = extractive.PartAnswer(
+        part="说明书里的“极速模式”怎么开？", extracts=[], answered=True, best_similarity=0.9, coverage=1.0
+    )
+    answer = extractive.deny_premise(asked, [extractive.Source(i, t) for i, t in MANUAL], {}, get_tokenizer())
+    assert not answer.answered and extractive.lacks(answer) == "资料中没有提到极速模式"
+
+
+def test_an_unstated_claim_is_refused_first_with_why() -> None:
+    asked = extractive.PartAnswer(
+        part="试用期工资是转正工资的80%，对吧？", extracts=[], answered=True, best_similarity=0.9, coverage=1.0
+    )
+    answer = extractive.deny_premise(asked, [extractive.Source("p", "试用期工资另行约定。")], {}, get_tokenizer())
+    assert not answer.answered and answer.unstated_claim == "试用期工资是转正工资的80%"
+    lines = extractive.compose([answer], {}, []).split("\n")
+    assert lines[1].startswith(f"{extractive.UNCONFIRMED}：") and "资料原文没有这样说" in lines[1]
+
+
+@pytest.mark.parametrize(
+    ("part", "denied"),
+    [
+        ("赵鹏2012年与建业续约5年之后去了哪里", True),  # a year of the calendar bounds no range (encyclopedia)
+        ("赵鹏2012年与建业续约3年之后去了哪里", False),
+        ("2024年入职的员工试用期是六个月吗", True),  # (policy)
+        ("2024年入职的员工试用期是三个月吗", False),
+        ("大沙地站是广州地铁三号线的哪一站", True),  # a label number (encyclopedia)
+        ("大沙地站是广州地铁五号线的哪一站", False),
+        ("研发中心在3号楼的几层", True),  # (policy)
+        ("研发中心在5号楼的几层", False),
+    ],
+)
+def test_a_span_beside_a_calendar_year_and_a_label_number_are_checked(part: str, denied: bool) -> None:
+    sources = [
+        *POLICY,
+        ("zhao", "但最后在2012年1月12日，建业成功与赵鹏续约3年。"),
+        ("metro", "大沙地站是广州地铁五号线的车站，位于黄埔区。"),
+        ("office", "研发中心位于园区5号楼三层。"),
+    ]
+    assert (premises.figure_premise(part, sources, get_tokenizer()) is not None) == denied
+
+
+@pytest.mark.parametrize(
+    ("part", "denied"),
+    [
+        ("门锁的工作温度最低只能到零下10℃，对吗", True),  # a bound claimed otherwise (manual)
+        ("冬天零下二十度门锁还能用吗", False),  # a value inside the range
+        ("门锁的工作温度最低是零下25℃吗", False),
+        ("出差补助最低只有50元吗", True),  # (policy)
+        ("出差补助一天120元够吃饭吗", False),
+    ],
+)
+def test_a_one_sided_claim_about_a_range_is_checked_against_its_bounds(part: str, denied: bool) -> None:
+    sources = [("spec", "| 工作温度 | -25℃～60℃ |"), ("trip", "出差补助标准为每天80元～150元，按城市分档。")]
+    assert (premises.figure_premise(part, sources, get_tokenizer()) is not None) == denied
