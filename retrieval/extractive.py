@@ -549,7 +549,7 @@ def select(
     kept, vouched = _about(kept, origin or _owned(part, tokenizer, kind or named), names, kind or named, limits)
     union = coverage(terms, "".join(e.text for e in kept), names)
     top_similarity = max(extract.similarity for _, extract in scored)
-    unknown, absent, unsourced = _unmentioned(part, terms, sources, tokenizer, held, names, named is None)
+    unknown, absent, unsourced = _unmentioned(part, terms, sources, tokenizer, held, names, not (named and vouched))
     # people and codes (错误码E9) the base never mentions
     strangers = [*(t for t in unknown if tokenizer.is_person(t)), *unknown_codes(part, unknown)] if held else []
     wanted = next((k for k in (kind, named) if not holds(k, [e.text for e in kept])), None) or kind or named
@@ -606,7 +606,9 @@ def _unmentioned(
     and the passages found about 孙越 never say 妻子). Either way no quote can answer: the question
     names what it wants, so this is a plausible detail, not a paraphrase (dev: docs/workflow.md).
     Not checked (`check_attribute` False) for an attribute naming a kind with a visible form (兵器,
-    价格): 「…打造双股剑」 never says 兵器, 售价1999元 never says 价格; the kind's form is checked instead.
+    价格) that its owner's own sentence holds (`_owned`): 「…打造双股剑」 never says 兵器, 售价1999元
+    never says 价格. A figure of that form said of something else (1.8米 of a deer for 赵鹏的身高) is
+    no such sentence: the attribute is checked.
     The base is asked once, for both."""
     attribute = asked_attribute(part) if check_attribute else None
     wanted = [term for term in content_terms(attribute, tokenizer) if len(term) > 1] if attribute else []

@@ -529,6 +529,10 @@ def test_an_attribute_named_by_a_kind_still_wants_a_quote_of_that_kind(embedder:
     assert priced.absent_attribute is None and priced.answered
     unpriced = select("X1手机的价格是多少", [extractive.Source("p2", "X1手机于2024年上市，配备6.5英寸屏幕。")])
     assert not unpriced.answered and unpriced.wanted == "金额"
+    # an amount said of something else is no price of the phone: 价格, never mentioned, is absent
+    case = extractive.Source("case", "X1手机于2024年上市。保护壳另售，每个49元。")
+    elsewhere = select("X1手机的价格是多少", [case], held=lambda terms: set())
+    assert elsewhere.absent_attribute == "价格" and not elsewhere.answered
 
 
 def test_an_unanswerable_question_says_it_cannot_confirm(make_deps) -> None:
