@@ -42,9 +42,8 @@ COUNT = 30  # self-made questions of each side by default
 MAX_COUNT = 60  # of each side at most: a calibration runs within one request
 MIN_EACH = 10  # fewer questions of a side than this: the defaults are kept
 KEEP = 0.90  # answerable questions still answered at the chosen thresholds, at least (or as many as at the defaults)
-MIN_GAIN = (
-    0.05  # balanced accuracy the chosen thresholds must gain over the defaults (dev: bench/results/calibration.md)
-)
+# Balanced accuracy the chosen thresholds must gain over the defaults (dev: bench/results/calibration.md).
+MIN_GAIN = 0.05
 SIMILARITY_BAND = (-0.06, 0.04)  # chosen within the default plus these
 COVERAGES = tuple(round(0.05 * i, 2) for i in range(9))  # 0 … 0.4
 SEED = 59

@@ -24,7 +24,7 @@ from evaluation.calibration import Figures as PartFigures
 from retrieval.extractive import Thresholds
 from retrieval.retriever import build_retriever
 from service.app import create_app
-from tests.conftest import knowledge_base
+from tests.conftest import TEST_INDICES, knowledge_base
 from tests.protocols import write_keys_file
 from tests.serving import serve
 
@@ -47,12 +47,26 @@ DOCUMENTS = [Document(doc_id=f"guide-{n}", text=text, source=f"guide-{n}.md") fo
 ]
 ASKED = {"question": "出现低血糖时应进食多少克含糖食物？", "mode": "hybrid"}
 UNCONFIRMED = "无法从上下文确认"
+# The base's own question set: ten answerable questions, each with its evidence.
+OWN = [
+    ("空腹血糖多少可以诊断糖尿病？", "空腹血糖在7.0毫摩尔每升以上可诊断为糖尿病"),
+    ("血糖多低算低血糖？", "低血糖是指血糖低于3.9毫摩尔每升"),
+    ("开封的胰岛素笔能放多久？", "胰岛素笔开封后可在室温下保存28天"),
+    ("糖化血红蛋白反映什么？", "糖化血红蛋白是反映近3个月平均血糖的指标"),
+    ("每周运动多长时间？", "每周至少进行150分钟中等强度的运动"),
+    ("二甲双胍每天最多吃多少？", "每日剂量一般不超过2000毫克"),
+    ("扫地机器人电池多大？", "扫地机器人的电池容量是5200毫安时"),
+    ("主刷多久换一次？", "主刷建议每6个月更换一次"),
+    ("E2是什么故障？", "错误码E2是指尘盒未安装"),
+    ("水箱能装多少水？", "水箱容量为300毫升"),
+]
 
 
 @pytest.fixture(scope="module")
 def base(es: Elasticsearch, embedder: Embedder) -> Iterator[str]:
     with knowledge_base(es, embedder, DOCUMENTS, "test-calibration") as name:
         yield name
+        es.options(ignore_status=404).delete(index=TEST_INDICES["QUESTIONS_INDEX"], id=name)
 
 
 def test_self_made_questions_are_the_same_every_time_and_of_every_kind(
