@@ -43,7 +43,7 @@ import re
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from itertools import product
 from pathlib import Path
 from typing import Any
@@ -72,6 +72,7 @@ from core.reader import Reader
 from core.schema import Mode
 from core.store import concrete_indices, create_client
 from core.text import get_tokenizer
+from evaluation.calibration import calibrate
 from evaluation.metrics import wilson
 from indexing.options import IndexOptions
 from indexing.pipeline import index_documents
@@ -320,6 +321,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--book", type=Path, help="the book (default: data/sanguo/sanguo_yanyi.txt)")
     parser.add_argument("--save", type=Path, help="write the report here instead of bench/results and the docs")
     parser.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="also judge every question at the thresholds (and alias weight) the base chooses on its own "
+        + "self-made questions (evaluation/calibration.py; no question of the set is used)",
+    )
+    parser.add_argument(
         "--profile",
         help="answer with this text profile ('none': the default path) instead of the one the base stores",
     )
@@ -394,7 +401,9 @@ def evaluate_set(question_set: str, args: argparse.Namespace, embedder: CachedEm
     dev = [r for r in runs if r["split"] == "dev"]
     chosen = tune(dev) if question_set == "sanguo" else defaults(settings)
     thresholds = (chosen["min_similarity"], chosen["min_coverage"], chosen["max_unknown_terms"])
+    calibrated = self_calibrated(retriever, settings, askable, runs, profile) if args.calibrate else None
     return {
+        "calibrated": calibrated,
         "set": question_set,
         "index": index,
         "chunks": len(chunks),
@@ -410,6 +419,32 @@ def evaluate_set(question_set: str, args: argparse.Namespace, embedder: CachedEm
     }
 
 
+def self_calibrated(
+    retriever: Retriever,
+    settings: Settings,
+    questions: list[dict[str, Any]],
+    runs: list[dict[str, Any]],
+    profile: TextProfile | None,
+) -> dict[str, Any]:
+    """The base calibrated on its own self-made questions (none of `questions`), and the set's figures at
+    the chosen thresholds: the questions run again only when the chosen alias weight differs."""
+    started = time.perf_counter()
+    calibration = calibrate(retriever, Scope.whole(settings.es_index), settings)
+    seconds = round(time.perf_counter() - started, 1)
+    if calibration.alias_weight is not None and calibration.alias_weight != retriever.params.alias_weight:
+        params = replace(retriever.params, alias_weight=calibration.alias_weight)
+        runs = run_all(
+            Retriever(retriever.es, retriever.embedder, retriever.tokenizer, params), settings, questions, profile
+        )
+    chosen = (calibration.min_similarity, calibration.min_coverage, settings.extractive_max_unknown_terms)
+    return {
+        "calibration": asdict(calibration),
+        "seconds": seconds,
+        "dev": figures([r for r in runs if r["split"] == "dev"], *chosen),
+        "test": figures([r for r in runs if r["split"] == "test"], *chosen),
+    }
+
+
 SUMMARY = {  # the figures of the per-corpus table, by their names in `figures`
     "answerable quoted": "answerable_quotes_evidence",
     "answerable judged answered": "answerable_judged_answered",
@@ -421,16 +456,21 @@ SUMMARY = {  # the figures of the per-corpus table, by their names in `figures`
 
 
 def summary(reports: list[dict[str, Any]]) -> str:
-    """Every set side by side: the main figures, dev and test, with Wilson 95 % intervals."""
-    lines = ["| corpus | split | " + " | ".join(SUMMARY) + " |", "|---|---|" + "---|" * len(SUMMARY)]
+    """Every set side by side: the main figures, dev and test, with Wilson 95 % intervals (and, after
+    `--calibrate`, at the base's self-calibrated thresholds)."""
+    lines = ["| corpus | thresholds | split | " + " | ".join(SUMMARY) + " |", "|---|---|---|" + "---|" * len(SUMMARY)]
     for report in reports:
-        for split in ("dev", "test"):
+        versions = [("defaults", report)]
+        if calibrated := report.get("calibrated"):
+            chosen = calibrated["calibration"]
+            versions.append((f"self-calibrated {chosen['min_similarity']}/{chosen['min_coverage']}", calibrated))
+        for (name, figures_of), split in product(versions, ("dev", "test")):
             cells = []
-            for name in SUMMARY.values():
-                found = report[split][name]
+            for figure in SUMMARY.values():
+                found = figures_of[split][figure]
                 low, high = found["ci95"]
                 cells.append(f"{found['share']:.3f} [{low:.2f}, {high:.2f}] ({found['n']})" if found["n"] else "-")
-            lines.append(f"| {report['set']} | {split} | " + " | ".join(cells) + " |")
+            lines.append(f"| {report['set']} | {name} | {split} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

@@ -96,6 +96,51 @@ class FusionSetting:
 
 
 @dataclass(frozen=True)
+class Calibration:
+    """A base's own abstention thresholds for the extractive verdict and its alias weight, chosen on
+    its questions (evaluation/calibration.py), with what they were chosen on and how they fared."""
+
+    min_similarity: float
+    min_coverage: float
+    alias_weight: float | None  # None: the service's ALIAS_WEIGHT
+    source: Literal["questions", "self-made"]  # the answerable questions: its own set, or made from its text
+    questions: int = 0  # of its own question set, asked
+    ratings: int = 0  # knowledge gaps an admin accepted from ratings, asked as questions to refuse
+    answerable: int = 0  # self-made answerable questions asked
+    negative: int = 0  # self-made questions to refuse asked
+    defaults: dict[str, float] = field(default_factory=dict)  # the service's values when chosen
+    at_defaults: dict[str, float] = field(default_factory=dict)  # figures on those questions at the defaults
+    at_chosen: dict[str, float] = field(default_factory=dict)  # and at the chosen values
+    chosen_at: str = ""
+    note: str = ""  # the rule's verdict in words (e.g. why the defaults were kept)
+
+    def to_meta(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_meta(cls, meta: dict[str, Any]) -> "Calibration":
+        def figures(name: str) -> dict[str, float]:
+            return {str(k): float(v) for k, v in (meta.get(name) or {}).items()}
+
+        weight = meta.get("alias_weight")
+        return cls(
+            min_similarity=float(meta["min_similarity"]),
+            min_coverage=float(meta["min_coverage"]),
+            alias_weight=None if weight is None else float(weight),
+            source=meta.get("source", "self-made"),
+            questions=int(meta.get("questions", 0)),
+            ratings=int(meta.get("ratings", 0)),
+            answerable=int(meta.get("answerable", 0)),
+            negative=int(meta.get("negative", 0)),
+            defaults=figures("defaults"),
+            at_defaults=figures("at_defaults"),
+            at_chosen=figures("at_chosen"),
+            chosen_at=str(meta.get("chosen_at", "")),
+            note=str(meta.get("note", "")),
+        )
+
+
+@dataclass(frozen=True)
 class KnowledgeBase:
     """A base's name and settings as stored; `fusion` None: the service default (`FUSION`) applies."""
 
@@ -113,6 +158,7 @@ class KnowledgeBase:
     passages: PassageWindows | None = None  # None: one vector per chunk (built before passage vectors)
     # The base's text profile (`retrieval.profiles`: rules a kind of text needs, e.g. classical-novel); None: none.
     profile: str | None = None
+    calibration: Calibration | None = None  # None: the service's thresholds and alias weight
 
 
 @dataclass(frozen=True)
@@ -157,6 +203,7 @@ def read_kb(es: Elasticsearch, name: str, settings: Settings) -> KnowledgeBase:
         description=str(kb.get("description", "")),
         passages=PassageWindows.from_meta(meta.get("passages")),
         profile=kb.get("profile") or None,
+        calibration=Calibration.from_meta(kb["calibration"]) if kb.get("calibration") else None,
     )
 
 
@@ -232,6 +279,15 @@ def write_profile(es: Elasticsearch, name: str, profile: str | None) -> None:
         raise IndexNotFoundError(name)
     for index in indices:
         update_kb_meta(es, index, {"profile": profile})
+
+
+def write_calibration(es: Elasticsearch, name: str, calibration: Calibration | None) -> None:
+    """Store the base's calibration (None: back to the service's thresholds) on every index behind it."""
+    indices = concrete_indices(es, name)
+    if not indices:
+        raise IndexNotFoundError(name)
+    for index in indices:
+        update_kb_meta(es, index, {"calibration": calibration.to_meta() if calibration else None})
 
 
 def write_base_aliases(es: Elasticsearch, name: str, aliases: list[Alias]) -> None:

@@ -37,7 +37,7 @@ from core.access import Clauses, Scope
 from core.aliases import Expansion, expansions
 from core.config import FusionMethod, Settings
 from core.embeddings import Embedder, cosine_similarities
-from core.kbs import FusionSetting
+from core.kbs import Calibration, FusionSetting
 from core.lexicon import corpus_terms
 from core.reader import Reader
 from core.schema import HIT_SOURCE_FIELDS, LIST_MODES, Mode, chunk_id_from_fields
@@ -74,6 +74,7 @@ class RetrievalParams:
     passage_hits: int = 3  # matched passages a hit of the vector list carries (PASSAGE_HITS)
     alias_weight: float = 0.0  # of the query's alias expansions in the keyword lists (ALIAS_WEIGHT; 0: none)
     coverage: float = 0.0  # exponent of a keyword list's coverage of the question (FUSION_COVERAGE; 0: off)
+    calibrated: bool = True  # a base's own alias weight (its calibration) over `alias_weight`; False: calibrating
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "RetrievalParams":
@@ -220,7 +221,7 @@ class Retriever:
 
     def expansions(self, scope: Scope, query: str) -> list[Expansion]:
         """The other names of the names in `query` that `scope` may see (none when ALIAS_WEIGHT is 0)."""
-        if self.params.alias_weight <= 0:
+        if self.alias_weight(scope.kb) <= 0:
             return []
         return expansions(self._index(scope.kb)[0].aliases, query, scope.documents)
 
@@ -347,6 +348,16 @@ class Retriever:
         """The base's own fusion setting (None: the service's applies), as read at most `_META_TTL_S` ago."""
         stored = self._index(index)[0].kb.get("fusion")
         return FusionSetting.from_meta(stored) if stored else None
+
+    def calibration_of(self, index: str) -> Calibration | None:
+        """The base's own calibration (None: the service's thresholds), as read at most `_META_TTL_S` ago."""
+        stored = self._index(index)[0].kb.get("calibration")
+        return Calibration.from_meta(stored) if stored else None
+
+    def alias_weight(self, index: str) -> float:
+        """The weight of alias expansions on a base: its calibration's, else ALIAS_WEIGHT."""
+        own = self.calibration_of(index) if self.params.calibrated else None
+        return own.alias_weight if own is not None and own.alias_weight is not None else self.params.alias_weight
 
     def forget(self, index: str) -> None:
         """Read the base's settings again at its next search (its fusion was just changed)."""
@@ -494,7 +505,7 @@ class Retriever:
                 return body | lists.knn(vector.get(), size, self.params.num_candidates, clauses)
             hits = self.params.passage_hits
             return body | lists.passage_knn(vector.get(), size, self.params.num_candidates, clauses, hits)
-        tokenizer, weight = self.index_tokenizer(scope), self.params.alias_weight
+        tokenizer, weight = self.index_tokenizer(scope), self.alias_weight(scope.kb)
         return body | lists.keyword(name, query, tokenizer, self.params.title_boost, clauses, expansions, weight)
 
 

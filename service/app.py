@@ -35,7 +35,7 @@ from service.http.openapi import document_statuses
 from service.http.protocols import dify, mcp_server, openai_chat, openai_embeddings
 from service.http.protocols.errors import ProtocolErrors
 from service.http.protocols.openai_wire import render_error as render_openai_error
-from service.http.routes import aliases, answers, documents, evaluation, health, jobs, kbs, page, query
+from service.http.routes import aliases, answers, calibration, documents, evaluation, health, jobs, kbs, page, query
 from service.jobs.evaluation import Evaluations
 from service.jobs.runner import JobRunner, RunnerLimits
 from service.jobs.store import JobStore
@@ -52,6 +52,7 @@ ROUTERS = (
     page,
     query,
     kbs,
+    calibration,
     aliases,
     documents,
     jobs,

@@ -19,6 +19,7 @@ from core.aliases import Alias
 from core.config import Settings
 from core.embeddings import Embedder
 from core.kbs import (
+    Calibration,
     FusionSetting,
     KnowledgeBase,
     KnowledgeBaseStats,
@@ -28,6 +29,7 @@ from core.kbs import (
     list_kb_names,
     read_kb,
     write_base_aliases,
+    write_calibration,
     write_fusion,
     write_profile,
 )
@@ -172,6 +174,11 @@ class KnowledgeBases:
     def write_fusion(self, name: str, setting: FusionSetting | None) -> None:
         """Store the base's fusion (None: the service default); its next search uses it."""
         write_fusion(self.es, name, setting)
+        self._changed(name)
+
+    def write_calibration(self, name: str, calibration: Calibration | None) -> None:
+        """Store the base's calibration (None: the service's thresholds); its next answer uses it."""
+        write_calibration(self.es, name, calibration)
         self._changed(name)
 
     def write_profile(self, name: str, profile: str | None) -> None:

@@ -265,6 +265,11 @@ checks.positive_data_acceptance.expected-statuses = ["2XX", "401", "403", "404",
 include-name = ["POST /kbs"]
 checks.positive_data_acceptance.expected-statuses = ["2XX", "401", "403", "404", "409", "422"]
 
+# A calibration answers every question it asks (synchronous, 20 to 120 of them): a few cases, not 150.
+[[operations]]
+include-name = ["POST /kbs/{{kb}}/calibration"]
+generation.max-examples = 5
+
 # Two 503s by design, declared in the schema (tests below): not ready without the default base, and no
 # drafting without a model. `not_a_server_error` counts every 5xx, so these two may answer 503 (and no other 5xx).
 [[operations]]

@@ -123,3 +123,30 @@ def test_upload_run_read_the_report_and_open_a_miss(page_url: tuple[str, str], t
         expect(tab.locator("#eval-fusion-text")).to_contain_text("服务默认")
         browser.close()
     assert errors == [], json.dumps(errors, ensure_ascii=False)
+
+
+def test_calibrate_the_base_and_go_back_to_the_defaults(page_url: tuple[str, str]) -> None:
+    url, medical = page_url
+    with sync_playwright() as playwright:
+        browser: Browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        tab = browser.new_page(locale="zh-CN", viewport={"width": 1280, "height": 900})
+        errors: list[str] = []
+        tab.on("pageerror", lambda err: errors.append(str(err)))
+        tab.goto(url)
+        expect(tab.locator("#kb-select")).to_have_value(medical)
+        tab.click("#tab-evaluation")
+        text = tab.locator("#eval-calibration-text")
+        expect(text).to_have_text("拒答阈值：服务默认（未校准）")
+        expect(tab.locator("#eval-calibration-reset")).to_be_hidden()
+        tab.click("#eval-calibrate")
+        expect(tab.locator("#eval-status")).to_contain_text("校准完成", timeout=300_000)
+        # what was chosen, on what, and how it fared at the defaults and at the chosen values
+        for said in ("拒答阈值（已校准）：相似度 ≥", "依据：", "默认值下平衡准确率", "校准后平衡准确率"):
+            expect(text).to_contain_text(said)
+        tab.reload()  # shown again from GET /kbs/{kb}
+        tab.click("#tab-evaluation")
+        expect(text).to_contain_text("依据：")
+        tab.click("#eval-calibration-reset")
+        expect(text).to_have_text("拒答阈值：服务默认（未校准）")
+        browser.close()
+    assert errors == [], json.dumps(errors, ensure_ascii=False)

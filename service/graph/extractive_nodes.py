@@ -6,14 +6,17 @@ They share `retrieve` and `web_search` with the agentic workflow, and the web-fa
 """
 
 import asyncio
+from dataclasses import replace
 from functools import partial
 
 from langgraph.runtime import Runtime
 
+from core.config import Settings
 from core.text import ChineseTokenizer
 from retrieval import conflicts, extractive
 from retrieval.conflicts import Conflict
 from retrieval.extractive import Extract, PartAnswer, Quoted, Source, Thresholds
+from retrieval.retriever import Retriever
 from service.graph.context import NumberedContext, citations, conflict_source, contexts_hash
 from service.graph.nodes import NodeResult, after_evaluation, log_verdict, state_contexts, traced
 from service.graph.schemas import MAX_MISSING, EvaluationStep
@@ -65,11 +68,20 @@ def _sources(state: WorkflowState, part: str, passages: int) -> list[Source]:
     return extractive.local_sources(local) + web + given
 
 
+def base_thresholds(retriever: Retriever, kb: str, settings: Settings) -> Thresholds:
+    """The verdict's thresholds on a base: the service's, with its own calibration's when it has one."""
+    limits = Thresholds.from_settings(settings)
+    calibration = retriever.calibration_of(kb)
+    if calibration is None:
+        return limits
+    return replace(limits, min_similarity=calibration.min_similarity, min_coverage=calibration.min_coverage)
+
+
 @traced("select_evidence")
 async def select_evidence(state: WorkflowState, runtime: Runtime[RunContext]) -> NodeResult:
     ctx = runtime.context
     settings, retriever = ctx.deps.settings, ctx.deps.retriever
-    limits = Thresholds.from_settings(settings)
+    limits = await asyncio.to_thread(base_thresholds, retriever, ctx.deps.scope.kb, settings)
     web = state.get("web_results", [])
     tokenizer = await asyncio.to_thread(retriever.index_tokenizer, ctx.deps.scope)
     profile = await asyncio.to_thread(retriever.text_profile, ctx.deps.scope)

@@ -1,6 +1,8 @@
 """`/kbs`: list, create, inspect and delete knowledge bases (core/kbs.py keeps them in Elasticsearch)."""
 
 from contextlib import suppress
+from dataclasses import asdict
+from typing import Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Response
 from fastapi.exceptions import RequestValidationError
@@ -8,7 +10,7 @@ from pydantic import BaseModel, Field
 
 from core.config import Settings
 from core.contract import StrictModel
-from core.kbs import KB_NAME_PATTERN, KnowledgeBase, KnowledgeBaseStats
+from core.kbs import KB_NAME_PATTERN, Calibration, KnowledgeBase, KnowledgeBaseStats
 from core.store import IndexNotFoundError
 from retrieval.profiles import ProfileName
 from retrieval.results import FusionUsed
@@ -25,6 +27,44 @@ class FusionView(FusionUsed):
 
     chosen_at: str = ""
     note: str = ""
+
+
+class CalibrationFigures(BaseModel):
+    answerable_answered: float = Field(description="share of the answerable questions answered")
+    refused: float = Field(description="share of the questions to refuse that were refused")
+    balanced_accuracy: float
+    answerable: int
+    negative: int
+
+
+class CalibrationView(BaseModel):
+    """The base's own extractive thresholds and alias weight, chosen on its questions (its admins see on
+    which and how they fared; other readers the values only)."""
+
+    min_similarity: float = Field(description="EXTRACTIVE_MIN_SIMILARITY on this base")
+    min_coverage: float = Field(description="EXTRACTIVE_MIN_COVERAGE on this base")
+    alias_weight: float | None = Field(description="ALIAS_WEIGHT on this base (null: the service's)")
+    source: Literal["questions", "self-made"] = Field(
+        description="its answerable questions: the base's own question set, or made from its text"
+    )
+    questions: int = Field(0, description="questions of its question set asked")
+    ratings: int = Field(0, description="knowledge gaps accepted from ratings, asked as questions to refuse")
+    answerable: int = Field(0, description="self-made answerable questions asked")
+    negative: int = Field(0, description="self-made questions to refuse asked")
+    defaults: dict[str, float] = Field(default_factory=dict, description="the service's values when it was chosen")
+    at_defaults: CalibrationFigures | None = Field(None, description="figures on those questions at the defaults")
+    at_chosen: CalibrationFigures | None = Field(None, description="figures on those questions at the chosen values")
+    chosen_at: str = ""
+    note: str = Field("", description="the rule's verdict in words")
+
+    @classmethod
+    def of(cls, calibration: Calibration, admin: bool) -> "CalibrationView":
+        values = asdict(calibration)
+        if not admin:
+            values = {key: values[key] for key in ("min_similarity", "min_coverage", "alias_weight", "source")}
+        for key in ("at_defaults", "at_chosen"):
+            values[key] = values.get(key) or None
+        return cls.model_validate(values)
 
 
 class PassageWindowsView(BaseModel):
@@ -50,6 +90,9 @@ class KnowledgeBaseView(BaseModel):
     fusion: FusionView
     profile: str | None = Field(
         description="the base's text profile (rules a kind of text needs, e.g. classical-novel); null: none"
+    )
+    calibration: CalibrationView | None = Field(
+        None, description="the base's own extractive thresholds and alias weight (null: the service's)"
     )
     passages: PassageWindowsView | None = Field(
         description="the passage windows its chunks hold vectors of (null: one vector per chunk, built before "
@@ -110,6 +153,7 @@ def _view(settings: Settings, kb: KnowledgeBase, stats: KnowledgeBaseStats | Non
         fusion=fusion_view(settings, kb, caller),
         passages=PassageWindowsView(**kb.passages.to_meta()) if kb.passages else None,
         profile=kb.profile,
+        calibration=CalibrationView.of(kb.calibration, caller.may(kb.name, "admin")) if kb.calibration else None,
     )
 
 

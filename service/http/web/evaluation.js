@@ -94,12 +94,53 @@ async function showFusion() {
   // The base shows the fusion its hybrid search uses, its own or the default (GET …/fusion: its own only).
   const response = await fetch(`kbs/${encodeURIComponent(kb)}`, { headers: kbHeaders() });
   if (!response.ok) { evalEl("eval-fusion-text").textContent = await evalError(response, "questions"); return; }
-  const { fusion: effective } = await response.json();
+  const { fusion: effective, calibration } = await response.json();
+  showCalibration(calibration);
   const weights = Object.entries(effective.weights).map(([list, w]) => `${list}×${w}`).join("，");
   evalEl("eval-fusion-text").textContent =
     `当前融合：${effective.method}，深度 ${effective.depth}，列表 ${effective.lists.join("+")}${weights ? `，权重 ${weights}` : ""}` +
     `（${FUSION_ORIGINS[effective.origin] || effective.origin}）`;
   evalEl("eval-reset").hidden = effective.origin === "default";
+}
+
+// --- calibration: the base's own thresholds for refusing (extractive answers) and its alias weight ---
+
+function calibrationFigures(figures) {
+  return `平衡准确率 ${figures.balanced_accuracy.toFixed(3)}（可回答的答出 ${figures.answerable_answered.toFixed(3)}，应拒答的拒绝 ${figures.refused.toFixed(3)}）`;
+}
+
+function calibrationBasis(c) {
+  const answerable = c.source === "questions" ? `问题集 ${c.questions} 题` : `由原文自动生成的可回答问题 ${c.answerable} 个`;
+  const refuse = [c.ratings ? `评分中确认的知识缺口 ${c.ratings} 个` : "", c.negative ? `自动生成的应拒答问题 ${c.negative} 个` : ""];
+  return `依据：${answerable}，${refuse.filter(Boolean).join("、")}`;
+}
+
+// Shown to every reader (the values); what they were chosen on and how they fared to the base's admins.
+function showCalibration(c) {
+  evalEl("eval-calibration-reset").hidden = !c;
+  if (!c) { evalEl("eval-calibration-text").textContent = "拒答阈值：服务默认（未校准）"; return; }
+  const aliases = c.alias_weight === 0 ? "别名扩展：关闭" : "别名扩展：服务默认";
+  const values = `拒答阈值（已校准）：相似度 ≥ ${c.min_similarity}，关键词覆盖 ≥ ${c.min_coverage}，${aliases}`;
+  const provenance = c.at_defaults && c.at_chosen
+    ? `。${calibrationBasis(c)}；默认值下${calibrationFigures(c.at_defaults)}，校准后${calibrationFigures(c.at_chosen)}；${c.note}（${c.chosen_at.slice(0, 16).replace("T", " ")}）`
+    : "";
+  evalEl("eval-calibration-text").textContent = values + provenance;
+}
+
+async function calibrate(reset = false) {
+  const kb = evalBase();
+  if (!kb) { evalStatus("请先选择知识库", true); return; }
+  const button = evalEl(reset ? "eval-calibration-reset" : "eval-calibrate");
+  button.disabled = true;
+  if (!reset) evalStatus("正在校准：逐个回答知识库自己的问题，约需一分钟…");
+  try {
+    const response = await fetch(`kbs/${encodeURIComponent(kb)}/calibration`, { method: reset ? "DELETE" : "POST", headers: kbHeaders(), body: reset ? undefined : "{}" });
+    if (!response.ok) { evalStatus(await evalError(response), true); return; }
+    showCalibration((await response.json()).calibration);
+    evalStatus(reset ? "已恢复默认阈值" : "校准完成，该知识库的抽取式回答已使用新阈值");
+  } finally {
+    button.disabled = false;
+  }
 }
 
 async function refreshEvaluation() {
@@ -257,6 +298,8 @@ document.addEventListener("DOMContentLoaded", () => {
   sampleQuestions();
   evalEl("eval-run").addEventListener("click", runEvaluation);
   evalEl("eval-reset").addEventListener("click", () => resetFusion().catch(() => evalStatus(networkError("evaluate"), true)));
+  evalEl("eval-calibrate").addEventListener("click", () => calibrate().catch(() => evalStatus(networkError("evaluate"), true)));
+  evalEl("eval-calibration-reset").addEventListener("click", () => calibrate(true).catch(() => evalStatus(networkError("evaluate"), true)));
   document.getElementById("kb-select").addEventListener("change", () => {
     evalEl("evaluation-results").hidden = true;
     if (!evalEl("evaluation-panel").hidden) refreshEvaluation();
