@@ -40,6 +40,17 @@ def sentence_start(text: str, position: int, reach: int) -> int:
     return starts[-1] if starts else (0 if floor == 0 else position)
 
 
+def sentence_end(text: str, position: int, reach: int) -> int:
+    """Where the sentence (or line: a table's row) holding the character before `position` ends, with its
+    line breaks, when that is at most `reach` characters on; else `position` (no end to give)."""
+    if position <= 0 or position >= len(text):
+        return position
+    ceiling = min(len(text), position + reach)
+    first = split_sentences(text[position - 1 : ceiling])[0]
+    end = position - 1 + len(first)
+    return end if end < ceiling or ceiling == len(text) else position
+
+
 @dataclass(frozen=True)
 class Span:
     """A chunk and where it lies in the text it came from (`end` exclusive): pages and

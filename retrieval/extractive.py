@@ -30,7 +30,7 @@ from pydantic import BaseModel
 
 from core.access import Scope
 from core.aliases import Expansion
-from core.chunking import DEFAULT_PASSAGE_OVERLAP, sentence_start, split_sentences
+from core.chunking import DEFAULT_PASSAGE_OVERLAP, sentence_end, sentence_start, split_sentences
 from core.config import Settings
 from core.embeddings import Embedder, cosine_similarities
 from core.schema import Mode
@@ -424,12 +424,19 @@ def _sentence_windows(source: Source, context: int) -> list[Window]:
     return found
 
 
+# How far past its end a passage's window runs to end its last sentence or line: a passage cut mid-row
+# (「| 满10年不满20年 |」) holds the row's subject, not its figure (dev: docs/workflow.md).
+_END_REACH = 2 * DEFAULT_PASSAGE_OVERLAP
+
+
 def _passage_windows(source: Source) -> list[Window]:
     """A source's scored passages (`Source.passages`), each from the start of its first sentence (an
-    overlap may open one mid-word: 「水等级为5ATM…」), the too short left out."""
+    overlap may open one mid-word: 「水等级为5ATM…」) to the end of its last (or of its last line: a
+    table's row), the too short left out."""
     found = []
-    for start, end, similarity in source.passages:
+    for start, cut, similarity in source.passages:
         begin = sentence_start(source.text, start, DEFAULT_PASSAGE_OVERLAP)
+        end = sentence_end(source.text, cut, _END_REACH)
         text = source.text[begin:end].strip(_BLANK)
         if len(text) >= MIN_SENTENCE_CHARS:
             found.append(Window(source, begin, end, text, similarity=similarity))
@@ -750,11 +757,17 @@ class Quoted:
 
 # A heading: a short line with no punctuation of a sentence (「三、低血糖的处理」, 「## 保修」). Never a quote.
 _HEADING = re.compile(r"^[^。！？!?；;，,：:]{1,30}$")
+_TABLE_ROW = re.compile(r"^\|.*\|$")  # a Markdown table's row: 「| 锂电池 | 1年 |」, as short as a heading
+_TABLE_RULE = re.compile(r"^\|[\s:|-]*\|$")  # the line under a table's header: 「|---|---|」
 
 
 def is_heading(line: str) -> bool:
-    """Whether a line of a source is a heading, not a sentence that could be quoted."""
-    return bool(_HEADING.match(line.strip(_BLANK)))
+    """Whether a line of a source is a heading (or a table's rule), not a sentence that could be quoted.
+    A table's row is quoted: 「| 锂电池 | 1年 |」 answers 锂电池保修多久."""
+    text = line.strip(_BLANK)
+    if _TABLE_ROW.match(text):
+        return bool(_TABLE_RULE.match(text))
+    return bool(_HEADING.match(text))
 
 
 def compose(

@@ -87,7 +87,22 @@ def _alike(asked: Figure, stated: Figure, units: Units) -> bool:
     """Two figures that measure the same thing (3个月 and 90天; two days the same is said of)."""
     if asked.unit in (WEEKDAY, MONTH_DAY, "date") or stated.unit in (WEEKDAY, MONTH_DAY, "date"):
         return asked.unit == stated.unit and said_alike(asked, stated)
-    return comparable(asked.unit, stated.unit, units) and asked.era == stated.era
+    return (
+        comparable(asked.unit, stated.unit, units) and asked.era == stated.era and _counts_alike(asked, stated, units)
+    )
+
+
+def _counts_alike(asked: Figure, stated: Figure, units: Units) -> bool:
+    """Two counts (of pieces or people) count one thing when the same follows them, or nothing follows the
+    stated one (「| 指纹容量 | 100枚 |」): 两位候选人 is not 7000名观察员, 六条天皇 not 八条院 (CMRC dev)."""
+    unit = unit_of(asked.unit, units)
+    if unit is None or not (unit.count or unit.dimension == _PEOPLE):
+        return True
+    said = stated.said.strip()
+    return not said or not said[0].isalnum() or said == asked.said.strip()
+
+
+_PEOPLE = "人数"  # the dimension of 人, 名, 位 (retrieval/units.py)
 
 
 def _value(figure: Figure, units: Units) -> tuple[float, ...]:

@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 
-from core.chunking import split_sentences, split_text
+from core.chunking import sentence_end, split_sentences, split_text
 
 TEXT = (
     "话说天下大势，分久必合，合久必分。周末七国分争，并入于秦！及秦灭之后，楚、汉分争，又并入于汉？"
@@ -63,3 +63,11 @@ def test_chunks_are_pinned_and_blank_text_gives_none() -> None:
 def test_bad_sizes_are_refused_with_the_reason(size: int, overlap: int) -> None:
     with pytest.raises(ValueError, match="chunk_"):
         split_text(TEXT, size, overlap)
+
+
+def test_a_sentence_end_is_found_within_reach_or_not_at_all() -> None:
+    text = "第一句没有完。第二句很长很长很长很长很长。\n| 行 | 值 |\n"
+    assert sentence_end(text, 3, 10) == text.index("第二")  # 「第一句没有完。」 ends 4 characters on
+    assert sentence_end(text, text.index("第二"), 40) == text.index("第二")  # already at a sentence's start
+    assert sentence_end(text, text.index("第二") + 2, 5) == text.index("第二") + 2  # its end is past the reach
+    assert sentence_end(text, text.index("| 值"), 10) == len(text)  # a row ends at its line break

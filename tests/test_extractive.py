@@ -392,6 +392,35 @@ def test_a_passage_cut_mid_sentence_is_quoted_from_its_sentence_start() -> None:
     assert quoted == [text[text.index("手表") :], text[second:]]
 
 
+def test_a_passage_cut_mid_row_or_mid_sentence_is_quoted_to_its_end() -> None:
+    """A passage may end inside a table's row (its subject without its figure) or a sentence: its quote
+    runs to the end of that row or sentence, not past it; a passage ending at a line's end stays."""
+    text = "## 保修期限\n\n| 部件 | 保修期 |\n|---|---|\n| 整机 | 2年 |\n| 锂电池 | 1年 |\n\n保修期从购买之日起计算，凭发票享受保修。"
+    row = text.index("| 锂电池") + len("| 锂电池 |")
+    sentence = text.index("计算") + 1
+    whole = text.index("| 锂电池")
+    source = extractive.Source("lock", text, passages=((0, row, 0.9), (whole, sentence, 0.8), (0, whole, 0.7)))
+    quoted = [window.text for window in extractive.windows_of([source], context=1)]
+    assert quoted[0].endswith("| 锂电池 | 1年 |") and quoted[1].endswith("保修期从购买之日起计算，凭发票享受保修。")
+    assert quoted[2].endswith("| 整机 | 2年 |")
+
+
+def test_a_table_row_is_quoted_its_rule_is_not() -> None:
+    """A Markdown table's row is as short and unpunctuated as a heading, yet it is what answers
+    (锂电池保修多久: 「| 锂电池 | 1年 |」); the rule under the header is left out like a heading."""
+    assert not extractive.is_heading("| 锂电池 | 1年 |") and extractive.is_heading("|---|:---:|")
+    assert extractive.is_heading("## 保修期限")
+    extract = extractive.Extract(
+        text="## 保修期限\n| 部件 | 保修期 |\n|---|---|\n| 锂电池 | 1年 |",
+        source_id="a",
+        order=(0, 0, 0, 0, 0),
+        similarity=0.9,
+        coverage=1.0,
+        score=1.0,
+    )
+    assert extractive.quoted_paragraphs(extract) == ["| 部件 | 保修期 |", "| 锂电池 | 1年 |"]
+
+
 def test_the_hits_of_several_searches_are_interleaved_each_chunk_once() -> None:
     def hits(*ids: str) -> list[Hit]:
         return [Hit(id=i, text=i, source="s", doc_id="d", chunk_index=0, score=1.0) for i in ids]

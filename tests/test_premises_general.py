@@ -348,3 +348,22 @@ def test_a_span_beside_a_calendar_year_and_a_label_number_are_checked(part: str,
 def test_a_one_sided_claim_about_a_range_is_checked_against_its_bounds(part: str, denied: bool) -> None:
     sources = [("spec", "| 工作温度 | -25℃～60℃ |"), ("trip", "出差补助标准为每天80元～150元，按城市分档。")]
     assert (premises.figure_premise(part, sources, get_tokenizer()) is not None) == denied
+
+
+@pytest.mark.parametrize(
+    ("part", "denied"),
+    [
+        ("选举中领先的两位候选人分别是谁", False),  # 7000名 counts observers, not candidates (encyclopedia)
+        ("以仁王为什么没当上六条天皇的太子", False),  # 八条院 is a name, not eight of anything
+        ("前台有3名接待员吗", True),  # the same thing counted (policy)
+        ("门锁最多能存50个指纹吗", True),  # nothing follows the stated count: a table's cell (manual)
+    ],
+)
+def test_a_count_is_denied_only_by_a_count_of_the_same_thing(part: str, denied: bool) -> None:
+    sources = [
+        ("vote", "在这次选举中，大约7000名马其顿和500名外国选举观察员监督这次投票。"),
+        ("prince", "此后以仁王成为八条院暲子内亲王的养子，未能当上太子。"),
+        ("desk", "前台设2名接待员，负责访客登记。"),
+        ("spec", "| 指纹容量 | 门锁最多存100个 |"),
+    ]
+    assert (premises.figure_premise(part, sources, get_tokenizer()) is not None) == denied
