@@ -263,31 +263,28 @@ def delete_kb(es: Elasticsearch, name: str) -> list[str]:
     return indices
 
 
-def write_fusion(es: Elasticsearch, name: str, setting: FusionSetting | None) -> None:
-    """Store `setting` as the base's fusion (None: back to the service default) on every index behind it."""
+def _write_settings(es: Elasticsearch, name: str, values: dict[str, Any]) -> None:
+    """Store `values` in the base's `_meta.kb` on every index behind it (`IndexNotFoundError`: no base)."""
     indices = concrete_indices(es, name)
     if not indices:
         raise IndexNotFoundError(name)
     for index in indices:
-        update_kb_meta(es, index, {"fusion": setting.to_meta() if setting else None})
+        update_kb_meta(es, index, values)
+
+
+def write_fusion(es: Elasticsearch, name: str, setting: FusionSetting | None) -> None:
+    """Store `setting` as the base's fusion (None: back to the service default) on every index behind it."""
+    _write_settings(es, name, {"fusion": setting.to_meta() if setting else None})
 
 
 def write_profile(es: Elasticsearch, name: str, profile: str | None) -> None:
     """Store `profile` as the base's text profile (None: back to the default path) on every index behind it."""
-    indices = concrete_indices(es, name)
-    if not indices:
-        raise IndexNotFoundError(name)
-    for index in indices:
-        update_kb_meta(es, index, {"profile": profile})
+    _write_settings(es, name, {"profile": profile})
 
 
 def write_calibration(es: Elasticsearch, name: str, calibration: Calibration | None) -> None:
     """Store the base's calibration (None: back to the service's thresholds) on every index behind it."""
-    indices = concrete_indices(es, name)
-    if not indices:
-        raise IndexNotFoundError(name)
-    for index in indices:
-        update_kb_meta(es, index, {"calibration": calibration.to_meta() if calibration else None})
+    _write_settings(es, name, {"calibration": calibration.to_meta() if calibration else None})
 
 
 def write_base_aliases(es: Elasticsearch, name: str, aliases: list[Alias]) -> None:

@@ -32,6 +32,7 @@ from core.access import ALL_DOCUMENTS, DocumentAccess, Scope
 from core.aliases import Alias, MinedFrom, merged, mine
 from core.documents import Chunk, Document, source_label
 from core.embeddings import Embedder
+from core.kbs import write_base_aliases
 from core.profiles import chapter_marks, naming_rules
 from core.reader import Reader
 from core.store import (
@@ -296,8 +297,7 @@ def remine_aliases(es: Elasticsearch, alias: str, tokenizer: ChineseTokenizer, p
     documents = [MinedFrom(doc_id, _joined(parts), *about[doc_id]) for doc_id, parts in chunks.items()]
     mined = mine(documents, tokenizer, naming_rules(profile))
     aliases = merged(read_index_meta(es, alias).aliases, mined, set(chunks))
-    for index in concrete_indices(es, alias):
-        write_aliases(es, index, aliases)
+    write_base_aliases(es, alias, aliases)
     return len(aliases)
 
 
